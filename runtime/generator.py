@@ -1,0 +1,380 @@
+"""`runtime.load` and the `Generator` it returns: prompts in, text out.
+
+The generator turns prompts (plus control tokens) into token ids, validates the settings once,
+picks the decoding mode once, runs a search loop from `runtime.search` on the model from
+`runtime.models`, and turns tokens back into text. Decisions documented here:
+
+- A causal-LM prompt longer than the context raises `ValueError` (nothing is truncated silently);
+  generation ends with finish_reason "context" when the context fills up before max_new_tokens.
+- An empty prompt is allowed only for a causal LM that prepends a BOS token (unconditional
+  generation, e.g. from control tokens alone); otherwise it raises `ValueError`.
+- `logprobs` and `alternatives` are the model's own log-probabilities (log-softmax of the raw
+  logits), before penalties, temperature and filters.
+- `token_ids` are the generated tokens, EOS included when generation ended on it; `text`
+  leaves out special tokens and is cut before a stop string.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from .bundle import read_manifest
+from .config import GenerationConfig
+from .models import CausalLM, Seq2SeqLM
+from .search import TokenSearch, beam_search
+from .text import IncrementalDecoder, control_prefix, find_stop
+
+PRECISION_PREFERENCE = ("int8", "fp32", "int4")
+
+
+@dataclass
+class GenerationOutput:
+    text: str  # generated text (special tokens removed, cut before a stop string)
+    token_ids: list[int]  # generated tokens (EOS included when the model ended on it)
+    logprobs: list[float]  # the model's log-probability of each generated token
+    finish_reason: str  # "eos", "length", "stop" (a stop string) or "context" (context full)
+    prompt_index: int = 0  # which prompt of the batch this output belongs to
+    prompt_tokens: int = 0  # prompt length in tokens (controls and BOS included)
+    score: float | None = None  # beam search: length-penalised sequence score
+
+
+@dataclass
+class StreamEvent:
+    text: str  # new text since the previous event of this sequence ("" mid-character)
+    token_id: int | None  # the token that produced it (None for a final flush)
+    logprob: float | None  # its log-probability under the model
+    alternatives: list[tuple[str, float]] = field(default_factory=list)  # top-5 (token, prob)
+    index: int = 0  # which sequence (prompt-major: prompt * num_return_sequences + sample)
+    finish_reason: str | None = None  # set on the last event of a sequence
+
+
+def load(
+    path: str | os.PathLike,
+    precision: str | None = None,
+    providers: list[str] | None = None,
+    threads: int | None = None,
+) -> Generator:
+    """Open a bundle (or an optimum-onnx export directory) and create its inference sessions.
+
+    `path` may also be a directory of bundles, one per precision (`models/bible-lm/int8`, …):
+    `precision` picks one, by default the first of int8, fp32, int4 that exists. Checksums are
+    verified before any session is created.
+    """
+    directory = _pick_bundle(Path(path), precision)
+    manifest = read_manifest(directory)
+    if precision is not None and manifest.get("precision", precision) != precision:
+        raise ValueError(
+            f"`precision` must match the bundle's ({manifest.get('precision')}), got {precision!r}"
+        )
+    return Generator(directory, manifest, providers=providers, threads=threads)
+
+
+def _pick_bundle(path: Path, precision: str | None) -> Path:
+    if not path.is_dir():
+        raise FileNotFoundError(f"model directory not found: {path}")
+    if (path / "manifest.json").exists() or (path / "config.json").exists():
+        return path
+    options = {p.name: p for p in sorted(path.iterdir()) if (p / "manifest.json").exists()}
+    if not options:
+        raise FileNotFoundError(f"{path} holds no model bundle (no manifest.json or config.json)")
+    if precision is not None:
+        if precision not in options:
+            raise ValueError(
+                f"`precision` must be one of {sorted(options)} for {path}, got {precision!r}"
+            )
+        return options[precision]
+    for name in PRECISION_PREFERENCE:
+        if name in options:
+            return options[name]
+    return next(iter(options.values()))
+
+
+def available_providers(requested: list[str] | None = None) -> list[str]:
+    """CUDA when onnxruntime-gpu sees a GPU (or what the caller asks for), else CPU."""
+    if requested:
+        return list(requested)
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def _session(path: Path, providers: list[str], threads: int | None) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads or os.cpu_count() or 1
+    options.inter_op_num_threads = 1
+    # Several users share one session (InferenceSession.run is thread-safe); spinning threads
+    # would burn the cores other requests need.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+
+
+class Generator:
+    """A loaded model: `generate`, `stream`, its `manifest` and `controls`."""
+
+    def __init__(self, directory: Path, manifest: dict, providers=None, threads=None):
+        self.directory = directory
+        self.manifest = manifest
+        self.providers = available_providers(providers)
+        self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        graphs = manifest["graphs"]
+        sessions = {
+            role: _session(directory / graph["file"], self.providers, threads)
+            for role, graph in graphs.items()
+        }
+        if manifest["task"] == "seq2seq":
+            self.model = Seq2SeqLM(sessions["encoder"], sessions["decoder"], manifest)
+        else:
+            self.model = CausalLM(sessions["decoder"], manifest)
+        special = manifest.get("special_tokens", {})
+        self.eos_token_id = special.get("eos_token_id")
+        self.bos_token_id = special.get("bos_token_id")
+        pad = special.get("pad_token_id")
+        self.pad_token_id = pad if pad is not None else (self.eos_token_id or 0)
+        self.context_length = manifest.get("context_length") or 1024
+        self.defaults = GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
+
+    @property
+    def name(self) -> str:
+        return self.manifest["name"]
+
+    @property
+    def task(self) -> str:
+        return self.manifest["task"]
+
+    @property
+    def controls(self) -> dict[str, list]:
+        """Each control's values, e.g. {"section": ["law", …], "length_ratio": [0.1, …, 2.0]}."""
+        out = {}
+        for name, spec in self.manifest.get("controls", {}).items():
+            values = list(spec["values"])
+            out[name] = [float(v) for v in values] if spec.get("kind") == "numeric" else values
+        return out
+
+    def config(self, **overrides) -> GenerationConfig:
+        """The model's default settings (from its manifest) with `overrides` applied."""
+        return self.defaults.replace(**overrides)
+
+    # ---- prompts -----------------------------------------------------------------------------
+
+    def encode_prompt(self, prompt: str, controls: dict | None = None) -> list[int]:
+        """Token ids the model sees for `prompt` with `controls` applied as in training."""
+        if not isinstance(prompt, str):
+            raise ValueError(f"`prompt` must be a str, got {type(prompt).__name__}")
+        text = control_prefix(self.manifest.get("controls", {}), controls) + prompt
+        if self.task == "seq2seq":
+            ids = self.tokenizer.encode(text, add_special_tokens=True).ids
+            if not prompt.strip():
+                raise ValueError("`prompt` must not be empty for a seq2seq model")
+            if len(ids) > self.context_length:
+                raise ValueError(
+                    f"`prompt` is {len(ids)} tokens; the model's source limit is "
+                    f"{self.context_length} tokens"
+                )
+            return ids
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        if self.manifest.get("add_bos_token") and self.bos_token_id is not None:
+            ids = [self.bos_token_id, *ids]
+        if not ids:
+            raise ValueError("`prompt` must not be empty for a causal LM without a BOS token")
+        if len(ids) >= self.context_length:
+            raise ValueError(
+                f"`prompt` is {len(ids)} tokens; the model's context is {self.context_length} "
+                "tokens, which leaves no room to generate"
+            )
+        return ids
+
+    def _batch(self, prompts, controls):
+        """Encode prompts and pad them: left for a causal LM, right for a seq2seq source."""
+        encoded = [self.encode_prompt(p, controls) for p in prompts]
+        width = max(len(ids) for ids in encoded)
+        input_ids = np.full((len(encoded), width), self.pad_token_id, dtype=np.int64)  # (B, T)
+        mask = np.zeros((len(encoded), width), dtype=np.int64)
+        for row, ids in enumerate(encoded):
+            if self.task == "seq2seq":
+                input_ids[row, : len(ids)], mask[row, : len(ids)] = ids, 1
+            else:
+                input_ids[row, width - len(ids) :], mask[row, width - len(ids) :] = ids, 1
+        return encoded, input_ids, mask
+
+    def _settings(self, config: GenerationConfig | None) -> GenerationConfig:
+        """Validate `config`; tokens the model itself forces or suppresses come from its manifest
+        when the config leaves them unset (as transformers merges a model's generation config)."""
+        config = config or self.defaults
+        model_tokens = {
+            key: getattr(self.defaults, key)
+            for key in ("forced_bos_token_id", "forced_eos_token_id", "suppress_tokens")
+            if not getattr(config, key) and getattr(self.defaults, key)
+        }
+        return config.replace(**model_tokens).validate() if model_tokens else config.validate()
+
+    def _plan(self, prompts, config, controls):
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not prompts:
+            raise ValueError("`prompts` must contain at least one prompt")
+        config = self._settings(config)
+        encoded, input_ids, mask = self._batch(prompts, controls)
+        if self.task == "seq2seq":
+            start = self.manifest["special_tokens"]["decoder_start_token_id"]
+            history = np.full((len(prompts), 1), start, dtype=np.int64)  # (B, 1)
+            history_mask = np.ones_like(history, dtype=bool)
+            room = self.context_length - 1
+        else:
+            history, history_mask = input_ids, mask.astype(bool)
+            room = self.context_length - input_ids.shape[1]
+        max_steps = min(config.max_new_tokens, room)
+        limit_reason = "length" if max_steps == config.max_new_tokens else "context"
+        rng = np.random.default_rng(config.seed)
+        return config, encoded, input_ids, mask, history, history_mask, max_steps, limit_reason, rng
+
+    # ---- generation --------------------------------------------------------------------------
+
+    def generate(
+        self, prompts: str | list[str], config: GenerationConfig | None = None, controls=None
+    ) -> list[GenerationOutput]:
+        """Generate for one prompt or a batch; `num_return_sequences` outputs per prompt."""
+        config_checked = self._settings(config)
+        if config_checked.num_beams > 1:
+            return self._generate_beam(prompts, config_checked, controls)
+        plan = self._plan(prompts, config_checked, controls)
+        copies, encoded = config_checked.num_return_sequences, plan[1]
+        outputs = {
+            index: GenerationOutput("", [], [], "", index // copies, len(encoded[index // copies]))
+            for index in range(len(encoded) * copies)
+        }
+        for event in self._token_events(plan, alternatives=0):
+            out = outputs[event.index]
+            if event.token_id is not None:
+                out.token_ids.append(event.token_id)
+                out.logprobs.append(event.logprob)
+            out.text += event.text
+            if event.finish_reason:
+                out.finish_reason = event.finish_reason
+        return [outputs[i] for i in sorted(outputs)]
+
+    def stream(
+        self, prompt: str, config: GenerationConfig | None = None, controls=None
+    ) -> Iterator[StreamEvent]:
+        """Yield text increments token by token; stop iterating to stop generating.
+
+        Each event carries the token, its log-probability and the model's top-5 alternatives.
+        With beam search there is nothing final until the search ends, so each returned
+        sequence arrives as one event.
+        """
+        config = self._settings(config)
+        if config.num_beams > 1:
+            for index, out in enumerate(self._generate_beam([prompt], config, controls)):
+                yield StreamEvent(out.text, None, None, [], index, out.finish_reason)
+            return
+        yield from self._token_events(self._plan([prompt], config, controls), alternatives=5)
+
+    def _token_events(self, plan, alternatives) -> Iterator[StreamEvent]:
+        config, encoded, input_ids, mask, history, history_mask, max_steps, limit, rng = plan
+        copies = config.num_return_sequences
+        rows = np.repeat(np.arange(len(encoded)), copies)  # prompt of each row
+        search = TokenSearch(
+            self.model,
+            input_ids,
+            mask,
+            config,
+            history=history[rows],
+            history_mask=history_mask[rows],
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            max_steps=max_steps,
+            rng=rng,
+            alternatives=alternatives,
+        )
+        decoders = [IncrementalDecoder(self.tokenizer) for _ in rows]
+        released = [0] * len(rows)  # characters of each row's text already yielded
+        for step in search:
+            for row in np.flatnonzero(step.active):
+                token = int(step.tokens[row])
+                decoders[row].add(token)
+                text = decoders[row].text
+                reason = None
+                cut = find_stop(text, config.stop) if config.stop else None
+                if cut is not None:
+                    text, reason = text[:cut], "stop"
+                    search.finish(row)
+                elif token == self.eos_token_id:
+                    reason = "eos"
+                elif step.index + 1 == max_steps:
+                    reason = limit
+                if reason is None and config.stop:
+                    text = text[: len(text) - _stop_prefix_overlap(text, config.stop)]
+                if reason is not None and reason != "stop":
+                    text = text + decoders[row].flush()
+                yield StreamEvent(
+                    text=text[released[row] :],
+                    token_id=token,
+                    logprob=float(step.logprobs[row]),
+                    alternatives=self._alternatives(step, row),
+                    index=int(row),
+                    finish_reason=reason,
+                )
+                released[row] = max(released[row], len(text))
+
+    def _alternatives(self, step, row) -> list[tuple[str, float]]:
+        if step.alternatives is None:
+            return []
+        values, ids = step.alternatives
+        return [
+            (self.tokenizer.decode([int(i)], skip_special_tokens=False), float(np.exp(v)))
+            for v, i in zip(values[row], ids[row])
+        ]
+
+    def _generate_beam(self, prompts, config, controls) -> list[GenerationOutput]:
+        plan = self._plan(prompts, config, controls)
+        config, encoded, input_ids, mask, history, history_mask, max_steps, limit, rng = plan
+        results = beam_search(
+            self.model,
+            input_ids,
+            mask,
+            config,
+            prompt_history=history,
+            prompt_mask=history_mask,
+            eos_token_id=self.eos_token_id,
+            max_steps=max_steps,
+            rng=rng,
+        )
+        outputs = []
+        for prompt_index, hypotheses in enumerate(results):
+            for hyp in hypotheses:
+                tokens = [int(t) for t in hyp.tokens]
+                text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+                reason = "eos" if hyp.finished_on_eos else limit
+                cut = find_stop(text, config.stop) if config.stop else None
+                if cut is not None:
+                    text, reason = text[:cut], "stop"
+                outputs.append(
+                    GenerationOutput(
+                        text=text,
+                        token_ids=tokens,
+                        logprobs=[],
+                        finish_reason=reason,
+                        prompt_index=prompt_index,
+                        prompt_tokens=len(encoded[prompt_index]),
+                        score=hyp.score,
+                    )
+                )
+        return outputs
+
+
+def _stop_prefix_overlap(text: str, stops) -> int:
+    """Length of the longest end of `text` that could still grow into a stop string."""
+    best = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:size]):
+                best = max(best, size)
+                break
+    return best

@@ -1,0 +1,175 @@
+"""Run the ONNX graphs of a bundle one decoding step at a time, keeping the KV cache.
+
+`CausalLM` and `Seq2SeqLM` share one interface, which is all the search loops in
+`runtime.search` use:
+
+    logits, state = model.start(input_ids, attention_mask)   # prefill; logits (N, V) at the last position
+    logits, state = model.step(next_tokens, state)           # one token per row; the prefix is never re-run
+    state = model.select(state, rows)                        # reorder / repeat rows (beams, samples)
+
+`state` holds the KV cache and masks as numpy arrays. This module does not pick tokens, apply
+processors or decode text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CausalState:
+    past: tuple[np.ndarray, ...]  # per layer key, value: (N, H, T, D)
+    attention_mask: np.ndarray  # (N, T) int64, 0 on left padding
+    next_position: np.ndarray  # (N,) int64, position id of the next token
+
+
+@dataclass(frozen=True)
+class Seq2SeqState:
+    self_past: tuple[np.ndarray, ...]  # per decoder layer key, value: (N, H, T, D)
+    cross_past: tuple[np.ndarray, ...]  # per decoder layer key, value over the source: (N, H, S, D)
+    encoder_hidden: np.ndarray  # (N, S, hidden)
+    encoder_mask: np.ndarray  # (N, S) int64
+
+
+def _graph_io(session) -> tuple[list[str], list[str]]:
+    return [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
+
+
+def _past_dtype(session) -> type:
+    for node in session.get_inputs():
+        if node.name.startswith("past_key_values"):
+            return np.float16 if "float16" in node.type else np.float32
+    return np.float32
+
+
+class CausalLM:
+    """A decoder-only graph with inputs input_ids, attention_mask, [position_ids], past_key_values.*."""
+
+    def __init__(self, session, manifest: dict):
+        self.session = session
+        self.inputs, self.outputs = _graph_io(session)
+        self.past_names = [n for n in self.inputs if n.startswith("past_key_values")]
+        self.present_names = [n for n in self.outputs if n.startswith("present")]
+        self.uses_position_ids = "position_ids" in self.inputs
+        self.num_heads = manifest["num_heads"]
+        self.head_size = manifest["head_size"]
+        self.dtype = _past_dtype(session)
+
+    def _run(self, input_ids, attention_mask, positions, past):
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.uses_position_ids:
+            feeds["position_ids"] = positions
+        feeds.update(zip(self.past_names, past))
+        logits, *present = self.session.run(["logits", *self.present_names], feeds)
+        return logits[:, -1, :].astype(np.float32, copy=False), tuple(present)  # (N, V)
+
+    def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
+        batch = input_ids.shape[0]
+        empty = np.zeros(
+            (batch, self.num_heads, 0, self.head_size), dtype=self.dtype
+        )  # (N, H, 0, D)
+        # Position ids count real tokens only, so a left-padded prompt starts at 0 like an unpadded one.
+        positions = np.cumsum(attention_mask, axis=1) - 1  # (N, T)
+        positions = np.where(attention_mask == 0, 1, positions).astype(np.int64)
+        logits, past = self._run(
+            input_ids, attention_mask, positions, [empty] * len(self.past_names)
+        )
+        state = CausalState(past, attention_mask, positions[:, -1] + 1)
+        return logits, state
+
+    def step(self, tokens: np.ndarray, state: CausalState):
+        batch = tokens.shape[0]
+        mask = np.concatenate(
+            [state.attention_mask, np.ones((batch, 1), dtype=np.int64)], axis=1
+        )  # (N, T + 1)
+        logits, past = self._run(
+            tokens.reshape(batch, 1).astype(np.int64),  # (N, 1)
+            mask,
+            state.next_position.reshape(batch, 1),  # (N, 1)
+            state.past,
+        )
+        return logits, CausalState(past, mask, state.next_position + 1)
+
+    @staticmethod
+    def select(state: CausalState, rows: np.ndarray) -> CausalState:
+        return CausalState(
+            tuple(np.take(p, rows, axis=0) for p in state.past),
+            np.take(state.attention_mask, rows, axis=0),
+            np.take(state.next_position, rows, axis=0),
+        )
+
+
+class Seq2SeqLM:
+    """An encoder graph plus a merged decoder graph with `use_cache_branch` (optimum layout)."""
+
+    def __init__(self, encoder_session, decoder_session, manifest: dict):
+        self.encoder = encoder_session
+        self.decoder = decoder_session
+        self.decoder_inputs, outputs = _graph_io(decoder_session)
+        self.past_names = [n for n in self.decoder_inputs if n.startswith("past_key_values")]
+        self.present_names = [n for n in outputs if n.startswith("present")]
+        self.self_slots = [i for i, n in enumerate(self.past_names) if ".decoder." in n]
+        self.cross_slots = [i for i, n in enumerate(self.past_names) if ".encoder." in n]
+        self.num_heads = manifest["num_heads"]
+        self.head_size = manifest["head_size"]
+        self.start_token = manifest["special_tokens"]["decoder_start_token_id"]
+        self.dtype = _past_dtype(decoder_session)
+        self.encoder_takes_mask = "attention_mask" in _graph_io(encoder_session)[0]
+
+    def _run_decoder(self, tokens, encoder_hidden, encoder_mask, past, use_cache):
+        feeds = {
+            "input_ids": tokens,
+            "encoder_hidden_states": encoder_hidden,
+            "encoder_attention_mask": encoder_mask,
+            "use_cache_branch": np.array([use_cache]),
+        }
+        feeds.update(zip(self.past_names, past))
+        feeds = {k: v for k, v in feeds.items() if k in self.decoder_inputs}
+        logits, *present = self.decoder.run(["logits", *self.present_names], feeds)
+        return logits[:, -1, :].astype(np.float32, copy=False), present  # (N, V)
+
+    def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
+        feeds = {"input_ids": input_ids}
+        if self.encoder_takes_mask:
+            feeds["attention_mask"] = attention_mask
+        (encoder_hidden,) = self.encoder.run(["last_hidden_state"], feeds)  # (N, S, hidden)
+        batch = input_ids.shape[0]
+        # The no-cache branch ignores past inputs, but they must still have valid shapes.
+        empty = np.zeros((batch, self.num_heads, 0, self.head_size), dtype=self.dtype)
+        start = np.full((batch, 1), self.start_token, dtype=np.int64)  # (N, 1)
+        logits, present = self._run_decoder(
+            start, encoder_hidden, attention_mask, [empty] * len(self.past_names), False
+        )
+        state = Seq2SeqState(
+            tuple(present[i] for i in self.self_slots),
+            tuple(present[i] for i in self.cross_slots),
+            encoder_hidden,
+            attention_mask,
+        )
+        return logits, state
+
+    def step(self, tokens: np.ndarray, state: Seq2SeqState):
+        past: list = [None] * len(self.past_names)
+        for slot, value in zip(self.self_slots, state.self_past):
+            past[slot] = value
+        for slot, value in zip(self.cross_slots, state.cross_past):
+            past[slot] = value
+        logits, present = self._run_decoder(
+            tokens.reshape(-1, 1).astype(np.int64),  # (N, 1)
+            state.encoder_hidden,
+            state.encoder_mask,
+            past,
+            True,
+        )
+        return logits, replace(state, self_past=tuple(present[i] for i in self.self_slots))
+
+    @staticmethod
+    def select(state: Seq2SeqState, rows: np.ndarray) -> Seq2SeqState:
+        return Seq2SeqState(
+            tuple(np.take(p, rows, axis=0) for p in state.self_past),
+            tuple(np.take(p, rows, axis=0) for p in state.cross_past),
+            np.take(state.encoder_hidden, rows, axis=0),
+            np.take(state.encoder_mask, rows, axis=0),
+        )

@@ -1,0 +1,273 @@
+"""Search loops: greedy / sampling (`token_search`) and beam search (`beam_search`).
+
+They drive a model from `runtime.models` (start → step → select) and keep the search state:
+sequences, scores, which rows are finished. Picking a token from scores is delegated to pure
+functions: `runtime.processors` (history-dependent) and `runtime.sampling` (filters, draws).
+This module never decodes text; stop strings are checked by the caller through `finish()`.
+
+Semantics follow transformers' `generate`: greedy applies processors to raw logits; beam search
+applies them to log-softmax scores, keeps `2 * num_beams` candidates per step, scores finished
+hypotheses by `sum logprob / generated_length ** length_penalty` and stops by the same
+`early_stopping` rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import sampling
+from .processors import apply_processors
+
+NEG = np.float32(-1.0e9)  # transformers' "finished / impossible" score offset
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax of (N, V) float32 logits."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+@dataclass
+class Step:
+    """One decoding step for every row of a `TokenSearch`."""
+
+    index: int  # 0 for the first generated token
+    tokens: np.ndarray  # (N,) chosen token; pad for rows already finished before this step
+    logprobs: np.ndarray  # (N,) the model's log-probability of the chosen token (raw logits)
+    active: np.ndarray  # (N,) bool: the row was still generating at this step
+    alternatives: tuple[np.ndarray, np.ndarray] | None  # top log-probs and ids, (N, A) each
+
+
+class TokenSearch:
+    """Greedy decoding or sampling over N rows; iterate it to get one `Step` per token.
+
+    Rows end on EOS, after `max_steps` tokens, or when the caller calls `finish(row)` (stop
+    strings). Iteration ends when every row has ended; closing the iterator early stops the
+    work at once.
+    """
+
+    def __init__(
+        self,
+        model,
+        input_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        config,
+        *,
+        history: np.ndarray,
+        history_mask: np.ndarray,
+        eos_token_id: int | None,
+        pad_token_id: int,
+        max_steps: int,
+        rng: np.random.Generator,
+        alternatives: int = 0,
+    ):
+        self.model = model
+        self.input_ids = input_ids
+        self.attention_mask = attention_mask
+        self.config = config
+        self.history = history  # (N, T) tokens the processors see
+        self.history_mask = history_mask  # (N, T) bool, False on padding
+        self.eos = eos_token_id
+        self.pad = pad_token_id
+        self.max_steps = max_steps
+        self.rng = rng
+        self.alternatives = alternatives
+        self.done = np.zeros(history.shape[0], dtype=bool)
+        self.sampler = (
+            sampling.Sampler(
+                temperature=config.temperature,
+                top_k=config.top_k,
+                top_p=config.top_p,
+                min_p=config.min_p,
+                typical_p=config.typical_p,
+            )
+            if config.do_sample
+            else None
+        )
+
+    def finish(self, row: int) -> None:
+        self.done[row] = True
+
+    def __iter__(self) -> Iterator[Step]:
+        rows = self.history.shape[0]
+        # Prefill each distinct prompt once, then repeat its cache for its samples.
+        logits, state = self.model.start(self.input_ids, self.attention_mask)
+        if logits.shape[0] != rows:
+            repeat = np.repeat(np.arange(logits.shape[0]), rows // logits.shape[0])
+            logits, state = logits[repeat], self.model.select(state, repeat)
+        history, history_mask = self.history, self.history_mask
+        for index in range(self.max_steps):
+            logprobs = log_softmax(logits)  # (N, V)
+            scores = apply_processors(logits, history, history_mask, self.config, index, self.eos)
+            if self.sampler is None:
+                tokens = np.argmax(scores, axis=1)
+            else:
+                tokens = self.sampler(scores, self.rng)
+            active = ~self.done
+            tokens = np.where(active, tokens, self.pad).astype(np.int64)  # (N,)
+            chosen = logprobs[np.arange(rows), tokens]
+            top = sampling.top_k_values(logprobs, self.alternatives) if self.alternatives else None
+            if self.eos is not None:
+                self.done |= tokens == self.eos
+            yield Step(index, tokens, chosen, active, top)
+            if self.done.all() or index + 1 == self.max_steps:
+                return
+            history = np.concatenate([history, tokens[:, None]], axis=1)  # (N, T + 1)
+            history_mask = np.concatenate([history_mask, active[:, None]], axis=1)
+            logits, state = self.model.step(tokens, state)
+
+
+@dataclass
+class Hypothesis:
+    tokens: np.ndarray  # generated tokens (EOS included when it ended on EOS)
+    score: float  # sum of log-probs / length ** length_penalty
+    finished_on_eos: bool
+
+
+def beam_search(
+    model,
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray,
+    config,
+    *,
+    prompt_history: np.ndarray,
+    prompt_mask: np.ndarray,
+    eos_token_id: int | None,
+    max_steps: int,
+    rng: np.random.Generator,
+) -> list[list[Hypothesis]]:
+    """Beam search for B prompts; returns, per prompt, `num_return_sequences` hypotheses, best first.
+
+    `prompt_history` (B, T) is what processors see before the first token (the padded prompt of a
+    causal LM, the decoder start token of a seq2seq model); `prompt_mask` marks its real tokens.
+    With `config.do_sample`, candidates are drawn without replacement from the filtered scores.
+    """
+    batch, beams = input_ids.shape[0], config.num_beams
+    keep = max(2, 1 + (eos_token_id is not None)) * beams  # candidates per prompt and step
+    logits, state = model.start(input_ids, attention_mask)
+    flat = np.repeat(np.arange(batch), beams)  # (B*beams,)
+    logits, state = logits[flat], model.select(state, flat)
+    vocab = logits.shape[1]
+
+    history = prompt_history[flat]  # (B*beams, T)
+    history_mask = prompt_mask[flat]
+    generated = np.zeros((batch, beams, 0), dtype=np.int64)  # (B, beams, t)
+    running_scores = np.zeros((batch, beams), dtype=np.float32)
+    running_scores[:, 1:] = NEG  # all beams start identical: only the first may expand
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    improvable = np.ones(batch, dtype=bool)
+    for index in range(max_steps):
+        scores = log_softmax(logits)  # (B*beams, V)
+        scores = apply_processors(scores, history, history_mask, config, index, eos_token_id)
+        if config.do_sample:
+            scores = sampling.filter_logits(
+                scores,
+                temperature=config.temperature,
+                top_k=config.top_k,
+                top_p=config.top_p,
+                min_p=config.min_p,
+                typical_p=config.typical_p,
+                min_tokens_to_keep=2,
+            )
+        total = (scores.reshape(batch, beams, vocab) + running_scores[:, :, None]).reshape(
+            batch, beams * vocab
+        )  # (B, beams*V)
+        if not config.do_sample:
+            cand_scores, cand_ids = sampling.top_k_values(total, keep)  # (B, keep)
+        else:
+            cand_ids = _sample_without_replacement(total, keep, rng)
+            cand_scores = np.take_along_axis(total, cand_ids, axis=1)
+        cand_beam = cand_ids // vocab  # (B, keep)
+        cand_token = cand_ids % vocab
+        hits_eos = (
+            cand_token == eos_token_id
+            if eos_token_id is not None
+            else np.zeros_like(cand_token, bool)
+        )
+        last_step = index + 1 == max_steps
+        ends = hits_eos | last_step  # (B, keep)
+        length = index + 1  # generated tokens including this one
+
+        # Finished hypotheses: only candidates ranked within the top `beams` may finish.
+        for b in range(batch):
+            if not improvable[b] or (config.early_stopping is True and len(finished[b]) >= beams):
+                continue
+            for rank in range(beams):
+                if not ends[b, rank] or cand_scores[b, rank] <= NEG / 2:
+                    continue
+                tokens = np.append(generated[b, cand_beam[b, rank]], cand_token[b, rank])
+                score = float(cand_scores[b, rank]) / (length**config.length_penalty)
+                _add_hypothesis(
+                    finished[b], Hypothesis(tokens, score, bool(hits_eos[b, rank])), beams
+                )
+
+        # Running beams: the best `beams` candidates that did not end.
+        running_candidates = cand_scores + ends.astype(np.float32) * NEG
+        order = np.argsort(-running_candidates, axis=1, kind="stable")[:, :beams]  # (B, beams)
+        source_beam = np.take_along_axis(cand_beam, order, axis=1)
+        next_tokens = np.take_along_axis(cand_token, order, axis=1)
+        running_scores = np.take_along_axis(running_candidates, order, axis=1)
+        generated = np.concatenate(
+            [
+                np.take_along_axis(generated, source_beam[:, :, None], axis=1),
+                next_tokens[:, :, None],
+            ],
+            axis=2,
+        )  # (B, beams, t + 1)
+
+        improvable &= _can_improve(finished, running_scores, length, config, max_steps)
+        all_full = all(len(f) >= beams for f in finished)
+        if (
+            last_step
+            or ends.all()
+            or not improvable.any()
+            or (config.early_stopping is True and all_full)
+        ):
+            break
+        rows = (source_beam + np.arange(batch)[:, None] * beams).reshape(-1)  # (B*beams,)
+        history = np.concatenate([history[rows], next_tokens.reshape(-1, 1)], axis=1)
+        history_mask = np.concatenate(
+            [history_mask[rows], np.ones((batch * beams, 1), dtype=bool)], axis=1
+        )
+        state = model.select(state, rows)
+        logits, state = model.step(next_tokens.reshape(-1), state)
+
+    return [sorted(f, key=lambda h: -h.score)[: config.num_return_sequences] for f in finished]
+
+
+def _add_hypothesis(hypotheses: list[Hypothesis], new: Hypothesis, beams: int) -> None:
+    """Keep the best `beams` finished hypotheses (ties keep the earlier one, as transformers)."""
+    if len(hypotheses) < beams:
+        hypotheses.append(new)
+        return
+    worst = min(range(len(hypotheses)), key=lambda i: hypotheses[i].score)
+    if new.score > hypotheses[worst].score:
+        hypotheses[worst] = new
+
+
+def _can_improve(finished, running_scores, length, config, max_steps) -> np.ndarray:
+    """transformers' early-stop heuristic: can a running beam still beat the worst finished one?
+
+    `length` is the number of tokens generated so far; with early_stopping="never" and a positive
+    length penalty the best case is a hypothesis of `max_steps` tokens.
+    """
+    if config.early_stopping == "never" and config.length_penalty > 0:
+        best_length = max_steps
+    else:
+        best_length = length
+    best_running = running_scores[:, 0] / (best_length**config.length_penalty)
+    out = np.ones(len(finished), dtype=bool)
+    for b, hypotheses in enumerate(finished):
+        if len(hypotheses) >= config.num_beams:
+            out[b] = best_running[b] > min(h.score for h in hypotheses)
+    return out
+
+
+def _sample_without_replacement(scores: np.ndarray, count: int, rng) -> np.ndarray:
+    """Draw `count` distinct column ids per row with probability softmax(scores) (Gumbel top-k)."""
+    gumbel = rng.gumbel(size=scores.shape).astype(np.float32)
+    _, ids = sampling.top_k_values(scores + gumbel, count)
+    return ids

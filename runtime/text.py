@@ -1,0 +1,75 @@
+"""Text around the token loop: incremental detokenization, stop strings, control tokens.
+
+Byte-level BPE can split one UTF-8 character over several tokens; `IncrementalDecoder` only
+releases text once it decodes to complete characters, so every streamed piece is valid text.
+This module does not run models.
+"""
+
+from __future__ import annotations
+
+REPLACEMENT = "\ufffd"  # what a byte-level decoder prints for an incomplete UTF-8 sequence
+
+
+class IncrementalDecoder:
+    """Turns a growing list of token ids into text increments that are always complete text."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.text = ""  # text released so far
+
+    def add(self, token_id: int) -> str:
+        """Append a token; return the newly completed text ("" while a character is incomplete)."""
+        self.ids.append(int(token_id))
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith(REPLACEMENT) or not text.startswith(self.text):
+            return ""
+        piece, self.text = text[len(self.text) :], text
+        return piece
+
+    def flush(self) -> str:
+        """Whatever remains at the end (a truly invalid byte sequence shows as U+FFFD)."""
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        piece = text[len(self.text) :] if text.startswith(self.text) else ""
+        self.text = text
+        return piece
+
+
+def find_stop(text: str, stops) -> int | None:
+    """Index where the earliest stop string starts in `text`, or None."""
+    hits = [text.find(stop) for stop in stops]
+    hits = [hit for hit in hits if hit >= 0]
+    return min(hits) if hits else None
+
+
+def control_prefix(controls_spec: dict, chosen: dict | None) -> str:
+    """The control-token string to put in front of the text, in manifest order.
+
+    `controls_spec` is the manifest's `controls`; `chosen` maps control names to values. A
+    "numeric" control takes any number and uses the nearest listed value.
+
+    >>> spec = {"length_ratio": {"kind": "numeric", "values": {"0.5": "<r0.5>", "1.0": "<r1.0>"}},
+    ...         "section": {"kind": "choice", "values": {"law": "<|law|>"}}}
+    >>> control_prefix(spec, {"section": "law", "length_ratio": 0.8})
+    '<r1.0><|law|>'
+    """
+    chosen = dict(chosen or {})
+    unknown = sorted(set(chosen) - set(controls_spec))
+    if unknown:
+        known = sorted(controls_spec) or "none"
+        raise ValueError(f"unknown control {unknown[0]!r}; this model's controls: {known}")
+    prefix = []
+    for name, spec in controls_spec.items():
+        if name not in chosen or chosen[name] is None:
+            continue
+        value, values = chosen[name], spec["values"]
+        if spec.get("kind") == "numeric":
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"`{name}` must be a number, got {value!r}") from None
+            value = min(values, key=lambda key: abs(float(key) - number))
+        elif value not in values:
+            raise ValueError(f"`{name}` must be one of {sorted(values)}, got {value!r}")
+        prefix.append(values[value])
+    return "".join(prefix)
