@@ -1,0 +1,1 @@
+"""The `scriptorium` command: one entry point for export, train, bench and app."""
