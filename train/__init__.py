@@ -1,0 +1,1 @@
+"""Training recipes: the data (train.data), tokenizers (train.tokenizer) and model recipes."""
