@@ -1,0 +1,471 @@
+"""Sampling kernels: temperature, top-k, top-p, min-p and typical-p filters; a sampler; top-k.
+
+Covers the logits warpers transformers applies when sampling, in its order and with its kept sets
+(Temperature → TopK → TopP → MinP → Typical), a `Sampler` that draws one token per row from exactly
+the distribution the filtered logits define, and `top_k_values`. Does not cover the processors that
+depend on the generated tokens (repetition penalty, no-repeat n-grams, …): see `runtime.processors`.
+
+    >>> import numpy as np
+    >>> logits = np.array([[3.0, 1.0, 2.0, 0.0]], dtype=np.float32)
+    >>> filter_logits(logits, top_k=2)
+    array([[ 3., -inf,  2., -inf]], dtype=float32)
+    >>> Sampler(top_k=1)(logits, np.random.default_rng(0))
+    array([0])
+
+Nothing here sorts the vocabulary; per row the work is a few linear passes plus sorts of a few
+hundred to a few thousand values:
+- top-k: the k-th largest of a fixed random subsample of 4,096 positions is at most the row's k-th
+  largest, so `row >= it` keeps every true survivor plus ≈ k·V/4,096 others; an exact partition of
+  those few candidates then gives the k-th value (ties at it survive).
+- top-p after top-k works on the k survivors only.
+- top-p over the whole row: transformers removes the tokens whose ascending cumulative probability
+  is <= 1 - top_p, i.e. a low tail holding at most that mass. The subsample, sorted, estimates where
+  that tail ends; one pass then computes the exact mass below a band of logits around the estimate
+  and collects the band, whose sort settles every token in it exactly. If the boundary is outside
+  the band (a poor estimate), the band widens, at worst to the whole row. Survivors are then
+  "every token with logit >= τ", and the sampler draws from them without listing them: it draws
+  from the whole row through per-block sums (two-level inverse CDF) and redraws the rare token
+  below τ, which leaves exactly the renormalised distribution over the survivors.
+- typical-p sorts the row (as transformers does); it is not on the fast path.
+
+Exactness: kept sets equal transformers' except (a) where transformers' own float32 rounding
+decides (its softmax is accurate to ≈ 1e-6 relative; a token whose cumulative probability is that
+close to 1 - top_p may go either way) and (b) ties at the top-p / min-tokens boundary: every token
+equal to the last survivor survives here, transformers keeps an arbitrary subset of them.
+Rows must have a finite maximum (no NaN, no +inf); -inf entries are fine (already removed).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+_SUBSAMPLE = 4096  # positions per row read to estimate the top-k and top-p boundaries
+_BLOCK = 256  # tokens per block of the two-level sampler
+_SUBSAMPLE_SEED = 20240611  # fixes the subsample positions (speed depends on them, results do not)
+_MIN_ACCEPTANCE = 0.25  # below this survivor mass fraction, draw from the survivors directly
+_MAX_REDRAWS = 64
+
+
+# --- Parameters -------------------------------------------------------------------------------
+
+
+def _reject(name: str, rule: str, value) -> None:
+    raise ValueError(f"`{name}` must be {rule}, got {value}")
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _validate(temperature, top_k, top_p, min_p, typical_p, min_tokens_to_keep) -> None:
+    if not (_is_real(temperature) and 0 < temperature < math.inf):
+        _reject("temperature", "> 0 and finite", temperature)
+    if not (_is_int(top_k) and top_k >= 0):
+        _reject("top_k", "an int >= 0", top_k)
+    if not (_is_real(top_p) and 0 < top_p <= 1):
+        _reject("top_p", "in (0, 1]", top_p)
+    if not (_is_real(min_p) and 0 <= min_p <= 1):
+        _reject("min_p", "in [0, 1]", min_p)
+    if not (_is_real(typical_p) and 0 < typical_p <= 1):
+        _reject("typical_p", "in (0, 1]", typical_p)
+    if not (_is_int(min_tokens_to_keep) and min_tokens_to_keep >= 1):
+        _reject("min_tokens_to_keep", "an int >= 1", min_tokens_to_keep)
+
+
+def _as_matrix(x, name: str) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[1] == 0:
+        _reject(name, "2-D [batch, vocab] with vocab >= 1", f"shape {x.shape}")
+    return x
+
+
+# --- Public API -------------------------------------------------------------------------------
+
+
+def filter_logits(
+    logits: np.ndarray,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    typical_p: float = 1.0,
+    min_tokens_to_keep: int = 1,
+) -> np.ndarray:
+    """Apply transformers' sampling warpers to float32 logits (B, V); returns new logits (B, V).
+
+    In order: logits / temperature (1.0 = off) → top-k: keep every logit >= the k-th largest, with
+    k = max(top_k, min_tokens_to_keep) (0 = off) → top-p: sort ascending, remove tokens whose
+    cumulative probability is <= 1 - top_p, always keeping the min_tokens_to_keep most likely
+    (1.0 = off) → min-p: remove tokens whose probability is < min_p × the top probability, on the
+    distribution left by the previous steps (0.0 = off) → typical-p: keep the tokens whose
+    -log p is closest to the entropy until their mass reaches typical_p (1.0 = off). Removed
+    entries are -inf, kept entries are logits / temperature. The input is never mutated.
+    """
+    return Sampler(temperature, top_k, top_p, min_p, typical_p, min_tokens_to_keep).filter(logits)
+
+
+def top_k_values(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest entries of each row of x (B, V): values (B, k), sorted descending, and indices.
+
+    Equal values come in increasing index order. Any real dtype; values keep it. No full sort.
+    """
+    x = _as_matrix(x, "x")
+    if not (_is_int(k) and 1 <= k <= x.shape[1]):
+        _reject("k", f"an int in [1, {x.shape[1]}]", k)
+    values = np.empty((x.shape[0], k), dtype=x.dtype)  # (B, k)
+    indices = np.empty((x.shape[0], k), dtype=np.int64)  # (B, k)
+    for b, row in enumerate(x):
+        ids, vals = _top_k_candidates(row, k)
+        order = np.argsort(-vals, kind="stable")[:k]  # candidates are in increasing index order
+        values[b], indices[b] = vals[order], ids[order]
+    return values, indices
+
+
+class Sampler:
+    """Filters logits exactly like `filter_logits` and draws one token per row.
+
+    Parameters are validated once, here (same meanings and "off" values as `filter_logits`).
+    `sampler(logits, rng)` takes float32 logits (B, V) and an `np.random.Generator` and returns
+    int64 tokens (B,) drawn from softmax(filter_logits(logits, ...)); the same generator state
+    gives the same tokens.
+    """
+
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        min_p: float = 0.0,
+        typical_p: float = 1.0,
+        min_tokens_to_keep: int = 1,
+    ):
+        _validate(temperature, top_k, top_p, min_p, typical_p, min_tokens_to_keep)
+        self.temperature = float(temperature)
+        self.top_k = int(top_k)
+        self.top_p = float(top_p)
+        self.min_p = float(min_p)
+        self.typical_p = float(typical_p)
+        self.min_tokens_to_keep = int(min_tokens_to_keep)
+        # Top-p removes a token when float32(cumulative probability) <= float32(1 - top_p), that
+        # is when the exact cumulative probability is <= the midpoint to the next float32.
+        removable = np.float32(1.0 - self.top_p)
+        self._removable_cut = (float(removable) + float(np.nextafter(removable, np.inf))) / 2
+
+    def filter(self, logits: np.ndarray) -> np.ndarray:
+        """Filtered logits (B, V): kept entries are logits / temperature, removed ones -inf."""
+        scaled = self._scale(logits)
+        out = np.full(scaled.shape, -np.inf, dtype=np.float32)  # (B, V)
+        for b, values in enumerate(scaled):
+            kept = self._survivors(_Row(values))
+            if isinstance(kept, _Listed):
+                out[b, kept.indices] = kept.values
+            else:
+                np.copyto(out[b], values, where=values >= kept.threshold)
+        return out
+
+    def __call__(self, logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        scaled = self._scale(logits)
+        tokens = np.empty(scaled.shape[0], dtype=np.int64)  # (B,)
+        for b, values in enumerate(scaled):
+            row = _Row(values)
+            tokens[b] = _draw(row, self._survivors(row), rng)
+        return tokens
+
+    def _scale(self, logits: np.ndarray) -> np.ndarray:
+        logits = _as_matrix(logits, "logits")
+        if logits.dtype != np.float32:
+            logits = logits.astype(np.float32)
+        if self.temperature == 1.0:
+            return logits  # only read from here on
+        return logits / np.float32(self.temperature)
+
+    def _survivors(self, row: _Row) -> _Listed | _AtLeast:
+        """What survives every filter in one scaled row."""
+        vocab = row.values.shape[0]
+        keep_min = min(self.min_tokens_to_keep, vocab)
+        k = min(max(self.top_k, keep_min), vocab) if self.top_k else vocab
+        kept = _top_k_listed(row.values, k) if k < vocab else _AtLeast(-np.inf, None)
+        if self.top_p < 1.0:
+            if isinstance(kept, _Listed):
+                kept = _top_p_listed(kept, self._removable_cut, keep_min)
+            else:
+                kept = _top_p_row(row, self._removable_cut, keep_min)
+        if self.min_p > 0.0:
+            if isinstance(kept, _Listed):
+                kept = _min_p_listed(kept, self.min_p, keep_min)
+            else:
+                kept = _min_p_row(row, kept, self.min_p, keep_min)
+        if self.typical_p < 1.0:
+            kept = _typical(row.values, kept, self.typical_p, keep_min)
+        return kept
+
+
+# --- Survivor sets ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Listed:
+    """Survivors listed explicitly, by logit descending (after top-k or typical-p)."""
+
+    indices: np.ndarray  # (n,) int64 token ids
+    values: np.ndarray  # (n,) float32 scaled logits, descending
+
+    def head(self, count: int) -> _Listed:
+        """The first `count` survivors, extended over ties with the last of them."""
+        values = self.values
+        if count < values.shape[0] and values[count] == values[count - 1]:
+            count = int(np.count_nonzero(values >= values[count - 1]))
+        return _Listed(self.indices[:count], values[:count])
+
+
+@dataclass
+class _AtLeast:
+    """Survivors given implicitly: every token whose scaled logit is >= threshold."""
+
+    threshold: float
+    mass: float | None  # their unnormalised mass in the units of `_RowMass`; None = whole row
+
+
+class _Row:
+    """One scaled row (V,) and, computed on first use, its `_RowMass`."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    @functools.cached_property
+    def mass(self) -> _RowMass:
+        return _RowMass(self.values)
+
+
+class _RowMass:
+    """exp(row - max) over a whole row, padded with zeros to whole blocks, and its block sums."""
+
+    def __init__(self, values: np.ndarray):
+        vocab = values.shape[0]
+        self.max = values.max()
+        if not np.isfinite(self.max):
+            _reject("logits", "rows with a finite maximum (no NaN or +inf)", f"max {self.max}")
+        self.padded = np.empty(-(-vocab // _BLOCK) * _BLOCK, dtype=np.float32)  # (blocks*BLOCK,)
+        self.padded[vocab:] = 0.0
+        self.exp = self.padded[:vocab]  # (V,) view
+        np.subtract(values, self.max, out=self.exp)
+        np.exp(self.exp, out=self.exp)
+        block_sums = self.padded.reshape(-1, _BLOCK) @ _ones_block()  # (blocks,)
+        self.block_cdf = np.add.accumulate(block_sums, dtype=np.float64)  # (blocks,)
+        self.total = float(self.block_cdf[-1])
+
+    def mass_where(self, mask: np.ndarray) -> float:
+        return float(np.dot(self.exp, mask))
+
+
+@functools.cache
+def _ones_block() -> np.ndarray:
+    return np.ones(_BLOCK, dtype=np.float32)
+
+
+def _subsample(values: np.ndarray) -> np.ndarray:
+    """A row's values at fixed random positions (a copy), or a copy of the whole row if small."""
+    if values.shape[0] <= _SUBSAMPLE:
+        return values.copy()
+    return values[_subsample_positions(values.shape[0], _SUBSAMPLE)]
+
+
+@functools.lru_cache(maxsize=16)
+def _subsample_positions(vocab: int, size: int) -> np.ndarray:
+    rng = np.random.default_rng(_SUBSAMPLE_SEED)
+    return np.sort(rng.choice(vocab, size, replace=False))  # sorted: cache-friendly reads
+
+
+# --- Top-k ------------------------------------------------------------------------------------
+
+
+def _top_k_candidates(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every token whose value is >= the row's k-th largest (ties included), in index order."""
+    if 4 * k <= _SUBSAMPLE < values.shape[0]:
+        sample = _subsample(values)
+        sample.partition(sample.shape[0] - k)
+        # The k-th largest of a subset is <= the k-th largest of the row: >= k tokens pass.
+        indices = (values >= sample[sample.shape[0] - k]).nonzero()[0]
+        candidates = values[indices]
+    else:
+        indices, candidates = np.arange(values.shape[0]), values
+    if candidates.shape[0] > k:
+        kth = np.partition(candidates, candidates.shape[0] - k)[candidates.shape[0] - k]
+        keep = candidates >= kth
+        indices, candidates = indices[keep], candidates[keep]
+    if candidates.shape[0] < k:  # only NaN compares false against everything
+        _reject("logits", "free of NaN", "NaN")
+    return indices, candidates
+
+
+def _top_k_listed(values: np.ndarray, k: int) -> _Listed:
+    indices, candidates = _top_k_candidates(values, k)
+    order = candidates.argsort()[::-1]  # descending
+    return _Listed(indices[order], candidates[order])
+
+
+def _kth_largest(values: np.ndarray, k: int) -> float:
+    return float(_top_k_candidates(values, k)[1].min())
+
+
+# --- Top-p ------------------------------------------------------------------------------------
+
+
+def _survivor_count(desc_mass: np.ndarray, at_or_below_first: float, total: float, cut: float):
+    """How many of a run of tokens, by logit descending, top-p keeps; and the run's mass cumsum.
+
+    Transformers keeps a token while its ascending cumulative mass (everything at or below it)
+    exceeds `cut` × total. Along the run that mass is `at_or_below_first` minus the mass of the
+    run's earlier tokens, so the survivors are those whose earlier mass stays below the limit.
+    """
+    cumulative = np.add.accumulate(desc_mass, dtype=np.float64)  # (n,)
+    limit = at_or_below_first - cut * total
+    if limit <= 0.0:
+        return 0, cumulative
+    return min(desc_mass.shape[0], 1 + int(cumulative.searchsorted(limit))), cumulative
+
+
+def _top_p_listed(kept: _Listed, cut: float, keep_min: int) -> _Listed:
+    desc_mass = np.exp(kept.values - kept.values[0])  # (n,) float32
+    total = float(np.add.reduce(desc_mass, dtype=np.float64))
+    count = _survivor_count(desc_mass, total, total, cut)[0]
+    return kept.head(min(max(count, keep_min), kept.values.shape[0]))
+
+
+def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
+    """Top-p over a whole row without sorting it: see the module docstring."""
+    values, mass = row.values, row.mass
+    # Estimate where the removable tail ends from the sorted subsample.
+    sample = _subsample(values)
+    sample.sort()  # (S,) ascending
+    scale = values.shape[0] / sample.shape[0]
+    sample_tail = np.add.accumulate(np.exp(sample - mass.max), dtype=np.float64) * scale  # (S,)
+    guess = int(sample_tail.searchsorted(cut * mass.total))
+    # The estimate's rank error is about sqrt(guess) (none when the subsample is the row).
+    spread = 3.0 * math.sqrt(guess * (1.0 - 1.0 / scale)) + 2.0
+    while True:
+        low_rank, high_rank = guess - int(spread), guess + int(spread)
+        low = sample[low_rank] if low_rank >= 0 else -np.inf
+        high = sample[high_rank] if high_rank < sample.shape[0] else np.inf
+        below_high = values < high  # (V,)
+        band = values.compress(below_high & (values >= low))  # (n,); faster than a mask index
+        band.sort()
+        band = band[::-1]  # descending
+        band_mass = np.exp(band - mass.max)  # (n,)
+        mass_below_high = mass.mass_where(below_high) if high < np.inf else mass.total
+        count, cumulative = _survivor_count(band_mass, mass_below_high, mass.total, cut)
+        band_total = float(cumulative[-1]) if band.shape[0] else 0.0
+        survivor_below = (
+            low > -np.inf
+            and count == band.shape[0]
+            and mass_below_high - band_total > cut * mass.total
+        )
+        if not (survivor_below or (count == 0 and high < np.inf)):
+            break
+        spread *= 4.0  # the boundary lies outside the band: widen it (at worst to the whole row)
+    if count == 0:  # nothing passes the mass rule: only min_tokens_to_keep survive
+        threshold, survivors, kept_mass = np.inf, 0, 0.0
+    else:
+        threshold = band[count - 1]
+        ties = int(np.count_nonzero(band >= threshold)) if count < band.shape[0] else count
+        above_band = values.shape[0] - int(np.count_nonzero(below_high)) if high < np.inf else 0
+        survivors = ties + above_band
+        kept_mass = mass.total - mass_below_high + float(cumulative[ties - 1])
+    if survivors < keep_min:
+        threshold = _kth_largest(values, keep_min)
+        kept_mass = mass.mass_where(values >= threshold)
+    return _AtLeast(float(threshold), kept_mass)
+
+
+# --- Min-p ------------------------------------------------------------------------------------
+
+
+def _min_p_listed(kept: _Listed, min_p: float, keep_min: int) -> _Listed:
+    weights = np.exp(kept.values - kept.values[0])  # (n,) float32, descending
+    probs = weights / np.float32(np.add.reduce(weights, dtype=np.float64))
+    passing = int(np.count_nonzero(probs >= np.float32(min_p) * probs[0]))
+    return kept.head(min(max(passing, keep_min), kept.values.shape[0]))
+
+
+def _min_p_row(row: _Row, kept: _AtLeast, min_p: float, keep_min: int) -> _AtLeast:
+    values, mass = row.values, row.mass
+    kept_mass = mass.total if kept.mass is None else kept.mass
+    survivors = values >= kept.threshold  # (V,)
+    probs = mass.exp / np.float32(kept_mass)  # (V,) survivors' probabilities (others unused)
+    passing = survivors & (probs >= np.float32(min_p) * probs.max())
+    threshold = float(np.min(values, where=passing, initial=np.inf))
+    if np.count_nonzero(passing) < keep_min:
+        threshold = min(threshold, _kth_largest(values, keep_min))
+    return _AtLeast(threshold, mass.mass_where(values >= threshold))
+
+
+# --- Typical-p (sorts the row, like transformers) ---------------------------------------------
+
+
+def _typical(values: np.ndarray, kept: _Listed | _AtLeast, typical_p: float, keep_min: int):
+    scores = np.full(values.shape, -np.inf, dtype=np.float32)  # (V,)
+    if isinstance(kept, _Listed):
+        scores[kept.indices] = kept.values
+    else:
+        np.copyto(scores, values, where=values >= kept.threshold)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shifted = scores - scores.max()
+        log_probs = shifted - np.float32(np.log(np.exp(shifted).sum(dtype=np.float64)))
+        probs = np.exp(log_probs)
+        entropy = -np.nansum(log_probs * probs)
+        surprise_gap = np.abs(-log_probs - entropy)  # (V,) inf for removed tokens
+    order = np.argsort(surprise_gap, kind="stable")  # (V,)
+    gaps = surprise_gap[order]
+    cumulative = np.cumsum(probs[order], dtype=np.float64).astype(np.float32)
+    last = min(int(np.count_nonzero(cumulative < np.float32(typical_p))), values.shape[0] - 1)
+    keep_sorted = gaps <= gaps[last]
+    keep_sorted[:keep_min] = True
+    keep = np.zeros(values.shape, dtype=bool)
+    keep[order] = keep_sorted
+    indices = np.flatnonzero(keep & (scores > -np.inf))
+    order = scores[indices].argsort(kind="stable")[::-1]
+    return _Listed(indices[order], scores[indices[order]])
+
+
+# --- Drawing ----------------------------------------------------------------------------------
+
+
+def _inverse_cdf(cumulative: np.ndarray, u: float) -> int:
+    """Index of the first entry whose cumulative weight exceeds u (never a zero-weight tail)."""
+    index = int(cumulative.searchsorted(u, side="right"))
+    if index < cumulative.shape[0]:
+        return index
+    return int(cumulative.searchsorted(cumulative[-1]))  # u rounded up to the total
+
+
+def _draw_blocks(padded: np.ndarray, block_cdf: np.ndarray, rng: np.random.Generator) -> int:
+    """One index drawn with probability proportional to `padded`: a block, then a token in it."""
+    block = _inverse_cdf(block_cdf, rng.random() * block_cdf[-1])
+    token_cdf = np.add.accumulate(padded[block * _BLOCK : (block + 1) * _BLOCK], dtype=np.float64)
+    return block * _BLOCK + _inverse_cdf(token_cdf, rng.random() * token_cdf[-1])
+
+
+def _draw(row: _Row, kept: _Listed | _AtLeast, rng: np.random.Generator) -> int:
+    if isinstance(kept, _Listed):
+        cdf = np.add.accumulate(np.exp(kept.values - kept.values[0]), dtype=np.float64)
+        return int(kept.indices[_inverse_cdf(cdf, rng.random() * cdf[-1])])
+    mass = row.mass
+    if kept.mass is None or kept.mass >= _MIN_ACCEPTANCE * mass.total:
+        # Draw from the whole row until the token survives: exactly the survivors' distribution.
+        for _ in range(_MAX_REDRAWS):
+            token = _draw_blocks(mass.padded, mass.block_cdf, rng)
+            if row.values[token] >= kept.threshold:
+                return token
+    weights = np.zeros_like(mass.padded)  # (blocks * BLOCK,)
+    np.copyto(weights[: row.values.shape[0]], mass.exp, where=row.values >= kept.threshold)
+    block_cdf = np.add.accumulate(weights.reshape(-1, _BLOCK) @ _ones_block(), dtype=np.float64)
+    return _draw_blocks(weights, block_cdf, rng)
