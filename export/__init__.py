@@ -1,0 +1,16 @@
+"""Scriptorium's exporter: a local Hugging Face checkpoint -> an ONNX model bundle.
+
+    >>> from export import PRECISIONS
+    >>> PRECISIONS
+    ('fp32', 'int8', 'int4')
+
+`export_bundle(model_dir, out_dir, precision="fp32", optimize=True, name=None, …)` writes the
+bundle that docs/bundle.md describes and returns its manifest; `scriptorium export` (export/cli.py)
+is the command line. The steps live in exporter.py (pipeline), optimize.py, quantize.py,
+parity.py and manifest.py. Uses torch, transformers, optimum-onnx, onnx and onnxruntime; the
+runtime it produces bundles for needs none but onnxruntime.
+"""
+
+from .exporter import PRECISIONS, ParityError, export_bundle, supported_architectures
+
+__all__ = ["PRECISIONS", "ParityError", "export_bundle", "supported_architectures"]

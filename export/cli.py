@@ -1,0 +1,74 @@
+"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] [--name NAME]`.
+
+Parses arguments, runs `export_bundle` and prints a short summary of the bundle and its parity
+report. Errors in the inputs (missing directory, config, weights or tokenizer; an unsupported
+architecture; a failed fp32 parity check) print one line and return exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .exporter import PRECISIONS, ParityError, export_bundle
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="scriptorium export",
+        description="Export a local Hugging Face checkpoint to an ONNX model bundle.",
+    )
+    parser.add_argument("model_dir", help="checkpoint directory (config.json, weights, tokenizer)")
+    parser.add_argument("out_dir", help="bundle directory to write (new, empty or a bundle)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32")
+    parser.add_argument(
+        "--no-optimize", action="store_true", help="skip onnxruntime's transformer optimizer"
+    )
+    parser.add_argument("--name", help="display name (default: the model directory's name)")
+    parser.add_argument(
+        "--controls",
+        help="JSON file of control tokens (default: MODEL_DIR/scriptorium_controls.json)",
+    )
+    parser.add_argument(
+        "--keep-lm-head", action="store_true", help="leave the LM head in float32 when quantizing"
+    )
+    return parser.parse_args(argv)
+
+
+def summary(manifest: dict, out_dir: str) -> str:
+    parity = manifest["parity"]
+    logits, greedy, ppl = parity["logits"], parity["greedy"], parity["perplexity"]
+    size = sum(entry["size"] for entry in manifest["files"].values())
+    return "\n".join(
+        [
+            f"wrote {manifest['name']} ({manifest['task']}, {manifest['architecture']}, "
+            f"{manifest['precision']}) to {out_dir}: {len(manifest['files'])} files, "
+            f"{size / 1e6:.1f} MB",
+            f"optimizer: {manifest['export']['optimizer']['summary']}",
+            f"max |Δlogit| prefill {logits['prefill_max_abs_diff']:.3g}, cached step "
+            f"{logits['cached_step_max_abs_diff']:.3g} (logit scale {logits['max_abs_logit']:.3g})",
+            f"greedy: {greedy['identical_sequences']}/{greedy['prompts']} identical sequences, "
+            f"token agreement {greedy['token_agreement']:.3f}",
+            f"perplexity: {ppl['pytorch']:.4g} -> {ppl['onnx']:.4g} "
+            f"({ppl['relative_change_pct']:+.3f} %)",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        manifest = export_bundle(
+            args.model_dir,
+            args.out_dir,
+            precision=args.precision,
+            optimize=not args.no_optimize,
+            name=args.name,
+            controls=args.controls,
+            keep_lm_head=args.keep_lm_head,
+        )
+    except (FileNotFoundError, ValueError, ParityError) as error:
+        print(f"scriptorium export: error: {error}", file=sys.stderr)
+        return 1
+    print(summary(manifest, args.out_dir))
+    return 0

@@ -1,0 +1,247 @@
+"""A lean ONNX decoder graph for GPT-2, built node by node from the PyTorch weights.
+
+`build_gpt2_graph(model, path)` writes one self-contained `.onnx` file (weights embedded) with
+exactly the interface of optimum-onnx's `text-generation-with-past` GPT-2 export, so the runtime
+runs it unchanged:
+
+    inputs   input_ids (int64, [batch, seq]), past_key_values.{i}.key|value
+             (float32, [batch, heads, past, head_size]; past may be 0), attention_mask
+             (int64, [batch, past + seq], 0 on left padding), position_ids (int64, [batch, seq])
+    outputs  logits (float32, [batch, seq, vocab]), present.{i}.key|value
+             (float32, [batch, heads, past + seq, head_size])
+
+Optimum's graph spends most of its ~2,700 nodes (GPT-2 small) on shape arithmetic; once the
+weights are int8 or int4 the per-node overhead dominates a decoding step. This graph has 9 nodes
+per layer and uses onnxruntime's contrib ops (domain `com.microsoft`):
+
+    embeddings   Gather(wte, input_ids), Gather(wpe, position_ids)
+                 SkipLayerNormalization(tokens, positions; ln_1 of layer 0) -> ln, residual
+    per layer    MatMul(c_attn) -> Split(q, k, v)
+                 MultiHeadAttention(q, k, v, bias = c_attn bias, key_padding_mask,
+                                    past_key, past_value; unidirectional=1)
+                     -> attn, present_key, present_value
+                 MatMul(attn c_proj) -> SkipLayerNormalization(+ residual, + c_proj bias; ln_2)
+                 MatMul(c_fc) -> FastGelu(+ c_fc bias) -> MatMul(mlp c_proj)
+                 -> SkipLayerNormalization(+ residual, + c_proj bias; next ln_1, or ln_f)
+    LM head      MatMul(hidden, lm_head.weight^T): one [tokens, d] x [d, vocab] product
+
+Every projection is a plain MatMul with a constant weight and its bias folded into the next fused
+op, so `quantize_dynamic` (int8) and `MatMulNBitsQuantizer` (int4) both quantize all of them,
+the LM head included. The attention mask is a key padding mask: masked keys get
+MultiHeadAttention's finite `mask_filter_value` (-10000) rather than -inf, so rows made only of
+padding stay finite (their outputs are never used) and never poison the cache with NaN.
+
+Covers the GPT-2 family as `transformers.GPT2LMHeadModel`: gpt2, distilgpt2 and any width, depth,
+head count, inner size, vocabulary and context length, with the `gelu_new` (or identical
+`gelu_pytorch_tanh`) activation and scaled dot-product attention; the LM head may be tied to the
+token embedding or not. Float32 only. It does not cover other activations,
+`scale_attn_by_inverse_layer_idx`, `reorder_and_upcast_attn`, cross attention, pruned heads or
+`scale_attn_weights=False` (all raise `ValueError`), other architectures, or external-data files:
+the model must fit in one protobuf (2 GB).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+# FastGelu computes 0.5·x·(1 + tanh(0.797885·x + 0.035677·x³)), which is this formula.
+_TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
+_MAX_PROTO_BYTES = 2**31 - 1
+_MS = "com.microsoft"
+
+
+def _check_config(config) -> None:
+    """Raise ValueError for any GPT-2 option this graph does not reproduce."""
+    if config.model_type != "gpt2":
+        raise ValueError(f"`model_type` must be 'gpt2', got {config.model_type!r}")
+    if config.activation_function not in _TANH_GELU:
+        raise ValueError(
+            f"`activation_function` must be one of {_TANH_GELU}, got {config.activation_function!r}"
+        )
+    for flag in (
+        "scale_attn_by_inverse_layer_idx",
+        "reorder_and_upcast_attn",
+        "add_cross_attention",
+    ):
+        if getattr(config, flag, False):
+            raise ValueError(f"`{flag}` must be False, got True")
+    if not getattr(config, "scale_attn_weights", True):
+        raise ValueError("`scale_attn_weights` must be True, got False")
+    if getattr(config, "pruned_heads", None):
+        raise ValueError(f"`pruned_heads` must be empty, got {config.pruned_heads!r}")
+    if config.n_embd % config.n_head != 0:
+        raise ValueError(
+            f"`n_embd` must be a multiple of `n_head`, got {config.n_embd} and {config.n_head}"
+        )
+
+
+class _Graph:
+    """Collects nodes and initializers; names weights after their PyTorch parameters."""
+
+    def __init__(self, state: dict):
+        self.state = state
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def weight(self, name: str, transpose: bool = False) -> str:
+        array = self.state[name].detach().to("cpu").float().numpy()
+        if transpose:
+            array = array.T
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: list[str], **attrs) -> list[str]:
+        domain = _MS if op in ("MultiHeadAttention", "SkipLayerNormalization", "FastGelu") else ""
+        name = f"{op}_{len(self.nodes)}"
+        self.nodes.append(helper.make_node(op, inputs, outputs, name, domain=domain, **attrs))
+        return outputs
+
+
+def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
+    """Write `model` (a `transformers.GPT2LMHeadModel`) as a lean ONNX decoder graph to `path`.
+
+    The file has optimum-onnx's GPT-2 interface (see the module docstring) and embeds its weights.
+    `opset` is the default-domain opset, ≥ 17. Raises ValueError for configs it cannot reproduce.
+    """
+    config = model.config
+    _check_config(config)
+    if opset < 17:
+        raise ValueError(f"`opset` must be >= 17, got {opset}")
+    layers, heads, width = config.n_layer, config.n_head, config.n_embd
+    head_size = width // heads
+    eps = float(config.layer_norm_epsilon)
+    split_arity = {"num_outputs": 3} if opset >= 18 else {}  # opset 18 made it an attribute
+    g = _Graph(model.state_dict())
+
+    past_dims = ["batch_size", heads, "past_sequence_length", head_size]
+    present_dims = ["batch_size", heads, "past_sequence_length + sequence_length", head_size]
+    inputs = [
+        helper.make_tensor_value_info(
+            "input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]
+        )
+    ]
+    outputs = [
+        helper.make_tensor_value_info(
+            "logits", TensorProto.FLOAT, ["batch_size", "sequence_length", config.vocab_size]
+        )
+    ]
+    for i in range(layers):
+        for kind in ("key", "value"):
+            inputs.append(
+                helper.make_tensor_value_info(
+                    f"past_key_values.{i}.{kind}", TensorProto.FLOAT, past_dims
+                )
+            )
+            outputs.append(
+                helper.make_tensor_value_info(
+                    f"present.{i}.{kind}", TensorProto.FLOAT, present_dims
+                )
+            )
+    inputs += [
+        helper.make_tensor_value_info(
+            "attention_mask",
+            TensorProto.INT64,
+            ["batch_size", "past_sequence_length + sequence_length"],
+        ),
+        helper.make_tensor_value_info(
+            "position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]
+        ),
+    ]
+
+    # Embeddings, and ln_1 of layer 0 fused with their sum.  All activations are (B, S, d).
+    (tokens,) = g.node("Gather", [g.weight("transformer.wte.weight"), "input_ids"], ["tok_emb"])
+    (positions,) = g.node(
+        "Gather", [g.weight("transformer.wpe.weight"), "position_ids"], ["pos_emb"]
+    )
+    (key_mask,) = g.node("Cast", ["attention_mask"], ["key_padding_mask"], to=TensorProto.INT32)
+    normed, _, _, residual = g.node(
+        "SkipLayerNormalization",
+        [
+            tokens,
+            positions,
+            g.weight("transformer.h.0.ln_1.weight"),
+            g.weight("transformer.h.0.ln_1.bias"),
+        ],
+        ["h0.ln_1", "", "", "h0.residual_in"],
+        epsilon=eps,
+    )
+
+    for i in range(layers):
+        p = f"transformer.h.{i}."
+        (qkv,) = g.node(
+            "MatMul", [normed, g.weight(p + "attn.c_attn.weight")], [f"h{i}.qkv"]
+        )  # (B, S, 3d)
+        q, k, v = g.node("Split", [qkv], [f"h{i}.q", f"h{i}.k", f"h{i}.v"], axis=-1, **split_arity)
+        attn, _, _ = g.node(
+            "MultiHeadAttention",
+            [
+                q,
+                k,
+                v,
+                g.weight(p + "attn.c_attn.bias"),  # (3d,): q, k, v biases, added inside the op
+                key_mask,  # (B, past + S), 0 = padding
+                "",
+                f"past_key_values.{i}.key",
+                f"past_key_values.{i}.value",
+            ],
+            [f"h{i}.attn", f"present.{i}.key", f"present.{i}.value"],
+            num_heads=heads,
+            unidirectional=1,
+        )
+        (attn_out,) = g.node(
+            "MatMul", [attn, g.weight(p + "attn.c_proj.weight")], [f"h{i}.attn_out"]
+        )
+        normed, _, _, residual = g.node(
+            "SkipLayerNormalization",
+            [
+                attn_out,
+                residual,
+                g.weight(p + "ln_2.weight"),
+                g.weight(p + "ln_2.bias"),
+                g.weight(p + "attn.c_proj.bias"),
+            ],
+            [f"h{i}.ln_2", "", "", f"h{i}.residual_mid"],
+            epsilon=eps,
+        )
+        (fc,) = g.node(
+            "MatMul", [normed, g.weight(p + "mlp.c_fc.weight")], [f"h{i}.fc"]
+        )  # (B, S, inner)
+        (act,) = g.node("FastGelu", [fc, g.weight(p + "mlp.c_fc.bias")], [f"h{i}.gelu"])
+        (mlp_out,) = g.node("MatMul", [act, g.weight(p + "mlp.c_proj.weight")], [f"h{i}.mlp_out"])
+        last = i == layers - 1
+        ln = "transformer.ln_f." if last else f"transformer.h.{i + 1}.ln_1."
+        normed, _, _, residual = g.node(
+            "SkipLayerNormalization",
+            [
+                mlp_out,
+                residual,
+                g.weight(ln + "weight"),
+                g.weight(ln + "bias"),
+                g.weight(p + "mlp.c_proj.bias"),
+            ],
+            ["ln_f" if last else f"h{i + 1}.ln_1", "", "", "" if last else f"h{i}.residual_out"],
+            epsilon=eps,
+        )
+
+    # The LM head as (d, V) so that MatMul quantizers see a constant right-hand side.
+    g.node("MatMul", [normed, g.weight("lm_head.weight", transpose=True)], ["logits"])
+
+    graph = helper.make_graph(g.nodes, "lean_gpt2", inputs, outputs, g.initializers)
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(_MS, 1)]
+    onnx_model = helper.make_model(
+        graph,
+        opset_imports=opsets,
+        producer_name="scriptorium.export.lean_gpt2",
+        # The oldest IR version that has these opsets: newer onnx writes IRs onnxruntime rejects.
+        ir_version=helper.find_min_ir_version_for(opsets, ignore_unknown=True),
+    )
+    if onnx_model.ByteSize() > _MAX_PROTO_BYTES:
+        raise ValueError(
+            f"the model must fit in one 2 GB protobuf, got {onnx_model.ByteSize()} bytes"
+        )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(onnx_model, str(path))

@@ -1,0 +1,287 @@
+"""The bundle's manifest.json and README.md model card (docs/bundle.md is the contract).
+
+Covers reading model facts from a checkpoint's config.json / generation_config.json, the
+optional `scriptorium_controls.json` and `scriptorium_card.json` beside it, validating control
+tokens against the tokenizer, the graphs' input/output names, file checksums, and rendering the
+model card from the manifest. It does not run models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+CONTROLS_FILE = "scriptorium_controls.json"
+CARD_FILE = "scriptorium_card.json"
+CONTROL_KINDS = ("choice", "numeric")
+# transformers GenerationConfig fields that the runtime's GenerationConfig also has.
+GENERATION_FIELDS = (
+    "max_new_tokens",
+    "min_new_tokens",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "num_return_sequences",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+)
+TRANSFORMERS_TOP_K = 50  # transformers' default top_k when sampling
+
+
+def _first(*values):
+    """The first value that is not None; a list (several EOS ids) gives its first element."""
+    for value in values:
+        if value is not None:
+            return value[0] if isinstance(value, list) and value else value
+    return None
+
+
+def _get(config: dict, *names, default=None):
+    return _first(*(config.get(name) for name in names), default)
+
+
+def model_shape(config: dict, task: str) -> dict:
+    """num_layers, num_heads (of the KV cache), head_size, hidden_size, vocab_size, context_length."""
+    hidden = _get(config, "hidden_size", "n_embd", "d_model")
+    if task == "seq2seq":
+        layers = _get(config, "decoder_layers", "num_decoder_layers", "num_layers")
+        heads = _get(config, "decoder_attention_heads", "num_heads", "num_attention_heads")
+        query_heads = heads
+        vocab = _get(config, "decoder_vocab_size", "vocab_size")
+        context = _get(config, "max_position_embeddings", "n_positions", default=512)
+    else:
+        layers = _get(config, "num_hidden_layers", "n_layer", "num_layers")
+        query_heads = _get(config, "num_attention_heads", "n_head", "num_heads")
+        heads = _get(config, "num_key_value_heads", "multi_query_group_num", default=query_heads)
+        vocab = config.get("vocab_size")
+        context = _get(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length")
+    head_size = _get(config, "d_kv", "head_dim", default=hidden // query_heads)
+    return {
+        "num_layers": int(layers),
+        "num_heads": int(heads),
+        "head_size": int(head_size),
+        "hidden_size": int(hidden),
+        "vocab_size": int(vocab),
+        "context_length": int(context or 2048),
+    }
+
+
+def special_tokens(config: dict, generation: dict, tokenizer) -> dict:
+    """bos/eos/pad/decoder-start ids: generation_config.json first, then config.json, tokenizer."""
+
+    def pick(key: str):
+        return _first(generation.get(key), config.get(key), getattr(tokenizer, key, None))
+
+    tokens = {key: pick(key) for key in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    start = _first(generation.get("decoder_start_token_id"), config.get("decoder_start_token_id"))
+    if config.get("is_encoder_decoder") and start is None:
+        start = tokens["pad_token_id"]
+    tokens["decoder_start_token_id"] = start
+    return {key: None if value is None else int(value) for key, value in tokens.items()}
+
+
+def generation_defaults(generation: dict) -> dict:
+    """The generation_config.json fields the runtime understands, with transformers' semantics.
+
+    transformers samples with top_k = 50 unless told otherwise; the runtime's default is 0 (off),
+    so a checkpoint that samples without naming top_k gets 50 written out. `bad_words_ids` of
+    single tokens (Marian forbids its pad token) become `suppress_tokens`.
+    """
+    defaults = {k: generation[k] for k in GENERATION_FIELDS if generation.get(k) is not None}
+    if defaults.get("do_sample") and "top_k" not in defaults:
+        defaults["top_k"] = TRANSFORMERS_TOP_K
+    single_bad = [ids[0] for ids in generation.get("bad_words_ids") or [] if len(ids) == 1]
+    if single_bad:
+        defaults["suppress_tokens"] = sorted(set(defaults.get("suppress_tokens", []) + single_bad))
+    return defaults
+
+
+def add_bos_token(hf_tokenizer, tokenizer, bos_token_id: int | None) -> bool:
+    """Whether the checkpoint's tokenizer puts BOS in front of a prompt that plain encoding lacks.
+
+    `tokenizer` is the bundle's `tokenizers.Tokenizer`; the runtime encodes causal-LM prompts
+    without special tokens and prepends BOS when the manifest says so.
+    """
+    if bos_token_id is None:
+        return False
+    text = "In the beginning"
+    theirs = list(hf_tokenizer(text)["input_ids"])
+    ours = tokenizer.encode(text, add_special_tokens=False).ids
+    return theirs[:1] == [bos_token_id] and ours[:1] != [bos_token_id]
+
+
+def load_json(path: Path, what: str) -> dict:
+    try:
+        value = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({what}): {error}") from error
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} must hold a JSON object ({what}), got {type(value).__name__}")
+    return value
+
+
+def check_controls(controls: dict, tokenizer) -> dict:
+    """Validate controls (docs/bundle.md): each value maps to one special token of the tokenizer."""
+    special = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+    for name, spec in controls.items():
+        if not isinstance(spec, dict):
+            raise ValueError(f"control `{name}` must be an object, got {spec!r}")
+        if spec.get("kind") not in CONTROL_KINDS:
+            raise ValueError(
+                f"control `{name}`: `kind` must be one of {', '.join(CONTROL_KINDS)}, "
+                f"got {spec.get('kind')!r}"
+            )
+        values = spec.get("values")
+        if not isinstance(values, dict) or not values:
+            raise ValueError(
+                f"control `{name}`: `values` must be a non-empty object, got {values!r}"
+            )
+        for value, token in values.items():
+            if spec["kind"] == "numeric":
+                try:
+                    float(value)
+                except ValueError:
+                    raise ValueError(
+                        f"control `{name}`: numeric values must be numbers, got {value!r}"
+                    ) from None
+            if token not in special:
+                raise ValueError(
+                    f"control `{name}`: value {value!r} maps to {token!r}, which the tokenizer "
+                    "does not know as a special token"
+                )
+    return controls
+
+
+def graph_entry(file: str, path: Path) -> dict:
+    """{file, inputs, outputs} with the names read from the ONNX graph."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return {
+        "file": file,
+        "inputs": [node.name for node in model.graph.input],
+        "outputs": [node.name for node in model.graph.output],
+    }
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_entries(directory: Path) -> dict:
+    """sha256 and size of every file in `directory` except manifest.json."""
+    return {
+        path.name: {"sha256": sha256_of(path), "size": path.stat().st_size}
+        for path in sorted(directory.iterdir())
+        if path.is_file() and path.name != "manifest.json"
+    }
+
+
+def write_bundle_metadata(directory: Path, manifest: dict) -> dict:
+    """Write README.md from `manifest`, then manifest.json with the checksums of every file."""
+    (directory / "README.md").write_text(model_card(manifest))
+    manifest["files"] = file_entries(directory)
+    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _table(rows: list[tuple[str, object]]) -> list[str]:
+    lines = ["| | |", "|---|---|"]
+    lines += [f"| {key} | {_fmt(value)} |" for key, value in rows]
+    return lines
+
+
+def model_card(manifest: dict) -> str:
+    """README.md: the model card, rendered from the manifest only."""
+    export = manifest.get("export", {})
+    lines = [f"# {manifest['name']}", ""]
+    if export.get("description"):
+        lines += [export["description"], ""]
+    lines += _table(
+        [
+            ("task", manifest["task"]),
+            ("architecture", manifest["architecture"]),
+            ("parameters", f"{export.get('parameters', 0):,}"),
+            ("precision", manifest["precision"]),
+            (
+                "layers × heads × head size",
+                "{num_layers} × {num_heads} × {head_size}".format(**manifest),
+            ),
+            ("vocabulary", manifest["vocab_size"]),
+            ("context length", manifest["context_length"]),
+            ("licence", manifest.get("license") or "not stated"),
+        ]
+    )
+    lines += ["", "## Files", ""]
+    lines += [f"- `{role}`: `{graph['file']}`" for role, graph in manifest["graphs"].items()]
+    lines += ["- `tokenizer.json`, `manifest.json` (checksums of every file)"]
+    optimizer = export.get("optimizer", {})
+    lines += [
+        "",
+        f"Optimized with onnxruntime's transformer optimizer: {optimizer.get('summary', 'no')}.",
+    ]
+    if manifest["precision"] != "fp32":
+        lines += [f"Quantization: {export.get('quantization', {}).get('summary', '')}."]
+    lines += ["", "## Parity with PyTorch", ""] + _parity_lines(manifest.get("parity", {}))
+    lines += ["", "## Controls", ""]
+    if manifest["controls"]:
+        for name, spec in manifest["controls"].items():
+            values = ", ".join(f"`{v}` → `{t}`" for v, t in spec["values"].items())
+            about = f" — {spec['description']}" if spec.get("description") else ""
+            lines += [f"- **{name}** ({spec['kind']}){about}: {values}"]
+    else:
+        lines += ["None: the model takes plain text."]
+    lines += ["", "## Evaluation", ""]
+    metrics = manifest.get("metrics") or {}
+    lines += _table(list(metrics.items())) if metrics else ["No evaluation metrics recorded."]
+    lines += ["", "## Training data", ""]
+    data = manifest.get("training_data") or {}
+    lines += _table(list(data.items())) if data else ["Not recorded."]
+    lines += ["", "## Licence", "", manifest.get("license") or "Not stated.", ""]
+    return "\n".join(lines)
+
+
+def _parity_lines(parity: dict) -> list[str]:
+    if not parity:
+        return ["Not measured."]
+    logits, greedy, ppl = parity["logits"], parity["greedy"], parity["perplexity"]
+    return [
+        f"Reference: {parity['reference']}.",
+        "",
+        *_table(
+            [
+                ("max abs Δlogit, prefill", logits["prefill_max_abs_diff"]),
+                ("max abs Δlogit, cached step", logits["cached_step_max_abs_diff"]),
+                ("largest abs logit (scale)", logits["max_abs_logit"]),
+                ("argmax agreement", logits["argmax_agreement"]),
+                (
+                    f"greedy: identical sequences of {greedy['new_tokens']} tokens",
+                    f"{greedy['identical_sequences']} / {greedy['prompts']}",
+                ),
+                ("greedy: token agreement", greedy["token_agreement"]),
+                ("perplexity PyTorch → ONNX", f"{ppl['pytorch']:.4g} → {ppl['onnx']:.4g}"),
+                ("perplexity change", f"{ppl['relative_change_pct']:+.3f} %"),
+            ]
+        ),
+    ]

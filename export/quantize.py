@@ -1,0 +1,189 @@
+"""Weight quantization of single ONNX graphs, and merging a seq2seq decoder pair.
+
+- int8: onnxruntime's dynamic quantization (`quantize_dynamic`, signed 8-bit weights, per output
+  channel; activations quantized on the fly). MatMul only.
+- int4: weight-only 4-bit MatMulNBits (`MatMulNBitsQuantizer`, block 32, asymmetric, accuracy
+  level 4: int8 activations inside the kernel). A result without MatMulNBits is an error, never a
+  silently unquantized "int4" graph.
+
+Both quantizers handle MatMul with a constant weight only, and GPT-2's Conv1D layers export as
+Gemm: `gemm_to_matmul` rewrites every Gemm with a constant weight into MatMul (+ Add for the bias)
+first. The LM head (the MatMul that produces `logits`) can be kept in float32.
+
+Merged seq2seq decoders hold the two decoders in the branches of an If node; instead of
+quantizing inside subgraphs, the exporter quantizes decoder and decoder-with-past separately and
+merges them afterwards with optimum's `merge_decoders` (`merge_decoder_pair`), which stores
+weights that are equal in both once. This module does not optimize graphs or check parity.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .optimize import op_counts
+
+INT4_BLOCK_SIZE = 32
+INT4_ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations
+# Operators that hold quantized weights or compute on quantized values, for reports and tests.
+QUANTIZED_OPS = (
+    "MatMulInteger",
+    "DynamicQuantizeLinear",
+    "DynamicQuantizeMatMul",
+    "MatMulIntegerToFloat",
+    "MatMulNBits",
+    "DequantizeLinear",
+    "GatherBlockQuantized",
+)
+# Operators between the LM head's MatMul and the `logits` output (bias, scaling, reshapes).
+_HEAD_PASSTHROUGH = ("Add", "Mul", "Div", "Reshape", "Cast", "Identity", "Squeeze", "Unsqueeze")
+
+
+class QuantizationError(ValueError):
+    """Quantization did not produce the quantized graph it promised."""
+
+
+def gemm_to_matmul(model: onnx.ModelProto) -> int:
+    """Rewrite, in place, each Gemm with a constant weight into MatMul (+ Add); return the count.
+
+    Only Gemm nodes with alpha = beta = 1 and transA = 0 are rewritten (what exporters write for
+    linear layers); a transposed weight (transB = 1) is stored transposed as a new initializer.
+    """
+    graph = model.graph
+    initializers = {init.name: init for init in graph.initializer}
+    nodes, rewritten, transposed = [], 0, set()
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        plain = attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0
+        if (
+            node.op_type != "Gemm"
+            or not plain
+            or attrs.get("transA", 0)
+            or (node.input[1] not in initializers)
+        ):
+            nodes.append(node)
+            continue
+        weight_name = node.input[1]
+        if attrs.get("transB", 0):
+            weight = numpy_helper.to_array(initializers[weight_name]).T  # (K, N) from (N, K)
+            transposed.add(weight_name)
+            weight_name = f"{weight_name}_transposed"
+            graph.initializer.append(
+                numpy_helper.from_array(np.ascontiguousarray(weight), weight_name)
+            )
+        has_bias = len(node.input) > 2 and node.input[2]
+        product = f"{node.output[0]}_matmul" if has_bias else node.output[0]
+        nodes.append(
+            helper.make_node(
+                "MatMul", [node.input[0], weight_name], [product], f"{node.name}_MatMul"
+            )
+        )
+        if has_bias:
+            nodes.append(
+                helper.make_node(
+                    "Add", [product, node.input[2]], [node.output[0]], f"{node.name}_Add"
+                )
+            )
+        rewritten += 1
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = {name for node in graph.node for name in node.input}
+    for init in [init for init in graph.initializer if init.name in transposed - used]:
+        graph.initializer.remove(init)  # replaced by its transposed copy
+    return rewritten
+
+
+def lm_head_node(model: onnx.ModelProto) -> str | None:
+    """Name of the MatMul/Gemm whose result becomes the `logits` output, or None."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    initializers = {init.name for init in model.graph.initializer}
+    node = producers.get("logits")
+    while node is not None and node.op_type in _HEAD_PASSTHROUGH:
+        # Follow the input that is computed, not a constant (bias, scale, shape).
+        computed = [name for name in node.input if name in producers and name not in initializers]
+        if len(computed) != 1:
+            return None
+        node = producers[computed[0]]
+    if node is not None and node.op_type in ("MatMul", "Gemm"):
+        return node.name
+    return None
+
+
+def _quiet_quantizer_logs():
+    logger = logging.getLogger("onnxruntime.quantization")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    return logger, level
+
+
+def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: bool) -> dict:
+    """Quantize the graph in `source` to `precision` ("int8" or "int4") into `target`.
+
+    Returns {"gemm_rewritten", "lm_head", "lm_head_quantized", "ops": {quantized op: count}}.
+    `keep_lm_head` leaves the LM head in float32.
+    """
+    model = onnx.load(str(source))
+    rewritten = gemm_to_matmul(model)
+    head = lm_head_node(model)
+    exclude = [head] if keep_lm_head and head else []
+    logger, level = _quiet_quantizer_logs()
+    try:
+        if precision == "int8":
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            quantize_dynamic(
+                model,
+                str(target),
+                op_types_to_quantize=["MatMul"],
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=exclude,
+                extra_options={"MatMulConstBOnly": True},
+            )
+        elif precision == "int4":
+            from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+            quantizer = MatMulNBitsQuantizer(
+                model,
+                bits=4,
+                block_size=INT4_BLOCK_SIZE,
+                is_symmetric=False,
+                accuracy_level=INT4_ACCURACY_LEVEL,
+                nodes_to_exclude=exclude,
+                op_types_to_quantize=("MatMul",),
+            )
+            quantizer.process()
+            quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
+        else:
+            raise ValueError(f"`precision` must be 'int8' or 'int4' to quantize, got {precision!r}")
+    finally:
+        logger.setLevel(level)
+    counts = op_counts(onnx.load(str(target)))
+    ops = {op: counts[op] for op in QUANTIZED_OPS if counts[op]}
+    if precision == "int4" and not counts["MatMulNBits"]:
+        raise QuantizationError(
+            f"int4 quantization of {source.name} produced no MatMulNBits node: the graph has no "
+            "MatMul with a constant weight that the 4-bit quantizer can take"
+        )
+    if precision == "int8" and not (counts["MatMulInteger"] or counts["DynamicQuantizeMatMul"]):
+        raise QuantizationError(
+            f"int8 quantization of {source.name} produced no quantized MatMul: the graph has no "
+            "MatMul with a constant weight"
+        )
+    return {
+        "gemm_rewritten": rewritten,
+        "lm_head": head,
+        "lm_head_quantized": bool(head) and not keep_lm_head,
+        "ops": ops,
+    }
+
+
+def merge_decoder_pair(decoder: Path, decoder_with_past: Path, target: Path) -> None:
+    """Merge a decoder and a decoder-with-past into one graph with a `use_cache_branch` input."""
+    from optimum.onnx import merge_decoders
+
+    merge_decoders(decoder, decoder_with_past, save_path=str(target), strict=False)
