@@ -1,0 +1,1 @@
+"""Benchmarks: Scriptorium against transformers and optimum-onnx, same run, same weights."""

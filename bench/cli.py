@@ -1,0 +1,25 @@
+"""`scriptorium bench decode|seq2seq|sampling|all [ARGS…]`."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "decode": "bench.decode",
+    "seq2seq": "bench.seq2seq",
+    "sampling": "bench.sampling",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in (*BENCHMARKS, "all"):
+        print(f"usage: scriptorium bench {{{'|'.join(BENCHMARKS)}|all}} [ARGS…]", file=sys.stderr)
+        return 2
+    names = list(BENCHMARKS) if argv[0] == "all" else [argv[0]]
+    for name in names:
+        status = importlib.import_module(BENCHMARKS[name]).main(argv[1:])
+        if status:
+            return status
+    return 0

@@ -1,0 +1,111 @@
+"""Shared pieces of the benchmarks: timing, thread settings, random-weight models, tables.
+
+Every benchmark measures Scriptorium and its peers in one run, on the same weights, with the same
+thread count, and reports medians of at least five runs plus the ratio to each peer. Speed does
+not depend on weight values, so engine benchmarks use random-weight models with a fixed seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+DEFAULT_WORK = Path(os.environ.get("SCRIPTORIUM_BENCH_WORK", "~/.cache/scriptorium/bench"))
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
+    """Median wall-clock seconds of `run()` over `repeats` runs, after `warmup` untimed runs."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def set_torch_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def ort_session_options(threads: int):
+    """onnxruntime options matching the runtime's (runtime/generator.py `_session`)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def word_tokenizer(vocab_size: int, specials: list[str]):
+    """A word-level tokenizer with exactly `vocab_size` entries ("t0", "t1", …), for random models.
+
+    Token i is the word f"t{i}" (specials take the first ids), so a prompt of n known ids is the
+    text " ".join(f"t{i}" for i in ids) and encodes back to exactly those ids.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {token: i for i, token in enumerate(specials)}
+    vocab.update({f"t{i}": i for i in range(len(specials), vocab_size)})
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=specials[0]))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tokenizer.add_special_tokens(specials)
+    return tokenizer
+
+
+def save_tokenizer(tokenizer, directory: Path, **special) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, model_input_names=["input_ids", "attention_mask"], **special
+    ).save_pretrained(directory)
+
+
+def environment(threads: int) -> dict:
+    import onnxruntime
+
+    info = {
+        "threads": threads,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "onnxruntime": onnxruntime.__version__,
+    }
+    try:
+        import torch
+        import transformers
+
+        info.update(torch=torch.__version__, transformers=transformers.__version__)
+    except ImportError:
+        pass
+    return info
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    def cell(value):
+        if isinstance(value, float):
+            return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_results(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2))
+    print(f"wrote {path}")

@@ -1,0 +1,153 @@
+"""Seq2seq decode speed of a BART-base-shaped model: Scriptorium vs transformers vs optimum-onnx.
+
+    python -m bench.seq2seq [--threads 2] [--repeats 5] [--work DIR] [--out FILE]
+
+One random-weight BART-base-shaped model (6+6 layers, d 768, 12 heads, vocab 50,265, torch seed
+0) is exported once to Scriptorium bundles (fp32, int8) and to optimum-onnx's own export (fp32).
+A 32-token source, exactly 64 new tokens (EOS suppressed via min_new_tokens), batch 1, greedy and
+beam search with 4 beams; tok/s counts the tokens of the returned sequence. Medians of
+`--repeats` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from . import common
+
+SOURCE_TOKENS = 32
+NEW_TOKENS = 64
+MODES = {"greedy": dict(num_beams=1), "beam 4": dict(num_beams=4)}
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
+
+
+def prepare(work: Path) -> dict[str, Path]:
+    import torch
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from export import export_bundle
+
+    paths = {"checkpoint": work / "checkpoint"}
+    if not (paths["checkpoint"] / "config.json").exists():
+        torch.manual_seed(0)
+        config = BartConfig(
+            vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6,
+            encoder_attention_heads=12, decoder_attention_heads=12,
+            encoder_ffn_dim=3072, decoder_ffn_dim=3072, forced_eos_token_id=None,
+        )
+        BartForConditionalGeneration(config).eval().save_pretrained(paths["checkpoint"])
+        tokenizer = common.word_tokenizer(config.vocab_size, SPECIALS)
+        common.save_tokenizer(
+            tokenizer, paths["checkpoint"], bos_token="<s>", pad_token="<pad>",
+            eos_token="</s>", unk_token="<unk>",
+        )
+    for precision in ("fp32", "int8"):
+        paths[precision] = work / f"scriptorium-{precision}"
+        if not (paths[precision] / "manifest.json").exists():
+            export_bundle(paths["checkpoint"], paths[precision], precision=precision)
+    paths["optimum-fp32"] = work / "optimum-fp32"
+    if not (paths["optimum-fp32"] / "decoder_model_merged.onnx").exists():
+        from optimum.exporters.onnx import main_export
+
+        main_export(
+            str(paths["checkpoint"]), output=paths["optimum-fp32"],
+            task="text2text-generation-with-past", do_validation=False,
+        )
+    return paths
+
+
+def runners(paths: dict[str, Path], threads: int, source: np.ndarray, settings: dict) -> dict:
+    import torch
+    from optimum.onnxruntime import ORTModelForSeq2SeqLM
+    from transformers import BartForConditionalGeneration
+
+    import runtime
+
+    hf_kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                     **settings)
+    input_ids = torch.tensor(source)
+
+    def hf_runner(model):
+        def run():
+            with torch.no_grad():
+                out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                     **hf_kwargs)
+            assert out.shape[1] >= NEW_TOKENS
+
+        return run
+
+    common.set_torch_threads(threads)
+    checkpoint = BartForConditionalGeneration.from_pretrained(paths["checkpoint"]).eval()
+    out = {("transformers", "fp32"): hf_runner(checkpoint)}
+    optimum = ORTModelForSeq2SeqLM.from_pretrained(
+        paths["optimum-fp32"], use_cache=True, provider="CPUExecutionProvider",
+        session_options=common.ort_session_options(threads),
+    )
+    out[("optimum-onnx", "fp32")] = hf_runner(optimum)
+    # The word tokenizer's post-processor adds nothing, so the source text is the ids spelled out.
+    text = " ".join(f"t{i}" for i in source[0])
+    config = runtime.GenerationConfig(
+        max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, **settings
+    )
+    for precision in ("fp32", "int8"):
+        gen = runtime.load(paths[precision], threads=threads)
+        assert gen.encode_prompt(text) == source[0].tolist()
+
+        def run(gen=gen):
+            outs = gen.generate(text, config)
+            assert len(outs[0].token_ids) == NEW_TOKENS
+
+        out[("scriptorium", precision)] = run
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--work", type=Path, default=common.DEFAULT_WORK)
+    parser.add_argument("--out", type=Path, default=common.RESULTS / "seq2seq.json")
+    args = parser.parse_args(argv)
+
+    paths = prepare(args.work.expanduser() / "bart-base")
+    source = np.random.default_rng(0).integers(len(SPECIALS), 50265, size=(1, SOURCE_TOKENS))
+    tok_per_s: dict[tuple[str, str], dict[str, float]] = {}
+    for mode, settings in MODES.items():
+        for key, run in runners(paths, args.threads, source, settings).items():
+            seconds = common.median_seconds(run, repeats=args.repeats)
+            tok_per_s.setdefault(key, {})[mode] = NEW_TOKENS / seconds
+            print(f"{mode:>7} {key[0]:>13} {key[1]}: {tok_per_s[key][mode]:7.1f} tok/s")
+
+    baseline, peer = tok_per_s[("transformers", "fp32")], tok_per_s[("optimum-onnx", "fp32")]
+    rows = []
+    for (engine, precision), speeds in tok_per_s.items():
+        row = [engine, precision]
+        for mode in MODES:
+            row += [speeds[mode], f"{speeds[mode] / baseline[mode]:.2f}×",
+                    f"{speeds[mode] / peer[mode]:.2f}×"]
+        rows.append(row)
+    header = ["engine", "precision"]
+    for mode in MODES:
+        header += [f"{mode} tok/s", "vs transformers", "vs optimum fp32"]
+    table = common.markdown_table(header, rows)
+    print(table)
+    common.write_results(
+        args.out,
+        {
+            "benchmark": "seq2seq",
+            "environment": common.environment(args.threads),
+            "source_tokens": SOURCE_TOKENS,
+            "new_tokens": NEW_TOKENS,
+            "repeats": args.repeats,
+            "tok_per_s": {f"{e}/{p}": v for (e, p), v in tok_per_s.items()},
+            "table": table,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
