@@ -38,6 +38,8 @@ TRANSLATIONS = tuple(MODULES)
 COLUMNS = ("book", "chapter", "verse", "testament", "section", "split", *TRANSLATIONS)
 
 DEFAULT_OUT = Path("data/verses.tsv")
+# The committed slice of the table that tests use (no apt packages needed); see FIXTURE_PASSAGES.
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "verses.tsv"
 
 # Section label -> control token the LM is conditioned on (seed 000's genre tokens).
 SECTIONS = {
@@ -282,6 +284,33 @@ _ACROSTIC_HEADING_RE = re.compile(rf"^(?:{'|'.join(_HEBREW_LETTERS)})\.?\s+")
 _SUBSCRIPTION_RE = re.compile(r"(Amén\.)\s+[^.]*?\b(?:[Ee]scrita|[Ee]nviada)\b.*$")
 
 
+_ENCLITICS = {"lo", "la", "le", "los", "las", "les", "me", "te", "se", "nos", "os"}
+_NOT_VERBS = {"y", "e", "ó", "que", "no", "como", "cuánto", "os", "ellos", "gentes"}
+_GLUED_BEFORE_RE = re.compile(r"(\w*)(</w>)(<transChange[^>]*>)([^<]*)(?=</transChange>)")
+
+
+def separate_rv1909_words(raw: str) -> str:
+    """Put back the spaces RV1909's markup lacks between a word and an added word.
+
+    The module often writes `<w>ejército</w><transChange>se llamaba</transChange><w>Sísara</w>`
+    with no space at either boundary. A space goes in at both, except before an added enclitic
+    pronoun that completes the verb in front of it ("díjo" + "le" = "díjole").
+
+    >>> separate_rv1909_words('<w>díjo</w><transChange>le</transChange><w>Dios</w>')
+    '<w>díjo</w><transChange>le</transChange> <w>Dios</w>'
+    >>> separate_rv1909_words('<w>ejército</w><transChange>se llamaba</transChange>')
+    '<w>ejército</w> <transChange>se llamaba</transChange>'
+    """
+
+    def space(match: re.Match) -> str:
+        word, close, open_tag, added = match.groups()
+        glued = added in _ENCLITICS and word and word[0].islower() and word not in _NOT_VERBS
+        return word + close + ("" if glued else " ") + open_tag + added
+
+    raw = _GLUED_BEFORE_RE.sub(space, raw)
+    return raw.replace("</transChange><w", "</transChange> <w")
+
+
 def strip_rv1909_extras(text: str, book: str, chapter: int, verse: int) -> str:
     """Remove the headings and subscriptions RV1909 writes as plain verse text.
 
@@ -376,6 +405,8 @@ def read_module(imp_lines: Iterable[str], column: str) -> dict[Key, tuple[str, f
                 raise ValueError(f"unknown book {sword_book!r} in the {column} module")
             continue
         keep_titles = not (book == "Psalms" and chapter == 119)
+        if column == "rv1909":
+            raw = separate_rv1909_words(raw)
         text = osis_to_text(raw, keep_psalm_titles=keep_titles)
         if column == "rv1909":
             text = strip_rv1909_extras(text, book, chapter, verse)
@@ -412,9 +443,9 @@ def align_verses(
     without a match are left out.
 
     >>> kjv = {("Jonah", 1, 17): frozenset("ab"), ("Jonah", 2, 1): frozenset("cd")}
-        >>> rv = {("Jonah", 2, 1): frozenset("ab"), ("Jonah", 2, 2): frozenset("cd")}
-        >>> align_verses(kjv, rv)
-        {('Jonah', 1, 17): ('Jonah', 2, 1), ('Jonah', 2, 1): ('Jonah', 2, 2)}
+    >>> rv = {("Jonah", 2, 1): frozenset("ab"), ("Jonah", 2, 2): frozenset("cd")}
+    >>> sorted(align_verses(kjv, rv).items())
+    [(('Jonah', 1, 17), ('Jonah', 2, 1)), (('Jonah', 2, 1), ('Jonah', 2, 2))]
     """
     book_order = {book: i for i, book in enumerate(BOOKS)}
     mapping: dict[Key, Key] = {}
@@ -536,7 +567,7 @@ def write_verses(rows: Iterable[dict], path: str | Path) -> None:
 def load_verses(path: str | Path = DEFAULT_OUT, split: str | None = None) -> list[dict]:
     """Rows of a verses TSV as dicts (chapter and verse as int), optionally only one split.
 
-    >>> rows = load_verses("tests/fixtures/verses.tsv", split="test")
+    >>> rows = load_verses(FIXTURE, split="test")
     >>> sorted({row["split"] for row in rows}), sorted(rows[0])[:3]
     (['test'], ['book', 'chapter', 'kjv'])
     """
@@ -563,7 +594,7 @@ class PairBounds:
     """Length filter for a translation pair, in characters (seed 004: 5-100 chars, ratio < 2)."""
 
     min_chars: int = 10  # each side at least this long: shorter ones are fragments ("Selah.")
-    max_chars: int = 400  # each side at most this long: drops the longest ~1 % (lists, genealogies)
+    max_chars: int = 300  # each side at most this long: ~99th percentile, about 75 tokens
     max_ratio: float = 2.0  # longer side / shorter side must stay below this, as in 004
 
 
@@ -614,6 +645,69 @@ def filter_pairs(
                 }
             )
     return pairs
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixture
+
+# Passages copied into the fixture: every split and section, the deuterocanon, verses one
+# translation lacks (Luke 17:36, Acts 8:37), and chapters RV1909 numbers differently (Jonah 1-2,
+# Hosea 11-12, Job 39-40).
+FIXTURE_PASSAGES = (
+    "Genesis 1:1-31",
+    "Exodus 20:1-17",
+    "Job 39:26-40:8",
+    "Psalms 23:1-6",
+    "Psalms 119:1-10",
+    "Proverbs 3:1-8",
+    "Isaiah 53:1-6",
+    "Daniel 7:9-14",
+    "Matthew 5:3-12",
+    "Matthew 17:20-22",
+    "Luke 17:34-37",
+    "Acts 8:36-38",
+    "1 Corinthians 13:1-13",
+    "2 Corinthians 13:11-14",
+    "Revelation 21:1-6",
+    "Tobit 1:1-3",
+    "Sirach 1:1-4",
+    "2 Esdras 13:1-3",
+    "Judges 16:4-12",
+    "Ecclesiastes 1:1-11",
+    "Hosea 11:9-12:3",
+    "Amos 5:21-24",
+    "Mark 1:1-11",
+    "James 1:2-8",
+    "Leviticus 19:9-18",
+    "Ruth 1:1-18",
+    "Song of Solomon 2:1-7",
+    "Jonah 1:15-2:10",
+    "Micah 6:6-8",
+    "John 1:1-14",
+    "John 3:16-17",
+    "Galatians 5:19-23",
+)
+_PASSAGE_RE = re.compile(r"^(.+) (\d+):(\d+)-(?:(\d+):)?(\d+)$")
+
+
+def select_passages(rows: Iterable[dict], passages: Iterable[str]) -> list[dict]:
+    """Rows inside any of the passages ("Job 39:26-40:8", "Genesis 1:1-31"), in table order."""
+    spans = []
+    for passage in passages:
+        match = _PASSAGE_RE.match(passage)
+        if match is None or match.group(1) not in BOOKS:
+            raise ValueError(f"`passages` must look like 'Genesis 1:1-31', got {passage!r}")
+        book, chapter, verse, last_chapter, last_verse = match.groups()
+        first = (int(chapter), int(verse))
+        spans.append((book, first, (int(last_chapter or chapter), int(last_verse))))
+    return [
+        row
+        for row in rows
+        if any(
+            row["book"] == book and first <= (row["chapter"], row["verse"]) <= last
+            for book, first, last in spans
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -686,6 +780,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m train.data", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where to write the TSV")
+    parser.add_argument(
+        "--fixture", action="store_true", help=f"also rewrite the test fixture {FIXTURE}"
+    )
     args = parser.parse_args(argv)
     try:
         rows, alignment = build(args.out)
@@ -693,6 +790,10 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 1
     print(f"wrote {args.out}")
+    if args.fixture:
+        fixture = select_passages(rows, FIXTURE_PASSAGES)
+        write_verses(fixture, FIXTURE)
+        print(f"wrote {FIXTURE} ({len(fixture)} verses)")
     print("RV1909 verses aligned to KJV keys by Strong's numbers:", dict(alignment))
     print(summarize(rows))
     return 0
