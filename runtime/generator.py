@@ -60,12 +60,14 @@ def load(
     precision: str | None = None,
     providers: list[str] | None = None,
     threads: int | None = None,
+    io_binding: bool | None = None,
 ) -> Generator:
     """Open a bundle (or an optimum-onnx export directory) and create its inference sessions.
 
     `path` may also be a directory of bundles, one per precision (`models/bible-lm/int8`, …):
     `precision` picks one, by default the first of int8, fp32, int4 that exists. Checksums are
-    verified before any session is created.
+    verified before any session is created. `io_binding` keeps the KV cache on the device
+    between steps (default: on with CUDA, off on CPU where numpy arrays are already in place).
     """
     directory = _pick_bundle(Path(path), precision)
     manifest = read_manifest(directory)
@@ -73,7 +75,9 @@ def load(
         raise ValueError(
             f"`precision` must match the bundle's ({manifest.get('precision')}), got {precision!r}"
         )
-    return Generator(directory, manifest, providers=providers, threads=threads)
+    return Generator(
+        directory, manifest, providers=providers, threads=threads, io_binding=io_binding
+    )
 
 
 def _pick_bundle(path: Path, precision: str | None) -> Path:
@@ -119,7 +123,9 @@ def _session(path: Path, providers: list[str], threads: int | None) -> ort.Infer
 class Generator:
     """A loaded model: `generate`, `stream`, its `manifest` and `controls`."""
 
-    def __init__(self, directory: Path, manifest: dict, providers=None, threads=None):
+    def __init__(
+        self, directory: Path, manifest: dict, providers=None, threads=None, io_binding=None
+    ):
         self.directory = directory
         self.manifest = manifest
         self.providers = available_providers(providers)
@@ -130,9 +136,11 @@ class Generator:
             for role, graph in graphs.items()
         }
         if manifest["task"] == "seq2seq":
-            self.model = Seq2SeqLM(sessions["encoder"], sessions["decoder"], manifest)
+            self.model = Seq2SeqLM(
+                sessions["encoder"], sessions["decoder"], manifest, io_binding
+            )
         else:
-            self.model = CausalLM(sessions["decoder"], manifest)
+            self.model = CausalLM(sessions["decoder"], manifest, io_binding)
         special = manifest.get("special_tokens", {})
         self.eos_token_id = special.get("eos_token_id")
         self.bos_token_id = special.get("bos_token_id")

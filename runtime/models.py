@@ -7,8 +7,9 @@
     logits, state = model.step(next_tokens, state)           # one token per row; the prefix is never re-run
     state = model.select(state, rows)                        # reorder / repeat rows (beams, samples)
 
-`state` holds the KV cache and masks as numpy arrays. This module does not pick tokens, apply
-processors or decode text.
+`state` holds the KV cache and masks. On CPU the cache is numpy arrays; with IO binding (the
+default on CUDA) it stays in OrtValues on the device between steps and only logits come back to
+the host. This module does not pick tokens, apply processors or decode text.
 """
 
 from __future__ import annotations
@@ -33,6 +34,42 @@ class Seq2SeqState:
     encoder_mask: np.ndarray  # (N, S) int64
 
 
+class GraphRunner:
+    """Runs one session; with `io_binding`, outputs stay on the session's device as OrtValues."""
+
+    def __init__(self, session, io_binding: bool | None = None):
+        self.session = session
+        cuda = "CUDAExecutionProvider" in session.get_providers()
+        self.io_binding = cuda if io_binding is None else io_binding
+        self.device = "cuda" if cuda else "cpu"
+
+    def run(self, outputs: list[str], feeds: dict) -> list:
+        """Outputs in order: the first (logits) as numpy, the rest as device values."""
+        if not self.io_binding:
+            return self.session.run(outputs, feeds)
+        import onnxruntime as ort
+
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            if not isinstance(value, ort.OrtValue):
+                value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), self.device, 0)
+            binding.bind_ortvalue_input(name, value)
+        for name in outputs:
+            binding.bind_output(name, self.device)
+        self.session.run_with_iobinding(binding)
+        first, *rest = binding.get_outputs()
+        return [first.numpy(), *rest]
+
+    def take(self, value, rows: np.ndarray):
+        """Rows `rows` of a cache tensor (numpy or OrtValue), on the same device."""
+        if isinstance(value, np.ndarray):
+            return np.take(value, rows, axis=0)
+        import onnxruntime as ort
+
+        picked = np.take(value.numpy(), rows, axis=0)
+        return ort.OrtValue.ortvalue_from_numpy(picked, self.device, 0)
+
+
 def _graph_io(session) -> tuple[list[str], list[str]]:
     return [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
 
@@ -47,8 +84,8 @@ def _past_dtype(session) -> type:
 class CausalLM:
     """A decoder-only graph with inputs input_ids, attention_mask, [position_ids], past_key_values.*."""
 
-    def __init__(self, session, manifest: dict):
-        self.session = session
+    def __init__(self, session, manifest: dict, io_binding: bool | None = None):
+        self.runner = GraphRunner(session, io_binding)
         self.inputs, self.outputs = _graph_io(session)
         self.past_names = [n for n in self.inputs if n.startswith("past_key_values")]
         self.present_names = [n for n in self.outputs if n.startswith("present")]
@@ -62,7 +99,7 @@ class CausalLM:
         if self.uses_position_ids:
             feeds["position_ids"] = positions
         feeds.update(zip(self.past_names, past))
-        logits, *present = self.session.run(["logits", *self.present_names], feeds)
+        logits, *present = self.runner.run(["logits", *self.present_names], feeds)
         return logits[:, -1, :].astype(np.float32, copy=False), tuple(present)  # (N, V)
 
     def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
@@ -92,10 +129,9 @@ class CausalLM:
         )
         return logits, CausalState(past, mask, state.next_position + 1)
 
-    @staticmethod
-    def select(state: CausalState, rows: np.ndarray) -> CausalState:
+    def select(self, state: CausalState, rows: np.ndarray) -> CausalState:
         return CausalState(
-            tuple(np.take(p, rows, axis=0) for p in state.past),
+            tuple(self.runner.take(p, rows) for p in state.past),
             np.take(state.attention_mask, rows, axis=0),
             np.take(state.next_position, rows, axis=0),
         )
@@ -104,9 +140,9 @@ class CausalLM:
 class Seq2SeqLM:
     """An encoder graph plus a merged decoder graph with `use_cache_branch` (optimum layout)."""
 
-    def __init__(self, encoder_session, decoder_session, manifest: dict):
+    def __init__(self, encoder_session, decoder_session, manifest: dict, io_binding=None):
         self.encoder = encoder_session
-        self.decoder = decoder_session
+        self.decoder = GraphRunner(decoder_session, io_binding)
         self.decoder_inputs, outputs = _graph_io(decoder_session)
         self.past_names = [n for n in self.decoder_inputs if n.startswith("past_key_values")]
         self.present_names = [n for n in outputs if n.startswith("present")]
@@ -165,11 +201,10 @@ class Seq2SeqLM:
         )
         return logits, replace(state, self_past=tuple(present[i] for i in self.self_slots))
 
-    @staticmethod
-    def select(state: Seq2SeqState, rows: np.ndarray) -> Seq2SeqState:
+    def select(self, state: Seq2SeqState, rows: np.ndarray) -> Seq2SeqState:
         return Seq2SeqState(
-            tuple(np.take(p, rows, axis=0) for p in state.self_past),
-            tuple(np.take(p, rows, axis=0) for p in state.cross_past),
+            tuple(self.decoder.take(p, rows) for p in state.self_past),
+            tuple(self.decoder.take(p, rows) for p in state.cross_past),
             np.take(state.encoder_hidden, rows, axis=0),
             np.take(state.encoder_mask, rows, axis=0),
         )

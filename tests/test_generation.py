@@ -34,7 +34,7 @@ def pair(request, tmp_path_factory):
     if not seq2seq:
         tokenizer.padding_side = "left"
         tokenizer.pad_token = tokenizer.eos_token
-    return runtime.load(root / "onnx", threads=1), model, tokenizer, arch
+    return runtime.load(root / "onnx", threads=1), model, tokenizer, root / "onnx"
 
 
 def reference(model, tokenizer, prompts, **kwargs) -> list[list[int]]:
@@ -107,3 +107,16 @@ def test_forced_eos_token_matches_transformers(pair):
     )
     assert ours == ref
     assert all(tokens[-1] == eos for tokens in ours)
+
+
+def test_io_binding_path_gives_the_same_tokens(pair):
+    """The device-resident KV cache path (used with CUDA) exercised on CPU."""
+    gen, _, _, directory = pair
+    bound = runtime.load(directory, threads=1, io_binding=True)
+    for config in (
+        runtime.GenerationConfig(max_new_tokens=10),
+        runtime.GenerationConfig(max_new_tokens=10, num_beams=3, num_return_sequences=2),
+        runtime.GenerationConfig(max_new_tokens=10, do_sample=True, top_p=0.9, seed=1),
+    ):
+        ours = [o.token_ids for o in bound.generate(PROMPTS[:4], config)]
+        assert ours == [o.token_ids for o in gen.generate(PROMPTS[:4], config)]
