@@ -54,8 +54,10 @@ def prepare(work: Path) -> dict[str, Path]:
         from optimum.exporters.onnx import main_export
 
         main_export(
-            str(paths["checkpoint"]), output=paths["optimum-fp32"],
-            task="text-generation-with-past", do_validation=False,
+            str(paths["checkpoint"]),
+            output=paths["optimum-fp32"],
+            task="text-generation-with-past",
+            do_validation=False,
         )
     paths["optimum-int8"] = work / "optimum-int8"
     if not (paths["optimum-int8"] / "model.onnx").exists():
@@ -81,7 +83,9 @@ def runners(paths: dict[str, Path], threads: int, prompts: np.ndarray, settings:
 
     batch = prompts.shape[0]
     sampling = {k: v for k, v in settings.items() if k != "batch"}
-    hf_kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=0, **sampling)
+    hf_kwargs = dict(
+        max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, pad_token_id=0, **sampling
+    )
     input_ids = torch.tensor(prompts)
     mask = torch.ones_like(input_ids)
 
@@ -95,7 +99,11 @@ def runners(paths: dict[str, Path], threads: int, prompts: np.ndarray, settings:
         return run
 
     common.set_torch_threads(threads)
-    out = {("transformers", "fp32"): hf_runner(GPT2LMHeadModel.from_pretrained(paths["checkpoint"]).eval())}
+    out = {
+        ("transformers", "fp32"): hf_runner(
+            GPT2LMHeadModel.from_pretrained(paths["checkpoint"]).eval()
+        )
+    }
     for precision in ("fp32", "int8"):
         model = ORTModelForCausalLM.from_pretrained(
             paths[f"optimum-{precision}"],
@@ -147,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             row.append(speeds[scenario])
             row.append(f"{speeds[scenario] / baseline[scenario]:.2f}×")
             peer = tok_per_s.get(("optimum-onnx", precision)) or tok_per_s[("optimum-onnx", "int8")]
-            row.append(f"{speeds[scenario] / peer[scenario]:.2f}×" if engine == "scriptorium" else "")
+            row.append(
+                f"{speeds[scenario] / peer[scenario]:.2f}×" if engine == "scriptorium" else ""
+            )
         rows.append(row)
     header = ["engine", "precision"]
     for scenario in SCENARIOS:

@@ -34,15 +34,25 @@ def prepare(work: Path) -> dict[str, Path]:
     if not (paths["checkpoint"] / "config.json").exists():
         torch.manual_seed(0)
         config = BartConfig(
-            vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6,
-            encoder_attention_heads=12, decoder_attention_heads=12,
-            encoder_ffn_dim=3072, decoder_ffn_dim=3072, forced_eos_token_id=None,
+            vocab_size=50265,
+            d_model=768,
+            encoder_layers=6,
+            decoder_layers=6,
+            encoder_attention_heads=12,
+            decoder_attention_heads=12,
+            encoder_ffn_dim=3072,
+            decoder_ffn_dim=3072,
+            forced_eos_token_id=None,
         )
         BartForConditionalGeneration(config).eval().save_pretrained(paths["checkpoint"])
         tokenizer = common.word_tokenizer(config.vocab_size, SPECIALS)
         common.save_tokenizer(
-            tokenizer, paths["checkpoint"], bos_token="<s>", pad_token="<pad>",
-            eos_token="</s>", unk_token="<unk>",
+            tokenizer,
+            paths["checkpoint"],
+            bos_token="<s>",
+            pad_token="<pad>",
+            eos_token="</s>",
+            unk_token="<unk>",
         )
     for precision in ("fp32", "int8"):
         paths[precision] = work / f"scriptorium-{precision}"
@@ -53,8 +63,10 @@ def prepare(work: Path) -> dict[str, Path]:
         from optimum.exporters.onnx import main_export
 
         main_export(
-            str(paths["checkpoint"]), output=paths["optimum-fp32"],
-            task="text2text-generation-with-past", do_validation=False,
+            str(paths["checkpoint"]),
+            output=paths["optimum-fp32"],
+            task="text2text-generation-with-past",
+            do_validation=False,
         )
     return paths
 
@@ -66,15 +78,17 @@ def runners(paths: dict[str, Path], threads: int, source: np.ndarray, settings: 
 
     import runtime
 
-    hf_kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                     **settings)
+    hf_kwargs = dict(
+        max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, **settings
+    )
     input_ids = torch.tensor(source)
 
     def hf_runner(model):
         def run():
             with torch.no_grad():
-                out = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                                     **hf_kwargs)
+                out = model.generate(
+                    input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **hf_kwargs
+                )
             assert out.shape[1] >= NEW_TOKENS
 
         return run
@@ -83,7 +97,9 @@ def runners(paths: dict[str, Path], threads: int, source: np.ndarray, settings: 
     checkpoint = BartForConditionalGeneration.from_pretrained(paths["checkpoint"]).eval()
     out = {("transformers", "fp32"): hf_runner(checkpoint)}
     optimum = ORTModelForSeq2SeqLM.from_pretrained(
-        paths["optimum-fp32"], use_cache=True, provider="CPUExecutionProvider",
+        paths["optimum-fp32"],
+        use_cache=True,
+        provider="CPUExecutionProvider",
         session_options=common.ort_session_options(threads),
     )
     out[("optimum-onnx", "fp32")] = hf_runner(optimum)
@@ -126,8 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     for (engine, precision), speeds in tok_per_s.items():
         row = [engine, precision]
         for mode in MODES:
-            row += [speeds[mode], f"{speeds[mode] / baseline[mode]:.2f}×",
-                    f"{speeds[mode] / peer[mode]:.2f}×"]
+            row += [
+                speeds[mode],
+                f"{speeds[mode] / baseline[mode]:.2f}×",
+                f"{speeds[mode] / peer[mode]:.2f}×",
+            ]
         rows.append(row)
     header = ["engine", "precision"]
     for mode in MODES:

@@ -1,4 +1,4 @@
-"""Scriptorium's runtime: load a model bundle and generate text, with numpy + onnxruntime + tokenizers.
+"""Scriptorium's runtime: load a model bundle and generate text (numpy, onnxruntime, tokenizers).
 
     >>> import runtime
     >>> runtime.GenerationConfig(max_new_tokens=8, do_sample=True, top_p=0.9, seed=0).mode

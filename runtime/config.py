@@ -42,7 +42,7 @@ class GenerationConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> GenerationConfig:
-        """Build a config from a dict, ignoring keys this class does not know (manifest defaults)."""
+        """A config from a dict (manifest defaults), ignoring keys this class does not know."""
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in values.items() if k in known}
         for key in ("stop", "suppress_tokens"):

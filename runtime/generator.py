@@ -136,9 +136,7 @@ class Generator:
             for role, graph in graphs.items()
         }
         if manifest["task"] == "seq2seq":
-            self.model = Seq2SeqLM(
-                sessions["encoder"], sessions["decoder"], manifest, io_binding
-            )
+            self.model = Seq2SeqLM(sessions["encoder"], sessions["decoder"], manifest, io_binding)
         else:
             self.model = CausalLM(sessions["decoder"], manifest, io_binding)
         special = manifest.get("special_tokens", {})

@@ -3,9 +3,9 @@
 `CausalLM` and `Seq2SeqLM` share one interface, which is all the search loops in
 `runtime.search` use:
 
-    logits, state = model.start(input_ids, attention_mask)   # prefill; logits (N, V) at the last position
-    logits, state = model.step(next_tokens, state)           # one token per row; the prefix is never re-run
-    state = model.select(state, rows)                        # reorder / repeat rows (beams, samples)
+    logits, state = model.start(input_ids, attention_mask)  # prefill; (N, V) at the last position
+    logits, state = model.step(next_tokens, state)  # one token per row; the prefix is not re-run
+    state = model.select(state, rows)  # reorder / repeat rows (beams, samples)
 
 `state` holds the KV cache and masks. On CPU the cache is numpy arrays; with IO binding (the
 default on CUDA) it stays in OrtValues on the device between steps and only logits come back to
@@ -52,7 +52,9 @@ class GraphRunner:
         binding = self.session.io_binding()
         for name, value in feeds.items():
             if not isinstance(value, ort.OrtValue):
-                value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value), self.device, 0)
+                value = ort.OrtValue.ortvalue_from_numpy(
+                    np.ascontiguousarray(value), self.device, 0
+                )
             binding.bind_ortvalue_input(name, value)
         for name in outputs:
             binding.bind_output(name, self.device)
@@ -82,7 +84,7 @@ def _past_dtype(session) -> type:
 
 
 class CausalLM:
-    """A decoder-only graph with inputs input_ids, attention_mask, [position_ids], past_key_values.*."""
+    """A decoder-only graph: input_ids, attention_mask, [position_ids], past_key_values.* in."""
 
     def __init__(self, session, manifest: dict, io_binding: bool | None = None):
         self.runner = GraphRunner(session, io_binding)
@@ -107,7 +109,7 @@ class CausalLM:
         empty = np.zeros(
             (batch, self.num_heads, 0, self.head_size), dtype=self.dtype
         )  # (N, H, 0, D)
-        # Position ids count real tokens only, so a left-padded prompt starts at 0 like an unpadded one.
+        # Position ids count real tokens only: left-padded prompts start at 0 like unpadded ones.
         positions = np.cumsum(attention_mask, axis=1) - 1  # (N, T)
         positions = np.where(attention_mask == 0, 1, positions).astype(np.int64)
         logits, past = self._run(

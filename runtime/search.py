@@ -139,7 +139,7 @@ def beam_search(
     max_steps: int,
     rng: np.random.Generator,
 ) -> list[list[Hypothesis]]:
-    """Beam search for B prompts; returns, per prompt, `num_return_sequences` hypotheses, best first.
+    """Beam search for B prompts: per prompt, `num_return_sequences` hypotheses, best first.
 
     `prompt_history` (B, T) is what processors see before the first token (the padded prompt of a
     causal LM, the decoder start token of a seq2seq model); `prompt_mask` marks its real tokens.

@@ -49,7 +49,9 @@ def exported(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("gpt2")
     make_checkpoint("gpt2", root / "checkpoint")
     main_export(
-        str(root / "checkpoint"), output=root / "onnx", task="text-generation-with-past",
+        str(root / "checkpoint"),
+        output=root / "onnx",
+        task="text-generation-with-past",
         do_validation=False,
     )
     return root / "onnx"
@@ -68,7 +70,9 @@ def gen(bundle):
 def test_same_seed_same_text_and_different_seed_differs(gen):
     first = gen.generate(PROMPTS[0], SAMPLE)[0]
     assert gen.generate(PROMPTS[0], SAMPLE)[0].token_ids == first.token_ids
-    others = {tuple(gen.generate(PROMPTS[0], SAMPLE.replace(seed=s))[0].token_ids) for s in range(6)}
+    others = {
+        tuple(gen.generate(PROMPTS[0], SAMPLE.replace(seed=s))[0].token_ids) for s in range(6)
+    }
     assert len(others) > 1
 
 
@@ -147,7 +151,10 @@ def test_controls_are_prefixed_as_in_training(gen):
         (dict(top_p=0.0, do_sample=True), r"`top_p` must be in \(0, 1\], got 0.0"),
         (dict(top_k=-1), r"`top_k` must be an int >= 0, got -1"),
         (dict(temperature=0.0, do_sample=True), r"`temperature` must be > 0, got 0.0"),
-        (dict(num_beams=2, num_return_sequences=3), r"`num_return_sequences` must be <= `num_beams`"),
+        (
+            dict(num_beams=2, num_return_sequences=3),
+            r"`num_return_sequences` must be <= `num_beams`",
+        ),
         (dict(max_new_tokens=0), r"`max_new_tokens` must be an int >= 1, got 0"),
         (dict(repetition_penalty=0.0), r"`repetition_penalty` must be > 0, got 0.0"),
         (dict(early_stopping="sometimes"), r"`early_stopping` must be True, False or 'never'"),
