@@ -10,6 +10,7 @@ WEB->RV1909 training pairs.
 Does not cover: tokenizers (train/tokenizer.py), control-token formatting, or training.
 
     python -m train.data                  # writes data/verses.tsv and prints counts
+    python -m train.data --fixture        # also rewrites tests/fixtures/verses.tsv
 
 docs/DATA.md is the data card: sources, licence, markup rules, split, filters and counts.
 """
@@ -199,7 +200,7 @@ _TAG_RE = re.compile(r"<(/?)([A-Za-z]+)([^>]*?)(/?)>")
 _ATTR_RE = re.compile(r'([\w:-]+)="([^"]*)"')
 _SPACE_BEFORE_RE = re.compile(r"\s+([,.;:?!)\]’”])")
 _SPACE_AFTER_RE = re.compile(r"([(\[“‘¿¡])\s+")
-_USFM_MARKER_RE = re.compile(r"\\\+?[a-z]+\d*\*?\s*")  # stray USFM, e.g. KJV's "\\nd LORD"
+_USFM_MARKER_RE = re.compile(r"\\\+?[a-z]+\d*\*?\s*")  # stray USFM: KJV's "\nd LORD"
 
 
 def osis_to_text(raw: str, keep_psalm_titles: bool = True) -> str:
@@ -449,7 +450,8 @@ def align_verses(
     """
     book_order = {book: i for i, book in enumerate(BOOKS)}
     mapping: dict[Key, Key] = {}
-    for book in {key[0] for key in reference} & {key[0] for key in other}:
+    books = sorted({key[0] for key in reference} & {key[0] for key in other}, key=book_order.get)
+    for book in tqdm(books, desc="align", unit="book", disable=len(books) < 10):
         keys = sorted(
             {k for k in reference if k[0] == book} | {k for k in other if k[0] == book},
             key=lambda k: (book_order[k[0]], k[1], k[2]),
