@@ -86,6 +86,7 @@ class _Graph:
         self.state = state
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
+        self.value_info: list[onnx.ValueInfoProto] = []
 
     def weight(self, name: str, transpose: bool = False) -> str:
         array = self.state[name].detach().to("cpu").float().numpy()
@@ -94,10 +95,25 @@ class _Graph:
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
-    def node(self, op: str, inputs: list[str], outputs: list[str], **attrs) -> list[str]:
+    def node(
+        self, op: str, inputs: list[str], outputs: list[str], width: int | None = None, **attrs
+    ) -> list[str]:
+        """Add a node; `width` declares its float outputs as (batch, seq, width) activations.
+
+        onnx's shape inference does not know contrib ops, and quantize_dynamic needs the type of
+        every MatMul input, so the graph states them itself.
+        """
         domain = _MS if op in ("MultiHeadAttention", "SkipLayerNormalization", "FastGelu") else ""
         name = f"{op}_{len(self.nodes)}"
         self.nodes.append(helper.make_node(op, inputs, outputs, name, domain=domain, **attrs))
+        if width is not None:
+            self.value_info += [
+                helper.make_tensor_value_info(
+                    output, TensorProto.FLOAT, ["batch_size", "sequence_length", width]
+                )
+                for output in outputs
+                if output and output != "logits" and not output.startswith("present.")
+            ]
         return outputs
 
 
@@ -112,6 +128,7 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     if opset < 17:
         raise ValueError(f"`opset` must be >= 17, got {opset}")
     layers, heads, width = config.n_layer, config.n_head, config.n_embd
+    inner = config.n_inner or 4 * width
     head_size = width // heads
     eps = float(config.layer_norm_epsilon)
     split_arity = {"num_outputs": 3} if opset >= 18 else {}  # opset 18 made it an attribute
@@ -153,11 +170,18 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     ]
 
     # Embeddings, and ln_1 of layer 0 fused with their sum.  All activations are (B, S, d).
-    (tokens,) = g.node("Gather", [g.weight("transformer.wte.weight"), "input_ids"], ["tok_emb"])
+    (tokens,) = g.node(
+        "Gather", [g.weight("transformer.wte.weight"), "input_ids"], ["tok_emb"], width
+    )
     (positions,) = g.node(
-        "Gather", [g.weight("transformer.wpe.weight"), "position_ids"], ["pos_emb"]
+        "Gather", [g.weight("transformer.wpe.weight"), "position_ids"], ["pos_emb"], width
     )
     (key_mask,) = g.node("Cast", ["attention_mask"], ["key_padding_mask"], to=TensorProto.INT32)
+    g.value_info.append(
+        helper.make_tensor_value_info(
+            key_mask, TensorProto.INT32, ["batch_size", "past_sequence_length + sequence_length"]
+        )
+    )
     normed, _, _, residual = g.node(
         "SkipLayerNormalization",
         [
@@ -167,15 +191,18 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
             g.weight("transformer.h.0.ln_1.bias"),
         ],
         ["h0.ln_1", "", "", "h0.residual_in"],
+        width,
         epsilon=eps,
     )
 
     for i in range(layers):
         p = f"transformer.h.{i}."
         (qkv,) = g.node(
-            "MatMul", [normed, g.weight(p + "attn.c_attn.weight")], [f"h{i}.qkv"]
-        )  # (B, S, 3d)
-        q, k, v = g.node("Split", [qkv], [f"h{i}.q", f"h{i}.k", f"h{i}.v"], axis=-1, **split_arity)
+            "MatMul", [normed, g.weight(p + "attn.c_attn.weight")], [f"h{i}.qkv"], 3 * width
+        )
+        q, k, v = g.node(
+            "Split", [qkv], [f"h{i}.q", f"h{i}.k", f"h{i}.v"], width, axis=-1, **split_arity
+        )
         attn, _, _ = g.node(
             "MultiHeadAttention",
             [
@@ -189,11 +216,12 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
                 f"past_key_values.{i}.value",
             ],
             [f"h{i}.attn", f"present.{i}.key", f"present.{i}.value"],
+            width,
             num_heads=heads,
             unidirectional=1,
         )
         (attn_out,) = g.node(
-            "MatMul", [attn, g.weight(p + "attn.c_proj.weight")], [f"h{i}.attn_out"]
+            "MatMul", [attn, g.weight(p + "attn.c_proj.weight")], [f"h{i}.attn_out"], width
         )
         normed, _, _, residual = g.node(
             "SkipLayerNormalization",
@@ -205,13 +233,14 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
                 g.weight(p + "attn.c_proj.bias"),
             ],
             [f"h{i}.ln_2", "", "", f"h{i}.residual_mid"],
+            width,
             epsilon=eps,
         )
-        (fc,) = g.node(
-            "MatMul", [normed, g.weight(p + "mlp.c_fc.weight")], [f"h{i}.fc"]
-        )  # (B, S, inner)
-        (act,) = g.node("FastGelu", [fc, g.weight(p + "mlp.c_fc.bias")], [f"h{i}.gelu"])
-        (mlp_out,) = g.node("MatMul", [act, g.weight(p + "mlp.c_proj.weight")], [f"h{i}.mlp_out"])
+        (fc,) = g.node("MatMul", [normed, g.weight(p + "mlp.c_fc.weight")], [f"h{i}.fc"], inner)
+        (act,) = g.node("FastGelu", [fc, g.weight(p + "mlp.c_fc.bias")], [f"h{i}.gelu"], inner)
+        (mlp_out,) = g.node(
+            "MatMul", [act, g.weight(p + "mlp.c_proj.weight")], [f"h{i}.mlp_out"], width
+        )
         last = i == layers - 1
         ln = "transformer.ln_f." if last else f"transformer.h.{i + 1}.ln_1."
         normed, _, _, residual = g.node(
@@ -224,13 +253,16 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
                 g.weight(p + "mlp.c_proj.bias"),
             ],
             ["ln_f" if last else f"h{i + 1}.ln_1", "", "", "" if last else f"h{i}.residual_out"],
+            width,
             epsilon=eps,
         )
 
     # The LM head as (d, V) so that MatMul quantizers see a constant right-hand side.
     g.node("MatMul", [normed, g.weight("lm_head.weight", transpose=True)], ["logits"])
 
-    graph = helper.make_graph(g.nodes, "lean_gpt2", inputs, outputs, g.initializers)
+    graph = helper.make_graph(
+        g.nodes, "lean_gpt2", inputs, outputs, g.initializers, value_info=g.value_info
+    )
     opsets = [helper.make_opsetid("", opset), helper.make_opsetid(_MS, 1)]
     onnx_model = helper.make_model(
         graph,
