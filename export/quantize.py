@@ -142,7 +142,12 @@ def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: boo
                 per_channel=True,
                 weight_type=QuantType.QInt8,
                 nodes_to_exclude=exclude,
-                extra_options={"MatMulConstBOnly": True},
+                # Optimizer-fused contrib ops (FastGelu, …) defeat shape inference; their
+                # outputs are float32.
+                extra_options={
+                    "MatMulConstBOnly": True,
+                    "DefaultTensorType": onnx.TensorProto.FLOAT,
+                },
             )
         elif precision == "int4":
             from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer

@@ -90,7 +90,7 @@ _VOCAB_TARGET = 512
 # (wider logit gaps, same argmax) and add a bias to the EOS logit. Tuned on PROMPTS with seed 0.
 _INIT = {
     "gpt2": {"std": 0.35, "tied": True, "eos_row_scale": 1.35},
-    "t5": {"std": 0.35, "tied": True, "eos_row_scale": 1.5},
+    "t5": {"std": 0.1, "tied": False, "eos_row_scale": 1.75},
     "bart": {"std": 0.05, "tied": False, "head_scale": 10.0, "eos_bias": 4.0},
     "marian": {"std": 0.05, "tied": False, "head_scale": 10.0, "eos_bias": 8.0},
 }
