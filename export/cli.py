@@ -1,4 +1,4 @@
-"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] [--name NAME]`.
+"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] …`.
 
 Parses arguments, runs `export_bundle` and prints a short summary of the bundle and its parity
 report. Errors in the inputs (missing directory, config, weights or tokenizer; an unsupported

@@ -3,7 +3,8 @@
 The steps, each shown as a progress step:
 
 1. export   - optimum-onnx's `main_export` with KV cache: `model.onnx` for a causal LM (past may
-              have length 0 on the first step), or encoder + decoder + decoder-with-past for seq2seq.
+              have length 0 on the first step), or encoder, decoder and decoder-with-past
+              for seq2seq.
 2. optimize - onnxruntime's transformer optimizer per graph where it has fusions for the
               architecture (export/optimize.py). The optimized graphs are kept only if they load
               and their logits agree with PyTorch at least as well as the unoptimized ones
@@ -291,8 +292,9 @@ def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Pat
     allowed = max(2 * baseline, OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"]))
     if after["argmax_agreement"] < before["argmax_agreement"] or worst > allowed:
         reason = (
-            f"parity got worse: max |Δlogit| {worst:.3g} (unoptimized {baseline:.3g}), argmax "
-            f"agreement {after['argmax_agreement']:.3f} (unoptimized {before['argmax_agreement']:.3f})"
+            f"parity got worse: max |Δlogit| {worst:.3g} (unoptimized {baseline:.3g}), "
+            f"argmax agreement {after['argmax_agreement']:.3f} "
+            f"(unoptimized {before['argmax_agreement']:.3f})"
         )
         report.update(applied=False, fallback=reason, summary=f"no (fell back: {reason})")
         return graphs, report

@@ -52,7 +52,7 @@ def _get(config: dict, *names, default=None):
 
 
 def model_shape(config: dict, task: str) -> dict:
-    """num_layers, num_heads (of the KV cache), head_size, hidden_size, vocab_size, context_length."""
+    """num_layers, num_heads (KV cache), head_size, hidden_size, vocab_size, context_length."""
     hidden = _get(config, "hidden_size", "n_embd", "d_model")
     if task == "seq2seq":
         layers = _get(config, "decoder_layers", "num_decoder_layers", "num_layers")
@@ -202,7 +202,7 @@ def write_bundle_metadata(directory: Path, manifest: dict) -> dict:
 
 def _fmt(value) -> str:
     if isinstance(value, float):
-        return f"{value:.3g}"
+        return f"{value:.4g}"
     return str(value)
 
 

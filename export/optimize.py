@@ -1,4 +1,4 @@
-"""ONNX Runtime's transformer optimizer, applied per graph where it has fusions for the architecture.
+"""ONNX Runtime's transformer optimizer, per graph, where it has fusions for the architecture.
 
 `optimize_graph` runs `onnxruntime.transformers.optimizer.optimize_model` with the optimizer's
 model type for the architecture (`OPTIMIZER_MODEL_TYPES`) and reports which fused operators it
@@ -49,7 +49,9 @@ def op_counts(model: onnx.ModelProto) -> collections.Counter:
 def optimize_graph(
     source: Path, target: Path, architecture: str, num_heads: int, hidden_size: int
 ) -> dict:
-    """Optimize `source` into `target`; return {"model_type", "nodes_before", "nodes_after", "fused"}.
+    """Optimize `source` into `target`; return a report.
+
+    The report: {"model_type", "nodes_before", "nodes_after", "fused"}.
 
     `fused` counts operator types that appear in the optimized graph but not in the source
     (SkipLayerNormalization, FastGelu, …). Raises KeyError if the architecture has no entry in

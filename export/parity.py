@@ -126,7 +126,7 @@ class OnnxModel:
         return hidden  # (B, S, hidden)
 
     def seq2seq_first(self, decoder_ids, hidden, encoder_mask):
-        """Decoder logits (B, T, V) for `decoder_ids` with no cache (the merged graph's else branch)."""
+        """Decoder logits (B, T, V) for `decoder_ids`, no cache (the merged graph's else branch)."""
         feeds = {
             "input_ids": decoder_ids,
             "encoder_hidden_states": hidden,
@@ -137,7 +137,7 @@ class OnnxModel:
         return self._run_decoder(feeds)
 
     def seq2seq_step(self, tokens, hidden, encoder_mask, present):
-        """Decoder logits (B, 1, V) for one token per row, reusing self- and cross-attention cache."""
+        """Decoder logits (B, 1, V) for one token per row, reusing self/cross-attention cache."""
         feeds = {
             "input_ids": tokens,
             "encoder_hidden_states": hidden,
