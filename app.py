@@ -1,7 +1,8 @@
 """Scriptorium's Gradio app: `python app.py [--models DIR] [--share] [--host H] [--port P]`.
 
-It loads every bundle under models/ (and any `--models` directories) and assembles the tabs,
-which live in ui/. This file only parses arguments and wires things together.
+It finds every bundle under models/ (and any `--models` directories), assembles the tabs, which
+live in ui/ (one module each), and serves them with a bounded queue. docs/APP.md describes the
+tabs, their API endpoints and limits.
 """
 
 from __future__ import annotations
@@ -12,30 +13,44 @@ from pathlib import Path
 from ui.registry import ModelRegistry
 
 HERE = Path(__file__).resolve().parent
+TITLE = "# Scriptorium\nTransformer text generators, exported to ONNX, served without torch."
 
 
 def build(registry: ModelRegistry):
     import gradio as gr
 
-    from ui import generate_tab
+    from ui import compare_tab, embeddings_tab, generate_tab, models_tab, rewrite_tab, translate_tab
 
     with gr.Blocks(title="Scriptorium") as demo:
-        gr.Markdown("# Scriptorium\nTransformer text generators, exported to ONNX, side by side.")
-        generate_tab.build(registry)
+        gr.Markdown(TITLE, elem_id="title")
+        if not registry.names:
+            gr.Markdown(models_tab.NO_MODELS, elem_classes="notice")
+        with gr.Tabs():
+            generate_tab.build(registry)
+            compare_tab.build(registry)
+            rewrite_tab.build(registry)
+            translate_tab.build(registry)
+            embeddings_tab.build(registry)
+            models_tab.build(registry, HERE / "bench" / "results")
     return demo
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ui.limits import queue_settings
+    from ui.style import launch_kwargs
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", action="append", default=[], help="extra model directory")
     parser.add_argument("--share", action="store_true", help="create a public share link")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=7860)
+    # None: Gradio's default (127.0.0.1:7860) unless GRADIO_SERVER_NAME/PORT say otherwise, as
+    # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
+    parser.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None, help="port to listen on (default 7860)")
     args = parser.parse_args(argv)
     registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)])
-    demo = build(registry)
-    demo.queue(default_concurrency_limit=2, max_size=64)
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share)
+    registry.preload()
+    demo = build(registry).queue(**queue_settings())
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
     return 0
 
 

@@ -1,49 +1,125 @@
-"""The Generate tab: prompt, decoding settings, streamed output."""
+"""The Generate tab: one model, one prompt, streamed token by token, with a Stop button.
+
+Endpoint `/generate` streams (text, token view HTML, stats HTML). Stop cancels the event;
+Gradio then closes the event's generator, whose `finally` closes the runtime stream, which ends
+the decoding loop and frees the CPU. Examples are the prompts seed 002 gave its Bible models.
+"""
 
 from __future__ import annotations
 
+import time
+
 import gradio as gr
 
-import runtime
+from . import examples, limits, widgets
+from .streaming import StreamCollector, legend_html, stats_html
+
+UPDATE_EVERY = 0.04  # seconds between UI updates while streaming (the last one always goes out)
 
 
-def generate(registry, model_name, prompt, max_new_tokens, do_sample, temperature, top_k, top_p,
-             seed):
-    """Stream the generated text for one prompt."""
-    gen = registry.get(model_name)
-    config = runtime.GenerationConfig(
-        max_new_tokens=int(max_new_tokens),
-        do_sample=bool(do_sample),
-        temperature=float(temperature),
-        top_k=int(top_k),
-        top_p=float(top_p),
-        seed=int(seed),
-    )
-    text = ""
+def stream_generation(registry, model, prompt, controls, config):
+    """Yield (text, token view, stats) as tokens arrive; closing this closes the stream."""
+    gen = registry.get(model)
+    collector = StreamCollector(config.num_return_sequences, gen.tokenizer, gen.eos_token_id)
+    stream = gen.stream(prompt, config, controls=controls)
+    shown = 0.0
     try:
-        for event in gen.stream(prompt, config):
-            text += event.text
-            yield text
-    except ValueError as error:
-        raise gr.Error(str(error)) from error
+        for event in stream:
+            collector.add(event)
+            if time.perf_counter() - shown >= UPDATE_EVERY:
+                shown = time.perf_counter()
+                yield collector.text(), collector.token_view(), stats_html(collector.stats())
+    finally:
+        stream.close()
+    yield collector.text(), collector.token_view(), stats_html(collector.stats())
 
 
 def build(registry) -> None:
-    with gr.Tab("Generate"):
-        model = gr.Dropdown(registry.names, value=(registry.names or [None])[0], label="Model")
-        prompt = gr.Textbox(label="Prompt", value="In the beginning")
+    names = registry.generators()
+    with gr.Tab("Generate", id="generate"):
         with gr.Row():
-            max_new_tokens = gr.Slider(1, 256, value=64, step=1, label="Max new tokens")
-            do_sample = gr.Checkbox(value=True, label="Sample")
-            temperature = gr.Slider(0.05, 2.0, value=0.8, label="Temperature")
-            top_k = gr.Slider(0, 1000, value=50, step=1, label="Top-k (0 = off)")
-            top_p = gr.Slider(0.05, 1.0, value=0.95, label="Top-p")
-            seed = gr.Number(value=0, precision=0, label="Seed")
-        output = gr.Textbox(label="Output", lines=8)
-        button = gr.Button("Generate", variant="primary")
-        button.click(
-            lambda *args: (yield from generate(registry, *args)),
-            [model, prompt, max_new_tokens, do_sample, temperature, top_k, top_p, seed],
-            output,
+            with gr.Column(scale=2):
+                model = widgets.model_picker(registry, names)
+                widgets.model_card(registry, model)
+                prompt = gr.Textbox(
+                    label="Prompt",
+                    value=examples.GENERATE[0][0],
+                    lines=3,
+                    max_length=limits.LIMITS.max_prompt_chars,
+                )
+                pickers = widgets.ControlPickers(registry, model, names)
+                decoding = widgets.decoding_inputs()
+                with gr.Row():
+                    run = gr.Button("Generate", variant="primary", interactive=bool(names))
+                    stop = gr.Button("Stop", variant="stop")
+                gr.Examples(
+                    examples.GENERATE,
+                    [prompt, decoding.mode, decoding.temperature],
+                    label="Prompts from seed 002",
+                )
+            with gr.Column(scale=3):
+                stats = gr.HTML(stats_html(_empty_stats()), label="Stats")
+                output = gr.Textbox(label="Output", lines=10, buttons=["copy"])
+                with gr.Accordion("Tokens by probability (hover for the top 5)", open=True):
+                    tokens = gr.HTML(legend_html(), elem_id="token-view")
+
+        @limits.shown_to_user
+        def generate(
+            model,
+            prompt,
+            controls,
+            mode,
+            max_new_tokens,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            no_repeat_ngram_size,
+            num_beams,
+            samples,
+            seed,
+        ):
+            """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
+            prompt = limits.text("prompt", prompt, allow_empty=True)
+            config = limits.decoding(
+                mode,
+                max_new_tokens,
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repetition_penalty,
+                no_repeat_ngram_size,
+                num_beams,
+                samples,
+                seed,
+            )
+            controls = widgets.controls_value(controls)
+            yield from stream_generation(registry, model, prompt, controls, config)
+
+        event = run.click(
+            generate,
+            [model, prompt, pickers.controls, *decoding.components()],
+            [output, tokens, stats],
             api_name="generate",
+            concurrency_id=limits.CONCURRENCY_ID,
         )
+        submitted = prompt.submit(
+            generate,
+            [model, prompt, pickers.controls, *decoding.components()],
+            [output, tokens, stats],
+            api_visibility="private",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+        stop.click(None, cancels=[event, submitted])
+
+
+def _empty_stats() -> dict:
+    return {
+        "tokens": 0,
+        "time_to_first_token_s": None,
+        "tokens_per_second": None,
+        "finish_reasons": ["–"],
+        "mean_logprob": None,
+    }

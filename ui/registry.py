@@ -1,26 +1,68 @@
-"""Find model bundles on disk and keep one loaded `runtime.Generator` per bundle.
+"""Find model bundles on disk, say what each is for, and keep one loaded Generator per bundle.
 
 A model directory is either a bundle (manifest.json), an optimum export (config.json), or a
 family of bundles, one per precision (`models/bible-lm/int8`, `models/bible-lm/fp32`). Each
-bundle gets a display name "family (precision)". This module does not build any UI.
+bundle gets a display name "family (precision)". What a model is for is read from its manifest,
+never from its name (docs/APP.md, "How models are chosen"):
+
+- generation: every model; causal LMs first, those with controls before those without;
+- rewriting: models with a `length_ratio` or `length` control;
+- translation: seq2seq models; those whose training_data names two different languages
+  (`source_language`/`target_language`, or `pair` "en-es") first, English → Spanish first of all;
+- embeddings: models whose manifest names an `embeddings` file.
+Within a kind, int8 comes before fp32 before int4 (fast first). Generators are loaded once and
+shared by all users (sessions are thread-safe). This module builds no UI.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
 import runtime
+from runtime.bundle import read_manifest
+
+from .embeddings import EmbeddingSpace, load_matrix
+
+PRECISION_ORDER = ("int8", "fp32", "int4")
+PAIR = re.compile(r"^\s*([A-Za-z_]+)\s*(?:-|→|->|_|2)\s*([A-Za-z_]+)\s*$")
+LENGTH_CONTROLS = ("length_ratio", "length")
 
 
 def _is_model(path: Path) -> bool:
     return (path / "manifest.json").exists() or (path / "config.json").exists()
 
 
+def languages(manifest: dict) -> tuple[str, str] | None:
+    """(source, target) language codes from manifest["training_data"], if it names them.
+
+    >>> languages({"training_data": {"source_language": "en", "target_language": "es"}})
+    ('en', 'es')
+    >>> languages({"training_data": {"pair": "en-es"}}), languages({})
+    (('en', 'es'), None)
+    """
+    data = manifest.get("training_data") or {}
+    source, target = data.get("source_language"), data.get("target_language")
+    if source and target:
+        return str(source).lower(), str(target).lower()
+    match = PAIR.match(str(data.get("pair", "")))
+    return (match[1].lower(), match[2].lower()) if match else None
+
+
 class ModelRegistry:
     def __init__(self, paths: dict[str, Path]):
-        self.paths = paths  # display name -> bundle directory
+        self.paths: dict[str, Path] = {}  # display name -> bundle directory
+        self.problems: dict[str, str] = {}  # display name -> why its manifest is unreadable
+        self._manifests: dict[str, dict] = {}
+        for name, path in paths.items():
+            try:
+                self._manifests[name] = read_manifest(path, verify=False)
+                self.paths[name] = path
+            except (ValueError, FileNotFoundError, KeyError) as error:
+                self.problems[name] = f"{path}: {error}"
         self._loaded: dict[str, runtime.Generator] = {}
+        self._spaces: dict[tuple[str, bool], EmbeddingSpace] = {}
         self._lock = threading.Lock()
 
     @classmethod
@@ -29,7 +71,9 @@ class ModelRegistry:
         for root in map(Path, roots):
             if not root.is_dir():
                 continue
-            candidates = [root] if _is_model(root) else sorted(p for p in root.iterdir() if p.is_dir())
+            candidates = (
+                [root] if _is_model(root) else sorted(p for p in root.iterdir() if p.is_dir())
+            )
             for path in candidates:
                 if _is_model(path):
                     paths[path.name] = path
@@ -38,15 +82,107 @@ class ModelRegistry:
                     paths[f"{path.name} ({bundle.name})"] = bundle
         return cls(paths)
 
+    def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
+        """Offer the bundle at `path` as `name`, optionally with a generator already loaded
+        (e.g. one wrapped for instrumentation) that `get` will return instead of loading."""
+        self._manifests[name] = read_manifest(path, verify=False)
+        self.paths[name] = Path(path)
+        if generator is not None:
+            self._loaded[name] = generator
+
     @property
     def names(self) -> list[str]:
         return list(self.paths)
 
+    def manifest(self, name: str) -> dict:
+        """The model's manifest, read without loading the model (checksums are checked on load)."""
+        return self._manifests[self._check(name)]
+
+    def card(self, name: str) -> str:
+        """The bundle's README.md (its model card), or a line saying it has none."""
+        path = self.paths[self._check(name)] / "README.md"
+        return path.read_text() if path.exists() else f"*{name} has no model card (README.md).*"
+
+    # ---- what each model is for ---------------------------------------------------------------
+
+    def _ordered(self, names) -> list[str]:
+        def rank(name):
+            precision = self.manifest(name).get("precision", "fp32")
+            order = PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else 9
+            return order
+
+        return sorted(names, key=rank)
+
+    def generators(self) -> list[str]:
+        def rank(name):
+            manifest = self.manifest(name)
+            return (manifest["task"] != "causal-lm", not manifest.get("controls"))
+
+        return sorted(self._ordered(self.names), key=rank)
+
+    def rewriters(self) -> list[str]:
+        def rank(name):
+            return "length_ratio" not in self.manifest(name).get("controls", {})
+
+        found = [n for n in self.names if set(LENGTH_CONTROLS) & set(self.controls_of(n))]
+        return sorted(self._ordered(found), key=rank)
+
+    def translators(self) -> list[str]:
+        def rank(name):
+            pair = languages(self.manifest(name))
+            return (pair is None or pair[0] == pair[1], pair != ("en", "es"))
+
+        found = [n for n in self.names if self.manifest(n)["task"] == "seq2seq"]
+        return sorted(self._ordered(found), key=rank)
+
+    def with_embeddings(self) -> list[str]:
+        return self._ordered(n for n in self.names if self.manifest(n).get("embeddings"))
+
+    def controls_of(self, name: str) -> dict:
+        """The manifest's control specs ({name: {kind, values, …}}) without loading the model."""
+        return self.manifest(name).get("controls") or {}
+
+    # ---- loading ------------------------------------------------------------------------------
+
+    def _check(self, name) -> str:
+        if not self.paths:
+            raise ValueError(
+                "no models are installed: put a bundle under models/ or start the app with "
+                "--models DIR"
+            )
+        if name not in self.paths:
+            raise ValueError(f"`model` must be one of {self.names}, got {name!r}")
+        return name
+
     def get(self, name: str) -> runtime.Generator:
         """The loaded generator for `name` (loaded once, shared by all users)."""
-        if name not in self.paths:
-            raise ValueError(f"unknown model {name!r}; available: {', '.join(self.paths)}")
+        self._check(name)
         with self._lock:
             if name not in self._loaded:
                 self._loaded[name] = runtime.load(self.paths[name])
             return self._loaded[name]
+
+    def embedding_space(self, name: str, leading_space: bool = True) -> EmbeddingSpace:
+        """The model's input embeddings with its tokenizer (ValueError if it ships none)."""
+        gen = self.get(name)
+        key = (name, bool(leading_space))
+        with self._lock:
+            if key not in self._spaces:
+                same = self._spaces.get((name, not leading_space))
+                matrix = same.matrix if same else load_matrix(self.paths[name], gen.manifest)
+                self._spaces[key] = EmbeddingSpace(matrix, gen.tokenizer, bool(leading_space))
+            return self._spaces[key]
+
+    def preload(self) -> threading.Thread:
+        """Load every model in a background thread, so first requests rarely wait for it."""
+
+        def load_all():
+            for name in self.names:
+                try:
+                    self.get(name)
+                except Exception:  # a broken bundle must not stop the others; its tab says why
+                    continue
+
+        thread = threading.Thread(target=load_all, name="preload-models", daemon=True)
+        thread.start()
+        return thread

@@ -1,0 +1,188 @@
+"""A tiny models/ tree for the app's tests, and a helper that serves the app on a free port.
+
+`build_models_tree(root)` writes, from tests/tiny_models.py checkpoints exported by export/:
+
+    root/tiny-lm/fp32, root/tiny-lm/int8   GPT-2, `section` control (law, gospels)
+    root/tiny-rewriter/fp32                BART, `length` (short/normal/long), `length_ratio`
+    root/tiny-translator/fp32              Marian, training_data languages en → es
+
+Control tokens are added to each checkpoint's tokenizer as special tokens (and the embedding
+matrix grows to match) before export, as the real models do. Every bundle also gets
+`embeddings.npy` (float16 input embeddings, listed in the manifest with its checksum), the file
+the export is going to write. The tree is built once per test session (`functools.cache`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+SECTION = {"law": "<|law|>", "gospels": "<|gospels|>"}
+LENGTH = {"short": "<short>", "normal": "<normal>", "long": "<long>"}
+RATIOS = [f"{r / 10:.1f}" for r in range(1, 21)]  # 0.1 … 2.0, as 004's value tokens
+LENGTH_RATIO = {value: f"<ratio_{value}>" for value in RATIOS}
+
+# (family, architecture, controls, training_data, precisions)
+MODELS = [
+    (
+        "tiny-lm",
+        "gpt2",
+        {"section": {"kind": "choice", "values": SECTION, "description": "Bible section"}},
+        {"corpus": "tiny test sentences"},
+        ("fp32", "int8"),
+    ),
+    (
+        "tiny-rewriter",
+        "bart",
+        {
+            "length": {"kind": "choice", "values": LENGTH},
+            "length_ratio": {"kind": "numeric", "values": LENGTH_RATIO},
+        },
+        {"corpus": "tiny test sentences", "source_language": "en", "target_language": "en"},
+        ("fp32",),
+    ),
+    (
+        "tiny-translator",
+        "marian",
+        {},
+        {"corpus": "tiny test sentences", "source_language": "en", "target_language": "es"},
+        ("fp32",),
+    ),
+]
+
+
+def _checkpoint_with_controls(arch: str, out_dir: Path, controls: dict, card: dict) -> Path:
+    """A tiny checkpoint whose tokenizer knows the control tokens as special tokens."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from tests.tiny_models import make_checkpoint
+
+    make_checkpoint(arch, out_dir)
+    (out_dir / "scriptorium_card.json").write_text(json.dumps(card))
+    tokens = [token for spec in controls.values() for token in spec["values"].values()]
+    if not tokens:
+        return out_dir
+    tokenizer = AutoTokenizer.from_pretrained(out_dir)
+    tokenizer.add_special_tokens({"additional_special_tokens": tokens})
+    auto = AutoModelForCausalLM if arch == "gpt2" else AutoModelForSeq2SeqLM
+    model = auto.from_pretrained(out_dir)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    # Clones, so that tensors tied in memory (BART's encoder/decoder embeddings and `shared`)
+    # are each saved under their own name, as the checkpoint had them.
+    state = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    model.save_pretrained(out_dir, state_dict=state)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def _add_embeddings(bundle: Path, checkpoint: Path, arch: str) -> None:
+    """Write embeddings.npy (float16 [vocab, hidden]) and list it in the manifest."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    from runtime.bundle import sha256_of
+
+    auto = AutoModelForCausalLM if arch == "gpt2" else AutoModelForSeq2SeqLM
+    model = auto.from_pretrained(checkpoint)
+    matrix = model.get_input_embeddings().weight.detach().numpy().astype(np.float16)  # (V, D)
+    path = bundle / "embeddings.npy"
+    np.save(path, matrix)
+    manifest_path = bundle / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["embeddings"] = path.name
+    manifest["files"][path.name] = {"sha256": sha256_of(path), "size": path.stat().st_size}
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+@functools.cache
+def build_models_tree(root: Path) -> Path:
+    """Export the tiny model families under `root` (once per process); return `root`."""
+    from export import export_bundle
+
+    for family, arch, controls, training_data, precisions in MODELS:
+        card = {"name": family, "training_data": training_data, "license": "MIT"}
+        checkpoint = root.parent / f"{root.name}-checkpoints" / family
+        _checkpoint_with_controls(arch, checkpoint, controls, card)
+        for precision in precisions:
+            bundle = root / family / precision
+            export_bundle(
+                checkpoint, bundle, precision, optimize=False, controls=controls, progress=False
+            )
+            _add_embeddings(bundle, checkpoint, arch)
+    return root
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class SlowGenerator:
+    """A `runtime.Generator` stand-in whose stream waits `delay` seconds per event.
+
+    The tiny models generate a hundred tokens in a blink; tests that watch text grow, or press
+    Stop mid-generation, need generation to take a while. Everything else is delegated.
+    """
+
+    def __init__(self, generator, delay: float):
+        self._generator = generator
+        self._delay = delay
+        self._lock = threading.Lock()
+        self.events = 0  # stream events produced so far, over all streams
+        self.open_streams = 0  # streams started and not yet finished or closed
+
+    def __getattr__(self, name):
+        return getattr(self._generator, name)
+
+    def _count(self, attribute: str, change: int) -> None:
+        with self._lock:
+            setattr(self, attribute, getattr(self, attribute) + change)
+
+    def stream(self, prompt, config=None, controls=None):
+        inner = self._generator.stream(prompt, config, controls)
+        self._count("open_streams", 1)
+        try:
+            for event in inner:
+                time.sleep(self._delay)
+                self._count("events", 1)
+                yield event
+        finally:
+            inner.close()
+            self._count("open_streams", -1)
+
+
+def serve(demo) -> str:
+    """Launch `demo` (queue and look as `python app.py` has them) on a free local port without
+    blocking; return its URL. Stop it with `demo.close()`."""
+    from ui.limits import queue_settings
+    from ui.style import launch_kwargs
+
+    port = free_port()
+    demo.queue(**queue_settings())
+    demo.launch(
+        server_name="127.0.0.1",
+        server_port=port,
+        prevent_thread_lock=True,
+        quiet=True,
+        **launch_kwargs(),
+    )
+    return f"http://127.0.0.1:{port}/"
+
+
+def registry_with_slow_model(root: Path, delay: float = 0.05):
+    """The registry of the tree at `root`, plus "slow-lm (fp32)": tiny-lm fp32 streaming one
+    event per `delay` seconds. Returns (registry, the SlowGenerator)."""
+    import runtime
+    from ui.registry import ModelRegistry
+
+    registry = ModelRegistry.discover([root])
+    path = registry.paths["tiny-lm (fp32)"]
+    slow = SlowGenerator(runtime.load(path), delay)
+    registry.add("slow-lm (fp32)", path, slow)
+    return registry, slow

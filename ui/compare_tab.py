@@ -1,0 +1,258 @@
+"""The Compare tab: 2–4 columns, each a model and a decoding preset, one prompt and seed.
+
+Endpoint `/compare` streams every column's text and a metrics table. The columns' streams are
+advanced in turn, one token each, so they all grow at once on one worker; each column's clock
+runs only while its own model works, so its time to first token and tokens/s are its own.
+Metrics per column (ui/metrics.py): tokens/s, distinct-1/2, repetition rate, mean token
+logprob, and with two or more samples Self-BLEU and UNGC-1..4. Chosen controls apply to the
+columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from . import limits, metrics, study_section, widgets
+from .streaming import StreamCollector
+
+MAX_COLUMNS = 4
+UPDATE_EVERY = 0.05  # seconds between UI updates while streaming
+
+# Decoding presets: GenerationConfig fields. "samples" become num_return_sequences where the
+# preset can return several sequences (sampling; beam search up to its width).
+PRESETS = {
+    "greedy": {},
+    "greedy, no repeat 2-gram": {"no_repeat_ngram_size": 2},
+    "beam 5": {"num_beams": 5},
+    "beam 5, no repeat 2-gram": {"num_beams": 5, "no_repeat_ngram_size": 2},
+    "sampling, temperature 1.0": {"do_sample": True},
+    "sampling, temperature 0.7": {"do_sample": True, "temperature": 0.7},
+    "top-k 5": {"do_sample": True, "top_k": 5},
+    "top-k 50": {"do_sample": True, "top_k": 50},
+    "top-k 1000": {"do_sample": True, "top_k": 1000},
+    "top-p 0.95": {"do_sample": True, "top_p": 0.95},
+    "top-p 0.8": {"do_sample": True, "top_p": 0.8},
+    "min-p 0.1": {"do_sample": True, "min_p": 0.1},
+}
+DEFAULT_PRESETS = ["top-p 0.95", "greedy", "top-k 5", "beam 5"]
+METRIC_HEADERS = [
+    "column",
+    "model",
+    "preset",
+    "tokens",
+    "tokens/s",
+    "distinct-1",
+    "distinct-2",
+    "repetition rate",
+    "mean log p",
+    "Self-BLEU",
+    "UNGC-1",
+    "UNGC-2",
+    "UNGC-3",
+    "UNGC-4",
+]
+
+
+class BusyClock:
+    """A clock that advances only inside `run`: one column's own working time."""
+
+    def __init__(self):
+        self.total = 0.0
+
+    def __call__(self) -> float:
+        return self.total
+
+    def run(self, fn):
+        started = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.total += time.perf_counter() - started
+
+
+def preset_config(preset: str, max_new_tokens: int, samples: int, seed: int):
+    """The GenerationConfig of a preset; samples are capped where the preset cannot give more."""
+    limits.choice("preset", preset, PRESETS)
+    fields = dict(PRESETS[preset])
+    if fields.get("do_sample"):
+        fields["num_return_sequences"] = samples
+    elif fields.get("num_beams", 1) > 1:
+        fields["num_return_sequences"] = min(samples, fields["num_beams"])
+    import runtime
+
+    return runtime.GenerationConfig(max_new_tokens=max_new_tokens, seed=seed, **fields).validate()
+
+
+def metric_row(column: int, model: str, preset: str, collector: StreamCollector) -> list:
+    texts = collector.texts
+    several = len(texts) > 1
+    unique = metrics.ungc(texts) if several else {}
+    values = [
+        collector.count,
+        collector.tokens_per_second,
+        metrics.distinct_n(texts, 1),
+        metrics.distinct_n(texts, 2),
+        metrics.repetition_rate(texts),
+        metrics.mean(collector.all_logprobs),
+        metrics.self_bleu(texts) if several else None,
+        *(unique.get(n) for n in range(1, 5)),
+    ]
+    shown = [round(v, 3) if isinstance(v, float) else ("–" if v is None else v) for v in values]
+    return [column, model, preset, *shown]
+
+
+def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, seed):
+    """Yield ([text per column], metrics rows) while all columns stream."""
+    gens, streams, collectors, clocks = [], [], [], []
+    try:
+        for model, preset in columns:
+            gen = registry.get(model)
+            config = preset_config(preset, max_new_tokens, samples, seed)
+            own = {k: v for k, v in controls.items() if k in registry.controls_of(model)}
+            clock = BusyClock()
+            collector = StreamCollector(
+                config.num_return_sequences, gen.tokenizer, gen.eos_token_id, clock=clock
+            )
+            streams.append(gen.stream(prompt, config, controls=own))
+            gens.append(gen)
+            collectors.append(collector)
+            clocks.append(clock)
+        running, shown = set(range(len(streams))), 0.0
+        while running:
+            for i in sorted(running):
+                event = clocks[i].run(lambda i=i: next(streams[i], None))
+                if event is None:
+                    running.discard(i)
+                else:
+                    collectors[i].add(event)
+            if time.perf_counter() - shown >= UPDATE_EVERY or not running:
+                shown = time.perf_counter()
+                rows = [
+                    metric_row(i + 1, model, preset, collectors[i])
+                    for i, (model, preset) in enumerate(columns)
+                ]
+                yield [c.text() for c in collectors], rows
+    finally:
+        for stream in streams:
+            stream.close()
+
+
+def build(registry) -> None:
+    names = registry.generators()
+    with gr.Tab("Compare", id="compare"):
+        with gr.Row():
+            prompt = gr.Textbox(
+                label="Prompt",
+                value="In the beginning",
+                lines=2,
+                scale=4,
+                max_length=limits.LIMITS.max_prompt_chars,
+            )
+            count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
+        with gr.Row():
+            max_tokens = gr.Slider(
+                1, limits.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens"
+            )
+            samples = gr.Slider(
+                1,
+                limits.LIMITS.max_samples,
+                value=1,
+                step=1,
+                label="Samples per column (≥ 2 adds Self-BLEU and UNGC)",
+            )
+            seed = gr.Number(
+                value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
+            )
+        pickers = widgets.ControlPickers(registry, None, names)
+        inputs, outputs, blocks = [], [], []
+        with gr.Row(equal_height=True):
+            for i in range(MAX_COLUMNS):
+                with gr.Column(visible=i < 2, min_width=240) as block:
+                    model = gr.Dropdown(
+                        names, value=_default_model(registry, names, i), label=f"Model {i + 1}"
+                    )
+                    preset = gr.Dropdown(
+                        list(PRESETS), value=DEFAULT_PRESETS[i], label="Decoding preset"
+                    )
+                    output = gr.Textbox(
+                        label=f"Output {i + 1}", lines=12, elem_classes="column-output"
+                    )
+                inputs += [model, preset]
+                outputs.append(output)
+                blocks.append(block)
+        with gr.Row():
+            run = gr.Button("Compare", variant="primary", interactive=bool(names))
+            stop = gr.Button("Stop", variant="stop")
+        table = gr.Dataframe(
+            headers=METRIC_HEADERS, label="Metrics per column", interactive=False, wrap=True
+        )
+        count.change(
+            lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
+            count,
+            blocks,
+            queue=False,
+            api_visibility="private",
+        )
+
+        @limits.shown_to_user
+        def compare(
+            prompt,
+            controls,
+            columns,
+            max_new_tokens,
+            samples,
+            seed,
+            model_1,
+            preset_1,
+            model_2,
+            preset_2,
+            model_3=None,
+            preset_3=None,
+            model_4=None,
+            preset_4=None,
+        ):
+            """Stream each column's text and the metrics table (one row per column)."""
+            prompt = limits.text("prompt", prompt, allow_empty=True)
+            columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
+            max_new_tokens = limits.integer(
+                "max_new_tokens", max_new_tokens, 1, limits.LIMITS.max_new_tokens
+            )
+            samples = limits.integer("samples", samples, 1, limits.LIMITS.max_samples)
+            seed = limits.integer("seed", seed, 0, limits.LIMITS.max_seed)
+            pairs = [
+                (model_1, preset_1),
+                (model_2, preset_2),
+                (model_3, preset_3),
+                (model_4, preset_4),
+            ][:columns]
+            controls = widgets.controls_value(controls)
+            blank = [""] * (MAX_COLUMNS - columns)
+            for texts, rows in run_columns(
+                registry, prompt, controls, pairs, max_new_tokens, samples, seed
+            ):
+                yield *texts, *blank, rows
+
+        event = run.click(
+            compare,
+            [prompt, pickers.controls, count, max_tokens, samples, seed, *inputs],
+            [*outputs, table],
+            api_name="compare",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+        stop.click(None, cancels=[event])
+        study_section.build(registry, names)
+
+
+def _default_model(registry, names, column):
+    """Column defaults: the first model everywhere, but another precision of its family in
+    column 2 when there is one (so the default comparison shows what quantization does)."""
+    if not names:
+        return None
+    first = names[0]
+    family = registry.manifest(first)["name"]
+    siblings = [n for n in names[1:] if registry.manifest(n)["name"] == family]
+    if column == 1 and siblings:
+        return siblings[0]
+    return first

@@ -1,0 +1,169 @@
+"""Server-side limits and input validation shared by every tab, and the queue settings.
+
+Every endpoint checks its inputs here before any model runs: text length caps, token caps and
+parameter ranges, with messages in the project's one template (`` `top_p` must be in (0, 1],
+got 1.5 ``). The checks raise `ValueError`; `shown_to_user` turns that (and the runtime's own
+`ValueError`s) into `gr.Error`, which the UI shows as a message and an API client receives as
+the error text. This module builds no components.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from dataclasses import dataclass
+
+import runtime
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_prompt_chars: int = 2000  # characters of a prompt or source text
+    max_lines: int = 16  # lines translated or compared at once
+    max_new_tokens: int = 256  # tokens generated per sequence
+    max_samples: int = 8  # sequences per prompt (sampling) / returned beams
+    max_beams: int = 8  # beam width
+    max_top_k: int = 1000  # top-k (0 = off); 000's largest k
+    max_temperature: float = 2.0
+    repetition_penalty: tuple[float, float] = (0.5, 3.0)  # allowed range; 1.0 = off
+    max_no_repeat_ngram: int = 10
+    max_seed: int = 2**32 - 1
+    max_neighbours: int = 50  # nearest neighbours listed
+    max_study_prompts: int = 5  # prompts in the decoding study
+    max_study_samples: int = 10  # samples per prompt and setting in the decoding study
+    concurrency: int = 4  # model-running events that run at once (all tabs together)
+    max_queue: int = 64  # events waiting beyond those; more are refused
+
+
+LIMITS = Limits()
+CONCURRENCY_ID = "models"  # every event that runs a model shares one concurrency limit
+
+
+def queue_settings() -> dict:
+    """Keyword arguments for `Blocks.queue`."""
+    return {"default_concurrency_limit": LIMITS.concurrency, "max_size": LIMITS.max_queue}
+
+
+def text(name: str, value, allow_empty: bool = False, max_chars: int | None = None) -> str:
+    """`value` as a str within the character cap (and non-empty unless allowed)."""
+    cap = max_chars or LIMITS.max_prompt_chars
+    if not isinstance(value, str):
+        raise ValueError(f"`{name}` must be a string, got {type(value).__name__}")
+    if len(value) > cap:
+        raise ValueError(f"`{name}` must be at most {cap} characters, got {len(value)}")
+    if not allow_empty and not value.strip():
+        raise ValueError(f"`{name}` must not be empty")
+    return value
+
+
+def integer(name: str, value, low: int, high: int) -> int:
+    """`value` as an int in [low, high] (a float with no fractional part is accepted)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"`{name}` must be an int in [{low}, {high}], got {value!r}")
+    return value
+
+
+def number(name: str, value, low: float, high: float, low_open: bool = False) -> float:
+    """`value` as a float in [low, high] (or (low, high] with `low_open`)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (low < value if low_open else low <= value) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise ValueError(f"`{name}` must be in {bracket}{low}, {high}], got {value!r}")
+    return float(value)
+
+
+def choice(name: str, value, options) -> str:
+    if value not in options:
+        raise ValueError(f"`{name}` must be one of {list(options)}, got {value!r}")
+    return value
+
+
+MODES = ("greedy", "sampling", "beam search")
+
+
+def decoding(
+    mode: str,
+    max_new_tokens,
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    min_p=0.0,
+    repetition_penalty=1.0,
+    no_repeat_ngram_size=0,
+    num_beams=1,
+    samples=1,
+    seed=0,
+) -> runtime.GenerationConfig:
+    """A validated GenerationConfig from the UI's decoding settings.
+
+    greedy ignores temperature/top-k/top-p/min-p; beam search uses `num_beams` and returns
+    `samples` of its best hypotheses; sampling draws `samples` sequences.
+    """
+    choice("mode", mode, MODES)
+    penalty_low, penalty_high = LIMITS.repetition_penalty
+    settings = dict(
+        max_new_tokens=integer("max_new_tokens", max_new_tokens, 1, LIMITS.max_new_tokens),
+        repetition_penalty=number(
+            "repetition_penalty", repetition_penalty, penalty_low, penalty_high
+        ),
+        no_repeat_ngram_size=integer(
+            "no_repeat_ngram_size", no_repeat_ngram_size, 0, LIMITS.max_no_repeat_ngram
+        ),
+        num_return_sequences=integer("samples", samples, 1, LIMITS.max_samples),
+        seed=integer("seed", seed, 0, LIMITS.max_seed),
+    )
+    if mode == "sampling":
+        settings.update(
+            do_sample=True,
+            temperature=number("temperature", temperature, 0, LIMITS.max_temperature, True),
+            top_k=integer("top_k", top_k, 0, LIMITS.max_top_k),
+            top_p=number("top_p", top_p, 0, 1, low_open=True),
+            min_p=number("min_p", min_p, 0, 1),
+        )
+    elif mode == "beam search":
+        beams = integer("num_beams", num_beams, 2, LIMITS.max_beams)
+        if settings["num_return_sequences"] > beams:
+            raise ValueError(
+                f"`samples` must be <= `num_beams` ({beams}) for beam search, "
+                f"got {settings['num_return_sequences']}"
+            )
+        settings.update(num_beams=beams, do_sample=False)
+    elif settings["num_return_sequences"] != 1:
+        raise ValueError(
+            f"`samples` must be 1 for greedy decoding (every sample would be the same), "
+            f"got {settings['num_return_sequences']}"
+        )
+    return runtime.GenerationConfig(**settings).validate()
+
+
+def shown_to_user(fn):
+    """Wrap an event function so `ValueError`/`FileNotFoundError` reach the user as `gr.Error`.
+
+    Works for plain functions and generator functions (streaming events); the wrapper keeps
+    `fn`'s signature, from which Gradio names the API parameters.
+    """
+    import gradio as gr
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def streaming(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except (ValueError, FileNotFoundError) as error:
+                raise gr.Error(str(error)) from error
+
+        return streaming
+
+    @functools.wraps(fn)
+    def plain(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, FileNotFoundError) as error:
+            raise gr.Error(str(error)) from error
+
+    return plain

@@ -1,0 +1,344 @@
+"""The Rewrite tab (seed 004): rewrite a line to a target length, checked against subtitle rules.
+
+The target is a ratio (the `length_ratio` control; the runtime takes the nearest listed value)
+or a category (the `length` control), whichever the model has. The output is measured against
+the source (achieved ratio in subwords and in characters, ui/subtitles.py) and against
+configurable subtitle limits, with pass/fail badges. The sweep rewrites the line at every ratio
+the model knows (or every category) and plots requested against achieved.
+Endpoints: `/rewrite` → (text, report HTML, measurements), `/rewrite_sweep` → (plot, table).
+"""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from . import examples, limits, plots, subtitles, widgets
+
+PROGRESS = gr.Progress()  # Gradio fills this parameter with the request's progress bar
+
+TARGETS = ("ratio", "category", "none")
+SWEEP_HEADERS = [
+    "requested",
+    "output",
+    "subword ratio",
+    "character ratio",
+    "lines",
+    "longest line",
+    "chars/s",
+    "fits",
+]
+
+
+def target_controls(registry, model, target, ratio, category) -> dict:
+    """The controls for the chosen target, checked against what the model offers."""
+    limits.choice("target", target, TARGETS)
+    controls = registry.controls_of(model)
+    if target == "ratio":
+        if "length_ratio" not in controls:
+            raise ValueError(f"model {model!r} has no `length_ratio` control; pick a category")
+        return {"length_ratio": limits.number("ratio", ratio, 0.1, 2.0)}
+    if target == "category":
+        if "length" not in controls:
+            raise ValueError(f"model {model!r} has no `length` control; pick a ratio")
+        return {"length": limits.choice("category", category, list(controls["length"]["values"]))}
+    return {}
+
+
+def measure(gen, source: str, output: str, limits_: subtitles.SubtitleLimits, duration) -> dict:
+    """Achieved ratios and the subtitle check of `output` as a plain dict."""
+
+    def subwords(text):
+        return len(gen.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    check = subtitles.check(output, limits_, duration or None)
+    return {
+        "subword_ratio": subtitles.ratio(subwords(output), subwords(source)),
+        "character_ratio": subtitles.ratio(len(output), len(source)),
+        "source_subwords": subwords(source),
+        "output_subwords": subwords(output),
+        "lines": check.lines,
+        "longest_line": check.longest_line,
+        "chars_per_second": check.chars_per_second,
+        "line_length_ok": check.line_length_ok,
+        "line_count_ok": check.line_count_ok,
+        "reading_speed_ok": check.reading_speed_ok,
+        "fits": check.passes,
+    }
+
+
+def _badge(ok, text) -> str:
+    kind = "info" if ok is None else ("pass" if ok else "fail")
+    mark = "" if ok is None else ("✓ " if ok else "✗ ")
+    return f'<span class="badge {kind}">{mark}{html.escape(text)}</span>'
+
+
+def report_html(measured: dict, limits_: subtitles.SubtitleLimits) -> str:
+    def fmt(value):
+        return "–" if value is None else f"{value:.2f}"
+
+    speed = measured["chars_per_second"]
+    badges = [
+        _badge(None, f"ratio {fmt(measured['subword_ratio'])} in subwords"),
+        _badge(None, f"ratio {fmt(measured['character_ratio'])} in characters"),
+        _badge(
+            measured["line_length_ok"],
+            f"longest line {measured['longest_line']} / {limits_.chars_per_line} chars",
+        ),
+        _badge(measured["line_count_ok"], f"{len(measured['lines'])} / {limits_.max_lines} lines"),
+        _badge(
+            measured["reading_speed_ok"],
+            "no duration given"
+            if speed is None
+            else f"{speed:.1f} / {limits_.chars_per_second:g} chars/s",
+        ),
+        _badge(measured["fits"], "fits the subtitle" if measured["fits"] else "does not fit"),
+    ]
+    lines = []
+    for number, line in enumerate(measured["lines"], start=1):
+        over = number > limits_.max_lines or len(line) > limits_.chars_per_line
+        css = ' class="over"' if over else ""
+        lines.append(f"<div{css}>{html.escape(line)}</div>")
+    preview = f'<div class="subtitle-preview">{"".join(lines) or "&nbsp;"}</div>'
+    return f'<div class="badges">{"".join(badges)}</div>{preview}'
+
+
+def subtitle_limits(chars_per_line, max_lines, chars_per_second) -> subtitles.SubtitleLimits:
+    return subtitles.SubtitleLimits(
+        chars_per_line=limits.integer("chars_per_line", chars_per_line, 10, 200),
+        max_lines=limits.integer("max_lines", max_lines, 1, 10),
+        chars_per_second=limits.number("chars_per_second", chars_per_second, 1, 100),
+    )
+
+
+def sweep_values(registry, model) -> tuple[str, list]:
+    """The control to sweep and its values: every length ratio, else every category."""
+    controls = registry.controls_of(model)
+    if "length_ratio" in controls:
+        values = sorted(float(v) for v in controls["length_ratio"]["values"])
+        return "length_ratio", [v for v in values if 0.1 <= v <= 2.0]
+    if "length" in controls:
+        return "length", list(controls["length"]["values"])
+    raise ValueError(f"model {model!r} has no `length_ratio` or `length` control to sweep")
+
+
+def build(registry) -> None:
+    names = registry.rewriters()
+    with gr.Tab("Rewrite", id="rewrite"):
+        if not names:
+            gr.Markdown(
+                "No installed model has a `length_ratio` or `length` control (seed 004's "
+                "length tokens), so there is nothing to rewrite with.",
+                elem_classes="notice",
+            )
+        with gr.Row():
+            with gr.Column(scale=2):
+                model = widgets.model_picker(registry, names)
+                widgets.model_card(registry, model)
+                source = gr.Textbox(
+                    examples.KJV[0],
+                    label="Line to rewrite",
+                    lines=3,
+                    max_length=limits.LIMITS.max_prompt_chars,
+                )
+                has = registry.controls_of(names[0]) if names else {}
+                with gr.Row():
+                    target = gr.Radio(
+                        list(TARGETS),
+                        value="ratio" if "length_ratio" in has else "category",
+                        label="Target length",
+                    )
+                    ratio = gr.Slider(
+                        0.1, 2.0, value=0.8, step=0.1, label="Ratio (output / source)"
+                    )
+                    categories = list(has.get("length", {}).get("values", {}))
+                    category = gr.Dropdown(
+                        categories,
+                        value=categories[0] if categories else None,
+                        label="Category",
+                        allow_custom_value=True,
+                    )
+                decoding = widgets.decoding_inputs(
+                    mode="beam search", max_new_tokens=96, num_beams=5, with_samples=False
+                )
+                with gr.Accordion("Subtitle limits", open=True):
+                    with gr.Row():
+                        per_line = gr.Number(
+                            42, precision=0, minimum=10, maximum=200, label="Characters per line"
+                        )
+                        max_lines = gr.Number(2, precision=0, minimum=1, maximum=10, label="Lines")
+                        speed = gr.Number(17, minimum=1, maximum=100, label="Characters per second")
+                        duration = gr.Number(
+                            4.0, minimum=0, maximum=600, label="Duration (s, 0 = none)"
+                        )
+                with gr.Row():
+                    run = gr.Button("Rewrite", variant="primary", interactive=bool(names))
+                    sweep = gr.Button("Sweep every ratio", interactive=bool(names))
+                gr.Examples([[line] for line in examples.KJV], [source], label="KJV verses")
+            with gr.Column(scale=3):
+                output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])
+                report = gr.HTML(label="Subtitle check")
+                with gr.Accordion("Measurements", open=False):
+                    measured = gr.JSON(label="Measurements")
+                chart = gr.Plot(label="Requested vs achieved length")
+                table = gr.Dataframe(
+                    headers=SWEEP_HEADERS, label="Every ratio", interactive=False, wrap=True
+                )
+
+        def for_model(name):
+            has = registry.controls_of(name) if name else {}
+            values = list(has.get("length", {}).get("values", {}))
+            return (
+                gr.update(value="ratio" if "length_ratio" in has else "category"),
+                gr.update(choices=values, value=values[0] if values else None),
+            )
+
+        model.change(for_model, model, [target, category], queue=False, api_visibility="private")
+        settings = [
+            target,
+            ratio,
+            category,
+            *decoding.components(),
+            per_line,
+            max_lines,
+            speed,
+            duration,
+        ]
+
+        def prepare(model, source, decoding_values, subtitle_values):
+            source = limits.text("source", source)
+            config = limits.decoding(*decoding_values)
+            limits_ = subtitle_limits(*subtitle_values[:3])
+            duration = limits.number("duration", subtitle_values[3] or 0, 0, 600)
+            return registry.get(model), source, config, limits_, duration
+
+        @limits.shown_to_user
+        def rewrite(
+            model,
+            source,
+            target,
+            ratio,
+            category,
+            mode,
+            max_new_tokens,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            no_repeat_ngram_size,
+            num_beams,
+            samples,
+            seed,
+            chars_per_line,
+            max_lines,
+            chars_per_second,
+            duration,
+        ):
+            """Rewrite `source` to the target length; return (text, report HTML, measurements)."""
+            gen, source, config, limits_, duration = prepare(
+                model,
+                source,
+                (
+                    mode,
+                    max_new_tokens,
+                    temperature,
+                    top_k,
+                    top_p,
+                    min_p,
+                    repetition_penalty,
+                    no_repeat_ngram_size,
+                    num_beams,
+                    1,
+                    seed,
+                ),
+                (chars_per_line, max_lines, chars_per_second, duration),
+            )
+            controls = target_controls(registry, model, target, ratio, category)
+            text = gen.generate(source, config, controls=controls)[0].text.strip()
+            numbers = measure(gen, source, text, limits_, duration)
+            return text, report_html(numbers, limits_), numbers
+
+        @limits.shown_to_user
+        def rewrite_sweep(
+            model,
+            source,
+            target,
+            ratio,
+            category,
+            mode,
+            max_new_tokens,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            no_repeat_ngram_size,
+            num_beams,
+            samples,
+            seed,
+            chars_per_line,
+            max_lines,
+            chars_per_second,
+            duration,
+            progress=PROGRESS,
+        ):
+            """Rewrite `source` at every ratio (or category); return (plot, table)."""
+            gen, source, config, limits_, duration = prepare(
+                model,
+                source,
+                (
+                    mode,
+                    max_new_tokens,
+                    temperature,
+                    top_k,
+                    top_p,
+                    min_p,
+                    repetition_penalty,
+                    no_repeat_ngram_size,
+                    num_beams,
+                    1,
+                    seed,
+                ),
+                (chars_per_line, max_lines, chars_per_second, duration),
+            )
+            control, values = sweep_values(registry, model)
+            rows, subword_ratios, char_ratios = [], [], []
+            for value in progress.tqdm(values, desc="rewriting"):
+                text = gen.generate(source, config, controls={control: value})[0].text.strip()
+                numbers = measure(gen, source, text, limits_, duration)
+                subword_ratios.append(numbers["subword_ratio"])
+                char_ratios.append(numbers["character_ratio"])
+                rows.append(
+                    [
+                        value,
+                        text,
+                        _round(numbers["subword_ratio"]),
+                        _round(numbers["character_ratio"]),
+                        len(numbers["lines"]),
+                        numbers["longest_line"],
+                        _round(numbers["chars_per_second"]),
+                        "✓" if numbers["fits"] else "✗",
+                    ]
+                )
+            return plots.length_sweep(values, subword_ratios, char_ratios), rows
+
+        run.click(
+            rewrite,
+            [model, source, *settings],
+            [output, report, measured],
+            api_name="rewrite",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+        sweep.click(
+            rewrite_sweep,
+            [model, source, *settings],
+            [chart, table],
+            api_name="rewrite_sweep",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+
+
+def _round(value):
+    return "–" if value is None else round(value, 2)

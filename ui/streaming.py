@@ -1,0 +1,172 @@
+"""From runtime stream events to what the UI shows: text per sample, a token view, timing stats.
+
+`StreamCollector` takes `runtime.StreamEvent`s as they arrive (samples interleaved, as
+`Generator.stream` yields them) and keeps each sample's text, its tokens with probabilities and
+top-5 alternatives, and the timing: time to first token (from the request until the first
+token), and tokens/s (tokens after the first over the time since the first; all tokens over the
+whole time when there is only one, or for beam search, which delivers whole sequences at once).
+`token_view_html` colours every token by its probability in five bands and puts the
+alternatives in a tooltip. This module runs no model and builds no components.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import time
+from dataclasses import dataclass, field
+
+# Lower edge of each probability band and its CSS class (ui/style.py colours them).
+BANDS = ((0.8, "p80"), (0.5, "p50"), (0.2, "p20"), (0.05, "p05"), (0.0, "p00"))
+SAMPLE_SEPARATOR = "\n\n— sample {n} —\n"
+
+
+@dataclass
+class Token:
+    text: str  # the text this token added ("" while a character is still incomplete)
+    prob: float | None  # the model's probability of it (None for beam search output)
+    alternatives: list[tuple[str, float]] = field(default_factory=list)  # top-5 (text, prob)
+    special: bool = False  # the end-of-sequence token
+
+
+def band(prob: float) -> str:
+    """CSS class of the probability band `prob` falls in.
+
+    >>> band(0.93), band(0.5), band(0.01)
+    ('p80', 'p50', 'p00')
+    """
+    return next(name for low, name in BANDS if prob >= low)
+
+
+def _shown(text: str) -> str:
+    return html.escape(text).replace("\n", "↵\n")
+
+
+def token_html(token: Token) -> str:
+    if token.prob is None:
+        return f'<span class="tok plain">{_shown(token.text)}</span>'
+    label = "⟨end⟩" if token.special else (_shown(token.text) or "▯")
+    rows = "".join(
+        f"<tr><td>{html.escape(repr(text))}</td><td>{prob:.3f}</td></tr>"
+        for text, prob in token.alternatives
+    )
+    tip = (
+        f'<span class="alts"><b>p = {token.prob:.3f}</b>'
+        f"<table><tr><th>top 5</th><th>p</th></tr>{rows}</table></span>"
+    )
+    kind = " special" if token.special else ""
+    return f'<span class="tok {band(token.prob)}{kind}" tabindex="0">{label}{tip}</span>'
+
+
+def legend_html() -> str:
+    chips = "".join(
+        f'<span class="tok {name}">p ≥ {low:g}</span> ' for low, name in BANDS if low > 0
+    )
+    return f'<div class="legend">{chips}<span class="tok p00">p &lt; 0.05</span></div>'
+
+
+def token_view_html(samples: list[list[Token]]) -> str:
+    """Every sample's tokens, coloured by probability, alternatives on hover or focus."""
+    blocks = []
+    for n, tokens in enumerate(samples, start=1):
+        heading = f'<div class="sample-head">sample {n}</div>' if len(samples) > 1 else ""
+        body = "".join(token_html(token) for token in tokens)
+        blocks.append(f'<div class="sample">{heading}<div class="tokens">{body}</div></div>')
+    return f'<div class="tokview">{legend_html()}{"".join(blocks)}</div>'
+
+
+class StreamCollector:
+    """Accumulates the events of one `Generator.stream` call with `samples` sequences."""
+
+    def __init__(self, samples: int, tokenizer, eos_token_id=None, clock=time.perf_counter):
+        self.clock = clock
+        self.start = clock()
+        self.first: float | None = None  # when the first token arrived
+        self.last: float | None = None  # when the latest token arrived
+        self.tokenizer = tokenizer
+        self.eos_token_id = eos_token_id
+        self.texts = [""] * samples
+        self.tokens: list[list[Token]] = [[] for _ in range(samples)]
+        self.logprobs: list[list[float]] = [[] for _ in range(samples)]
+        self.finish: list[str | None] = [None] * samples
+        self.count = 0  # tokens generated, all samples together
+
+    def add(self, event) -> None:
+        now = self.clock()
+        self.first = self.first if self.first is not None else now
+        self.last = now
+        row = event.index
+        self.texts[row] += event.text
+        if event.finish_reason:
+            self.finish[row] = event.finish_reason
+        if event.token_id is None:  # beam search: a whole sequence at once
+            self.tokens[row].append(Token(event.text, None))
+            self.count += len(self.tokenizer.encode(event.text, add_special_tokens=False).ids)
+            return
+        self.count += 1
+        self.logprobs[row].append(event.logprob)
+        special = event.token_id == self.eos_token_id and not event.text
+        prob = math.exp(event.logprob)
+        self.tokens[row].append(Token(event.text, prob, list(event.alternatives), special))
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        return None if self.first is None else self.first - self.start
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        if self.first is None:
+            return None
+        streamed = self.count > 1 and self.last > self.first and self.logprobs[0]
+        if streamed:
+            return (self.count - 1) / (self.last - self.first)
+        elapsed = self.last - self.start
+        return self.count / elapsed if elapsed > 0 else None
+
+    @property
+    def all_logprobs(self) -> list[float]:
+        return [value for row in self.logprobs for value in row]
+
+    def text(self) -> str:
+        """All samples' text; samples after the first under a "— sample n —" line."""
+        if len(self.texts) == 1:
+            return self.texts[0]
+        parts = [self.texts[0]] + [
+            SAMPLE_SEPARATOR.format(n=n) + text for n, text in enumerate(self.texts[1:], start=2)
+        ]
+        return "".join(parts)
+
+    def token_view(self) -> str:
+        return token_view_html(self.tokens)
+
+    def stats(self) -> dict:
+        """tokens, time to first token (s), tokens/s, finish reasons, mean token logprob."""
+        logprobs = self.all_logprobs
+        return {
+            "tokens": self.count,
+            "time_to_first_token_s": self.time_to_first_token,
+            "tokens_per_second": self.tokens_per_second,
+            "finish_reasons": [reason or "running" for reason in self.finish],
+            "mean_logprob": sum(logprobs) / len(logprobs) if logprobs else None,
+        }
+
+
+def stats_html(stats: dict) -> str:
+    """The stats as a row of small cards."""
+
+    def fmt(value, spec):
+        return "–" if value is None else format(value, spec)
+
+    cards = [
+        ("tokens", str(stats["tokens"])),
+        ("time to first token", f"{fmt(stats['time_to_first_token_s'], '.3f')} s"),
+        ("tokens / s", fmt(stats["tokens_per_second"], ".1f")),
+        ("mean log p", fmt(stats["mean_logprob"], ".2f")),
+        ("finished", ", ".join(stats["finish_reasons"])),
+    ]
+    body = "".join(
+        f'<div class="stat"><div class="stat-value">{html.escape(value)}</div>'
+        f'<div class="stat-label">{label}</div></div>'
+        for label, value in cards
+    )
+    return f'<div class="stats">{body}</div>'

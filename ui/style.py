@@ -1,0 +1,75 @@
+"""The app's look: a Gradio theme and the CSS for token views, stats cards and badges.
+
+Gradio 6 takes both at `launch` (`launch_kwargs`). Probability bands (ui/streaming.py) run from
+green (likely) to red (unlikely). This module builds no components.
+"""
+
+from __future__ import annotations
+
+CSS = """
+.gradio-container { max-width: 1280px !important; margin: 0 auto; }
+#title h1 { font-family: Georgia, 'Times New Roman', serif; letter-spacing: 0.02em;
+            margin-bottom: 0; }
+#title p { margin-top: 0.2em; opacity: 0.8; }
+.notice { border-left: 4px solid #d97706; padding: 0.6em 1em; background: rgba(217,119,6,0.08);
+          border-radius: 4px; }
+
+.tokview { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 14px;
+           line-height: 1.9; padding-bottom: 130px; }
+.tokview .sample { margin-bottom: 0.8em; }
+.tokview .sample-head { font-size: 12px; opacity: 0.7; margin-bottom: 0.2em; }
+.tokview .tokens { white-space: pre-wrap; word-break: break-word; }
+.tok { position: relative; border-radius: 3px; padding: 1px 1px; margin: 0 1px 0 0;
+       white-space: pre-wrap; cursor: default; color: #1c1917; }
+.tok.p80 { background: #bbf7d0; }
+.tok.p50 { background: #d9f99d; }
+.tok.p20 { background: #fef08a; }
+.tok.p05 { background: #fed7aa; }
+.tok.p00 { background: #fecaca; }
+.tok.plain { background: #e7e5e4; }
+.tok.special { font-style: italic; opacity: 0.8; }
+.tok .alts { display: none; position: absolute; left: 0; top: 1.9em; z-index: 50;
+             background: #1c1917; color: #fafaf9; padding: 6px 8px; border-radius: 6px;
+             font-size: 12px; line-height: 1.4; white-space: nowrap;
+             box-shadow: 0 4px 14px rgba(0,0,0,0.25); }
+.tok .alts table { border-collapse: collapse; margin-top: 4px; }
+.tok .alts td, .tok .alts th { padding: 0 6px; border: none; background: transparent;
+                               color: #fafaf9; text-align: left; }
+.tok:hover .alts, .tok:focus .alts { display: block; }
+.legend { font-size: 12px; margin-bottom: 0.6em; }
+.legend .tok { padding: 1px 5px; }
+
+.stats { display: flex; flex-wrap: wrap; gap: 8px; }
+.stat { border: 1px solid var(--border-color-primary); border-radius: 8px; padding: 6px 12px;
+        min-width: 96px; background: var(--background-fill-secondary); }
+.stat-value { font-size: 18px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.stat-label { font-size: 11px; text-transform: uppercase; letter-spacing: 0.04em; opacity: 0.7; }
+
+.badges { display: flex; flex-wrap: wrap; gap: 6px; margin: 4px 0; }
+.badge { border-radius: 999px; padding: 3px 10px; font-size: 13px; font-weight: 600; }
+.badge.pass { background: #dcfce7; color: #166534; }
+.badge.fail { background: #fee2e2; color: #991b1b; }
+.badge.info { background: #e0e7ff; color: #3730a3; }
+.subtitle-preview { background: #0c0a09; color: #fafaf9; font-family: Arial, Helvetica, sans-serif;
+                    font-size: 18px; text-align: center; padding: 14px 10px; border-radius: 6px;
+                    line-height: 1.4; min-height: 3em; }
+.subtitle-preview .over { color: #fca5a5; }
+.column-output textarea { font-size: 14px; }
+"""
+
+
+def theme():
+    import gradio as gr
+
+    return gr.themes.Soft(primary_hue="amber", secondary_hue="indigo", neutral_hue="stone").set(
+        block_title_background_fill="transparent",
+        block_title_text_color="*neutral_700",
+        block_title_text_weight="600",
+        block_label_background_fill="transparent",
+        block_label_text_color="*neutral_600",
+    )
+
+
+def launch_kwargs() -> dict:
+    """The look, for `Blocks.launch` (Gradio 6 takes theme and CSS there)."""
+    return {"theme": theme(), "css": CSS}

@@ -1,0 +1,111 @@
+"""The Translate tab: English → Spanish (any seq2seq model), one line at a time, beam or sampling.
+
+The model list is every seq2seq model, translators first (manifest training_data names two
+languages; English → Spanish first of all, ui/registry.py). Each line of the input is a separate
+source, translated in one batch; with several samples (sampling) or best beams, each line's
+candidates are numbered. Endpoint `/translate` → the translations, one line per source line.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from . import examples, limits, widgets
+from .registry import languages
+
+
+def pair_label(registry, name) -> str:
+    pair = languages(registry.manifest(name)) if name else None
+    return f"{pair[0]} → {pair[1]}" if pair else "language pair not stated in the manifest"
+
+
+def format_translations(outputs, lines: int, per_line: int) -> str:
+    """One line per source line; several candidates as "1. … / 2. …" lines under each other."""
+    texts = [out.text.strip() for out in outputs]
+    if per_line == 1:
+        return "\n".join(texts)
+    blocks = []
+    for line in range(lines):
+        candidates = texts[line * per_line : (line + 1) * per_line]
+        blocks.append("\n".join(f"{n}. {text}" for n, text in enumerate(candidates, start=1)))
+    return "\n\n".join(blocks)
+
+
+def build(registry) -> None:
+    names = registry.translators()
+    with gr.Tab("Translate", id="translate"):
+        if not names:
+            gr.Markdown("No encoder-decoder (seq2seq) model is installed.", elem_classes="notice")
+        with gr.Row():
+            with gr.Column(scale=2):
+                model = widgets.model_picker(registry, names)
+                pair = gr.Markdown(f"**Languages:** {pair_label(registry, model.value)}")
+                widgets.model_card(registry, model)
+                source = gr.Textbox(
+                    "\n".join(examples.WEB[:2]),
+                    lines=5,
+                    label=f"English (one sentence per line, at most {limits.LIMITS.max_lines})",
+                    max_length=limits.LIMITS.max_prompt_chars,
+                )
+                decoding = widgets.decoding_inputs(
+                    mode="beam search", max_new_tokens=128, num_beams=5, top_p=0.9
+                )
+                run = gr.Button("Translate", variant="primary", interactive=bool(names))
+                gr.Examples([[line] for line in examples.WEB], [source], label="WEB verses")
+            with gr.Column(scale=2):
+                output = gr.Textbox(label="Translation", lines=10, buttons=["copy"])
+
+        model.change(
+            lambda name: f"**Languages:** {pair_label(registry, name)}",
+            model,
+            pair,
+            queue=False,
+            api_visibility="private",
+        )
+
+        @limits.shown_to_user
+        def translate(
+            model,
+            text,
+            mode,
+            max_new_tokens,
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            repetition_penalty,
+            no_repeat_ngram_size,
+            num_beams,
+            samples,
+            seed,
+        ):
+            """Translate each line of `text`; candidates numbered when samples > 1."""
+            text = limits.text("text", text)
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            if len(lines) > limits.LIMITS.max_lines:
+                raise ValueError(
+                    f"`text` must have at most {limits.LIMITS.max_lines} lines, got {len(lines)}"
+                )
+            config = limits.decoding(
+                mode,
+                max_new_tokens,
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repetition_penalty,
+                no_repeat_ngram_size,
+                num_beams,
+                samples,
+                seed,
+            )
+            outputs = registry.get(model).generate(lines, config)
+            return format_translations(outputs, len(lines), config.num_return_sequences)
+
+        run.click(
+            translate,
+            [model, source, *decoding.components()],
+            output,
+            api_name="translate",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )

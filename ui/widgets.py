@@ -1,0 +1,248 @@
+"""Components several tabs share: a model picker with its card, decoding settings, and control
+pickers built from the models' manifests.
+
+Control pickers: one dropdown per control name that any offered model has (`section`,
+`length`, …), listing that control's values plus "(none)"; when the model changes, pickers of
+controls it lacks hide and the others list its values. The picked values are gathered into one
+`controls` JSON value (a hidden component), which is what the endpoints take, e.g.
+`{"section": "gospels"}`. No control name or value is written in code. This module does not
+run models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from .limits import LIMITS, MODES
+
+NONE = "(none)"
+
+
+def model_picker(registry, names: list[str], label: str = "Model") -> gr.Dropdown:
+    """A model dropdown whose first choice (the best match for the tab) is selected."""
+    return gr.Dropdown(
+        names,
+        value=names[0] if names else None,
+        label=label,
+        info=None if names else "no suitable model installed",
+        interactive=bool(names),
+    )
+
+
+def model_card(registry, picker: gr.Dropdown) -> None:
+    """A closed accordion under `picker` with the chosen model's card."""
+    with gr.Accordion("Model card", open=False):
+        card = gr.Markdown(registry.card(picker.value) if picker.value else "")
+    picker.change(
+        lambda name: registry.card(name) if name else "",
+        picker,
+        card,
+        queue=False,
+        api_visibility="private",
+    )
+
+
+@dataclass
+class DecodingInputs:
+    mode: gr.Radio
+    max_new_tokens: gr.Slider
+    temperature: gr.Slider
+    top_k: gr.Slider
+    top_p: gr.Slider
+    min_p: gr.Slider
+    repetition_penalty: gr.Slider
+    no_repeat_ngram_size: gr.Slider
+    num_beams: gr.Slider
+    samples: gr.Slider
+    seed: gr.Number
+
+    def components(self) -> list:
+        """In the order of `limits.decoding`'s parameters."""
+        return [
+            self.mode,
+            self.max_new_tokens,
+            self.temperature,
+            self.top_k,
+            self.top_p,
+            self.min_p,
+            self.repetition_penalty,
+            self.no_repeat_ngram_size,
+            self.num_beams,
+            self.samples,
+            self.seed,
+        ]
+
+
+def decoding_inputs(
+    mode: str = "sampling",
+    max_new_tokens: int = 64,
+    temperature: float = 0.8,
+    top_k: int = 0,
+    top_p: float = 0.95,
+    num_beams: int = 5,
+    no_repeat_ngram_size: int = 0,
+    samples: int = 1,
+    with_samples: bool = True,
+) -> DecodingInputs:
+    """Greedy / sampling / beam search with their settings; irrelevant ones hide."""
+    sampling, beam = mode == "sampling", mode == "beam search"
+    with gr.Group():
+        with gr.Row():
+            mode_radio = gr.Radio(list(MODES), value=mode, label="Decoding", scale=3)
+            max_tokens = gr.Slider(
+                1,
+                LIMITS.max_new_tokens,
+                value=max_new_tokens,
+                step=1,
+                label="Max new tokens",
+                scale=2,
+            )
+        with gr.Row():
+            temp = gr.Slider(
+                0.05,
+                LIMITS.max_temperature,
+                value=temperature,
+                step=0.05,
+                label="Temperature",
+                visible=sampling,
+            )
+            p = gr.Slider(0.01, 1.0, value=top_p, step=0.01, label="Top-p", visible=sampling)
+        with gr.Row():
+            k = gr.Slider(
+                0, LIMITS.max_top_k, value=top_k, step=1, label="Top-k (0 = off)", visible=sampling
+            )
+            min_p = gr.Slider(
+                0.0, 1.0, value=0.0, step=0.01, label="Min-p (0 = off)", visible=sampling
+            )
+        with gr.Row():
+            beams = gr.Slider(
+                2, LIMITS.max_beams, value=num_beams, step=1, label="Beams", visible=beam
+            )
+            count = gr.Slider(
+                1,
+                LIMITS.max_samples,
+                value=samples,
+                step=1,
+                label="Samples (or best beams)",
+                visible=with_samples and mode != "greedy",
+            )
+            seed = gr.Number(
+                value=0,
+                precision=0,
+                minimum=0,
+                maximum=LIMITS.max_seed,
+                label="Seed",
+                min_width=100,
+            )
+    with gr.Accordion("Penalties", open=no_repeat_ngram_size > 0):
+        with gr.Row():
+            penalty = gr.Slider(
+                *LIMITS.repetition_penalty,
+                value=1.0,
+                step=0.05,
+                label="Repetition penalty (1 = off)",
+            )
+            ngram = gr.Slider(
+                0,
+                LIMITS.max_no_repeat_ngram,
+                value=no_repeat_ngram_size,
+                step=1,
+                label="No-repeat n-gram size (0 = off)",
+            )
+
+    def show(chosen):
+        sampling, beam = chosen == "sampling", chosen == "beam search"
+        several = with_samples and chosen != "greedy"
+        return [gr.update(visible=sampling)] * 4 + [
+            gr.update(visible=beam),
+            gr.update(visible=several) if several else gr.update(visible=False, value=1),
+        ]
+
+    mode_radio.change(
+        show, mode_radio, [temp, k, p, min_p, beams, count], queue=False, api_visibility="private"
+    )
+    return DecodingInputs(
+        mode_radio, max_tokens, temp, k, p, min_p, penalty, ngram, beams, count, seed
+    )
+
+
+class ControlPickers:
+    """Dropdowns for the controls of `names`' models, gathered into a hidden JSON `controls`.
+
+    With a model `picker`, only the chosen model's controls show and count. Without one (the
+    Compare tab, whose columns have different models) every control shows, and each column
+    uses the chosen controls its model has.
+    """
+
+    def __init__(self, registry, picker: gr.Dropdown | None, names: list[str]):
+        self.registry = registry
+        self.picker = picker
+        self.specs: dict[str, dict] = {}  # control name -> {value: token}, union over models
+        self.kinds: dict[str, str] = {}
+        descriptions: dict[str, str] = {}
+        for name in names:
+            for control, spec in registry.controls_of(name).items():
+                self.specs.setdefault(control, {}).update(spec["values"])
+                self.kinds.setdefault(control, spec.get("kind", "choice"))
+                descriptions.setdefault(control, spec.get("description", ""))
+        self.names = list(self.specs)
+        self.dropdowns = []
+        default_info = (
+            "control token prefixed to the text"
+            if picker
+            else "applies to the columns whose model has this control"
+        )
+        with gr.Row(visible=bool(self.names)):
+            for control in self.names:
+                self.dropdowns.append(
+                    gr.Dropdown(
+                        [NONE, *self.specs[control]],
+                        value=NONE,
+                        label=control.replace("_", " ").capitalize(),
+                        info=descriptions[control] or default_info,
+                        allow_custom_value=True,
+                        visible=picker is None or self._has(picker.value, control),
+                    )
+                )
+        self.controls = gr.JSON({}, visible=False, label="controls")
+        sources = [picker, *self.dropdowns] if picker else self.dropdowns
+        if picker:
+            picker.change(
+                self.for_model, picker, self.dropdowns, queue=False, api_visibility="private"
+            )
+        for dropdown in self.dropdowns:
+            dropdown.change(
+                self.gather, sources, self.controls, queue=False, api_visibility="private"
+            )
+
+    def _has(self, model, control) -> bool:
+        return bool(model) and control in self.registry.controls_of(model)
+
+    def for_model(self, model):
+        """Show the pickers of `model`'s controls with its values, reset to (none)."""
+        updates = []
+        for control in self.names:
+            values = list(self.registry.controls_of(model).get(control, {}).get("values", {}))
+            updates.append(gr.update(visible=bool(values), choices=[NONE, *values], value=NONE))
+        return updates if len(updates) != 1 else updates[0]
+
+    def gather(self, *values) -> dict:
+        """{control: value} for the pickers that are not (none) (and that the model has)."""
+        model, picked = (values[0], values[1:]) if self.picker else (None, values)
+        chosen = {}
+        for control, value in zip(self.names, picked):
+            if value in (None, NONE) or (self.picker and not self._has(model, control)):
+                continue
+            chosen[control] = float(value) if self.kinds[control] == "numeric" else value
+        return chosen
+
+
+def controls_value(controls) -> dict:
+    """The `controls` endpoint argument as a dict (None or "" mean none)."""
+    if controls in (None, ""):
+        return {}
+    if not isinstance(controls, dict):
+        raise ValueError(f'`controls` must be an object like {{"section": "…"}}, got {controls!r}')
+    return controls
