@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_SUBSAMPLE = 4096  # positions per row read to estimate the top-k and top-p boundaries
+_SUBSAMPLE = 4096  # at most this many positions per row are read to estimate boundaries
 _BLOCK = 256  # tokens per block of the two-level sampler
 _SUBSAMPLE_SEED = 20240611  # fixes the subsample positions (speed depends on them, results do not)
 _MIN_ACCEPTANCE = 0.25  # below this survivor mass fraction, draw from the survivors directly
@@ -275,9 +275,13 @@ def _ones_block() -> np.ndarray:
 
 def _subsample(values: np.ndarray) -> np.ndarray:
     """A row's values at fixed random positions (a copy), or a copy of the whole row if small."""
-    if values.shape[0] <= _SUBSAMPLE:
-        return values.copy()
-    return values[_subsample_positions(values.shape[0], _SUBSAMPLE)]
+    size = _subsample_size(values.shape[0])
+    return values[_subsample_positions(values.shape[0], size)] if size else values.copy()
+
+
+def _subsample_size(vocab: int) -> int:
+    """About V / 8 positions, in whole blocks, at most _SUBSAMPLE; 0 = the row is small."""
+    return min(_SUBSAMPLE, vocab // 8 // _BLOCK * _BLOCK)
 
 
 @functools.lru_cache(maxsize=16)
@@ -291,7 +295,7 @@ def _subsample_positions(vocab: int, size: int) -> np.ndarray:
 
 def _top_k_candidates(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Every token whose value is >= the row's k-th largest (ties included), in index order."""
-    if 4 * k <= _SUBSAMPLE < values.shape[0]:
+    if 4 * k <= _subsample_size(values.shape[0]):
         sample = _subsample(values)
         sample.partition(sample.shape[0] - k)
         # The k-th largest of a subset is <= the k-th largest of the row: >= k tokens pass.
