@@ -14,9 +14,9 @@ depend on the generated tokens (repetition penalty, no-repeat n-grams, …): see
 
 Nothing here sorts the vocabulary; per row the work is a few linear passes plus sorts of a few
 hundred to a few thousand values:
-- top-k: the k-th largest of a fixed random subsample of 4,096 positions is at most the row's k-th
-  largest, so `row >= it` keeps every true survivor plus ≈ k·V/4,096 others; an exact partition of
-  those few candidates then gives the k-th value (ties at it survive).
+- top-k: the k-th largest of an evenly spaced subsample of S ≈ V/8 (<= 4,096) positions is at
+  most the row's k-th largest, so `row >= it` keeps every true survivor plus ≈ k·V/S others; an
+  exact partition of those few candidates then gives the k-th value (ties at it survive).
 - top-p after top-k works on the k survivors only.
 - top-p over the whole row: transformers removes the tokens whose ascending cumulative probability
   is <= 1 - top_p, i.e. a low tail holding at most that mass. The subsample, sorted, estimates where
@@ -46,7 +46,6 @@ import numpy as np
 
 _SUBSAMPLE = 4096  # at most this many positions per row are read to estimate boundaries
 _BLOCK = 256  # tokens per block of the two-level sampler
-_SUBSAMPLE_SEED = 20240611  # fixes the subsample positions (speed depends on them, results do not)
 _MIN_ACCEPTANCE = 0.25  # below this survivor mass fraction, draw from the survivors directly
 _MAX_REDRAWS = 64
 _FEW = 1024  # top-p: at most this many tokens above the band are taken into it
@@ -274,20 +273,20 @@ def _ones_block() -> np.ndarray:
 
 
 def _subsample(values: np.ndarray) -> np.ndarray:
-    """A row's values at fixed random positions (a copy), or a copy of the whole row if small."""
+    """A copy of every (V // size)-th value, `size` of them, or of the whole row if it is small.
+
+    Evenly spaced positions keep the sample unbiased when logits trend with the token id (ids are
+    often in frequency order); only speed depends on the choice, never results.
+    """
     size = _subsample_size(values.shape[0])
-    return values[_subsample_positions(values.shape[0], size)] if size else values.copy()
+    if not size:
+        return values.copy()
+    return values[:: values.shape[0] // size][:size].copy()
 
 
 def _subsample_size(vocab: int) -> int:
     """About V / 8 positions, in whole blocks, at most _SUBSAMPLE; 0 = the row is small."""
     return min(_SUBSAMPLE, vocab // 8 // _BLOCK * _BLOCK)
-
-
-@functools.lru_cache(maxsize=16)
-def _subsample_positions(vocab: int, size: int) -> np.ndarray:
-    rng = np.random.default_rng(_SUBSAMPLE_SEED)
-    return np.sort(rng.choice(vocab, size, replace=False))  # sorted: cache-friendly reads
 
 
 # --- Top-k ------------------------------------------------------------------------------------
@@ -360,7 +359,7 @@ def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
     tail = sample_mass[:guess]
     error = math.sqrt(float(np.dot(tail, tail)) * (1.0 - 1.0 / scale))
     boundary_mass = float(sample_mass[min(guess, sample.shape[0] - 1)])  # >= every tail mass
-    spread = 2.0 + (3.5 * error / boundary_mass if error else 0.0)
+    spread = 2.0 + (3.0 * error / boundary_mass if error else 0.0)
     while True:
         low_rank, high_rank = guess - int(spread), guess + int(spread)
         low = sample[low_rank] if low_rank >= 0 else -np.inf
