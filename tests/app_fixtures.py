@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 SECTION = {"law": "<|law|>", "gospels": "<|gospels|>"}
 LENGTH = {"short": "<short>", "normal": "<normal>", "long": "<long>"}
@@ -115,6 +116,12 @@ def build_models_tree(root: Path) -> Path:
             )
             _add_embeddings(bundle, checkpoint, arch)
     return root
+
+
+@pytest.fixture(scope="session")
+def models_tree(tmp_path_factory) -> Path:
+    """The tiny models tree, built once per session (import this fixture into a test module)."""
+    return build_models_tree(tmp_path_factory.getbasetemp() / "app-models")
 
 
 def free_port() -> int:

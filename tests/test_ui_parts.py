@@ -1,0 +1,309 @@
+"""The app's building blocks without a server: input limits, the stream collector and token view,
+model selection by manifest, and the small helpers of the tabs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime import StreamEvent
+from ui import limits, plots, streaming
+from ui.compare_tab import BusyClock, preset_config
+from ui.embeddings_tab import parse_pairs
+from ui.models_tab import benchmark_markdown, facts
+from ui.registry import ModelRegistry, languages
+from ui.rewrite_tab import target_controls
+from ui.translate_tab import format_translations
+
+# ---- limits ---------------------------------------------------------------------------------
+
+
+def test_decoding_builds_configs_per_mode():
+    greedy = limits.decoding("greedy", 16, temperature=0.3, top_k=5, seed=4)
+    assert (greedy.mode, greedy.max_new_tokens, greedy.top_k, greedy.seed) == ("greedy", 16, 0, 4)
+    sampled = limits.decoding("sampling", 16.0, 0.7, 50, 0.9, 0.05, samples=3)
+    assert sampled.mode == "sample"
+    assert (sampled.temperature, sampled.top_k, sampled.top_p, sampled.min_p) == (
+        0.7,
+        50,
+        0.9,
+        0.05,
+    )
+    assert sampled.num_return_sequences == 3
+    beam = limits.decoding("beam search", 16, num_beams=4, samples=2, no_repeat_ngram_size=2)
+    assert (beam.mode, beam.num_beams, beam.num_return_sequences) == ("beam", 4, 2)
+    assert beam.no_repeat_ngram_size == 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"mode": "nucleus"}, "`mode` must be one of ['greedy', 'sampling', 'beam search']"),
+        ({"max_new_tokens": 0}, "`max_new_tokens` must be an int in [1, 256], got 0"),
+        ({"max_new_tokens": 257}, "`max_new_tokens` must be an int in [1, 256], got 257"),
+        ({"max_new_tokens": 2.5}, "`max_new_tokens` must be an int in [1, 256], got 2.5"),
+        ({"mode": "sampling", "temperature": 0}, "`temperature` must be in (0, 2.0], got 0"),
+        ({"mode": "sampling", "top_p": 1.5}, "`top_p` must be in (0, 1], got 1.5"),
+        ({"mode": "sampling", "top_k": -1}, "`top_k` must be an int in [0, 1000], got -1"),
+        ({"mode": "sampling", "min_p": 2}, "`min_p` must be in [0, 1], got 2"),
+        ({"repetition_penalty": 9}, "`repetition_penalty` must be in [0.5, 3.0], got 9"),
+        ({"no_repeat_ngram_size": 11}, "`no_repeat_ngram_size` must be an int in [0, 10]"),
+        ({"samples": 2}, "`samples` must be 1 for greedy decoding"),
+        ({"mode": "sampling", "samples": 9}, "`samples` must be an int in [1, 8], got 9"),
+        ({"mode": "beam search", "num_beams": 1}, "`num_beams` must be an int in [2, 8]"),
+        (
+            {"mode": "beam search", "num_beams": 2, "samples": 3},
+            "`samples` must be <= `num_beams` (2) for beam search, got 3",
+        ),
+        ({"seed": -1}, "`seed` must be an int in [0, 4294967295], got -1"),
+    ],
+)
+def test_decoding_rejects_bad_settings_with_clear_messages(kwargs, message):
+    settings = {"mode": "greedy", "max_new_tokens": 8, **kwargs}
+    with pytest.raises(ValueError) as error:
+        limits.decoding(**settings)
+    assert message in str(error.value)
+
+
+def test_text_limits():
+    assert limits.text("prompt", "x" * 2000) == "x" * 2000
+    with pytest.raises(ValueError, match=r"`prompt` must be at most 2000 characters, got 2001"):
+        limits.text("prompt", "x" * 2001)
+    with pytest.raises(ValueError, match="`prompt` must not be empty"):
+        limits.text("prompt", "  ")
+    assert limits.text("prompt", "", allow_empty=True) == ""
+    with pytest.raises(ValueError, match="`prompt` must be a string, got int"):
+        limits.text("prompt", 3)
+
+
+def test_queue_settings_bound_concurrency_and_queue():
+    settings = limits.queue_settings()
+    assert settings["default_concurrency_limit"] >= 1
+    assert settings["max_size"] >= 20  # the concurrency test's 20 calls must fit
+
+
+def test_shown_to_user_turns_value_errors_into_gradio_errors():
+    import gradio as gr
+
+    @limits.shown_to_user
+    def plain(x):
+        raise ValueError(f"`x` must be positive, got {x}")
+
+    @limits.shown_to_user
+    def streamed(x):
+        yield 1
+        raise ValueError("`x` broke mid-stream")
+
+    with pytest.raises(gr.Error, match="`x` must be positive, got -1"):
+        plain(-1)
+    stream = streamed(0)
+    assert next(stream) == 1
+    with pytest.raises(gr.Error, match="`x` broke mid-stream"):
+        next(stream)
+
+
+# ---- streaming ------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self, times):
+        self.times = list(times)
+
+    def __call__(self):
+        return self.times.pop(0)
+
+
+class FakeTokenizer:
+    def encode(self, text, add_special_tokens=False):
+        return type("Encoding", (), {"ids": text.split()})()
+
+
+def event(text, index=0, logprob=-0.1, finish=None, token=5):
+    return StreamEvent(text, token, logprob, [("a", 0.5), ("<b>", 0.2)], index, finish)
+
+
+def test_collector_timing_text_and_stats():
+    # start 0.0; tokens arrive at 0.5, 0.6, 0.7, 0.9 -> ttft 0.5, 3 tokens in 0.4 s after the first
+    clock = FakeClock([0.0, 0.5, 0.6, 0.7, 0.9])
+    collector = streaming.StreamCollector(2, FakeTokenizer(), eos_token_id=0, clock=clock)
+    collector.add(event("In", 0))
+    collector.add(event(" the", 1))
+    collector.add(event(" end", 0, finish="length"))
+    collector.add(event("", 1, logprob=-1.0, token=0, finish="eos"))
+    assert collector.texts == ["In end", " the"]
+    assert collector.text() == "In end\n\n— sample 2 —\n the"
+    assert collector.time_to_first_token == pytest.approx(0.5)
+    assert collector.tokens_per_second == pytest.approx(3 / 0.4)
+    stats = collector.stats()
+    assert stats["tokens"] == 4
+    assert stats["finish_reasons"] == ["length", "eos"]
+    assert stats["mean_logprob"] == pytest.approx((-0.1 * 3 - 1.0) / 4)
+    assert collector.tokens[1][-1].special  # the EOS token shows as ⟨end⟩
+
+
+def test_collector_counts_beam_sequences_by_their_tokens():
+    clock = FakeClock([0.0, 2.0])
+    collector = streaming.StreamCollector(1, FakeTokenizer(), clock=clock)
+    collector.add(StreamEvent("three whole words", None, None, [], 0, "eos"))
+    assert collector.count == 3
+    assert collector.tokens_per_second == pytest.approx(1.5)  # all tokens over the whole time
+    assert collector.all_logprobs == []
+    assert 'class="tok plain"' in collector.token_view()
+
+
+def test_token_view_escapes_and_colours_by_probability():
+    tokens = [
+        streaming.Token("<script>", 0.9, [("x&y", 0.9)]),
+        streaming.Token("\n", 0.3, []),
+        streaming.Token("", 0.01, [], special=True),
+    ]
+    view = streaming.token_view_html([tokens])
+    assert "<script>" not in view and "&lt;script&gt;" in view
+    assert "x&amp;y" in view
+    assert 'class="tok p80"' in view and 'class="tok p20"' in view
+    assert 'class="tok p00 special"' in view and "⟨end⟩" in view
+    assert "↵" in view
+    assert "sample 1" not in view  # no heading for a single sample
+    assert "sample 2" in streaming.token_view_html([tokens, tokens])
+
+
+def test_stats_html_shows_dashes_before_any_token():
+    empty = {
+        "tokens": 0,
+        "time_to_first_token_s": None,
+        "tokens_per_second": None,
+        "finish_reasons": ["–"],
+        "mean_logprob": None,
+    }
+    html = streaming.stats_html(empty)
+    assert "time to first token" in html and "– s" in html
+
+
+def test_busy_clock_only_counts_time_inside_run():
+    clock = BusyClock()
+    assert clock() == 0.0
+    assert clock.run(lambda: 42) == 42
+    assert clock() >= 0.0
+
+
+# ---- model selection ------------------------------------------------------------------------
+
+
+def _bundle(root: Path, family: str, precision: str, **manifest) -> None:
+    path = root / family / precision
+    path.mkdir(parents=True)
+    base = {
+        "schema_version": 1,
+        "name": family,
+        "task": "causal-lm",
+        "precision": precision,
+        "files": {},
+        "graphs": {"decoder": {"file": "model.onnx"}, "encoder": {"file": "e.onnx"}},
+        "num_layers": 1,
+        "num_heads": 1,
+        "head_size": 1,
+    }
+    (path / "manifest.json").write_text(json.dumps({**base, **manifest}))
+
+
+@pytest.fixture
+def registry(tmp_path) -> ModelRegistry:
+    ratio = {"length_ratio": {"kind": "numeric", "values": {"0.5": "<r5>", "1.0": "<r10>"}}}
+    _bundle(tmp_path, "plain-lm", "fp32")
+    _bundle(tmp_path, "bible-lm", "fp32", controls={"section": {"kind": "choice", "values": {}}})
+    _bundle(tmp_path, "bible-lm", "int8", controls={"section": {"kind": "choice", "values": {}}})
+    _bundle(tmp_path, "zz-translator", "int8", task="seq2seq", training_data={"pair": "en-es"})
+    _bundle(
+        tmp_path,
+        "aa-rewriter",
+        "int8",
+        task="seq2seq",
+        controls=ratio,
+        embeddings="e.npy",
+        training_data={"source_language": "en", "target_language": "en"},
+    )
+    _bundle(tmp_path, "de-translator", "int8", task="seq2seq", training_data={"pair": "de→en"})
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "manifest.json").write_text("{not json")
+    return ModelRegistry.discover([tmp_path, tmp_path / "missing"])
+
+
+def test_each_tab_gets_its_models_by_manifest_not_by_name(registry):
+    assert registry.generators()[:3] == ["bible-lm (int8)", "bible-lm (fp32)", "plain-lm (fp32)"]
+    assert registry.rewriters() == ["aa-rewriter (int8)"]
+    assert registry.translators() == [
+        "zz-translator (int8)",
+        "de-translator (int8)",
+        "aa-rewriter (int8)",
+    ]
+    assert registry.with_embeddings() == ["aa-rewriter (int8)"]
+    assert "broken" in registry.problems and "broken" not in registry.names
+
+
+def test_languages():
+    assert languages({"training_data": {"pair": "EN→ES"}}) == ("en", "es")
+    assert languages({"training_data": {"source_language": "en"}}) is None
+
+
+def test_unknown_and_missing_models_raise_clear_errors(registry):
+    with pytest.raises(ValueError, match="`model` must be one of"):
+        registry.get("nope")
+    with pytest.raises(ValueError, match="no models are installed"):
+        ModelRegistry({}).get("anything")
+
+
+# ---- tab helpers ----------------------------------------------------------------------------
+
+
+def test_rewrite_target_controls(registry):
+    model = "aa-rewriter (int8)"
+    assert target_controls(registry, model, "ratio", 0.8, None) == {"length_ratio": 0.8}
+    assert target_controls(registry, model, "none", 0.8, None) == {}
+    with pytest.raises(ValueError, match="has no `length` control"):
+        target_controls(registry, model, "category", 0.8, "short")
+    with pytest.raises(ValueError, match=r"`ratio` must be in \[0.1, 2.0\], got 3"):
+        target_controls(registry, model, "ratio", 3, None)
+
+
+def test_presets_cap_samples_where_they_must():
+    assert preset_config("greedy", 8, 4, 0).num_return_sequences == 1
+    assert preset_config("beam 5", 8, 8, 0).num_return_sequences == 5
+    assert preset_config("top-p 0.95", 8, 4, 0).num_return_sequences == 4
+    with pytest.raises(ValueError, match="`preset` must be one of"):
+        preset_config("top-q", 8, 1, 0)
+
+
+def test_parse_pairs():
+    assert parse_pairs("boy | girl\n\nman|girl") == [("boy", "girl"), ("man", "girl")]
+    with pytest.raises(ValueError, match="`pairs` line 1 must look like 'boy | girl'"):
+        parse_pairs("boy girl")
+
+
+def test_format_translations():
+    outputs = [type("Out", (), {"text": f" t{i} "})() for i in range(4)]
+    assert format_translations(outputs[:2], 2, 1) == "t0\nt1"
+    assert format_translations(outputs, 2, 2) == "1. t0\n2. t1\n\n1. t2\n2. t3"
+
+
+def test_benchmark_tables_and_facts(tmp_path):
+    assert "No benchmark results yet" in benchmark_markdown(tmp_path / "none")
+    (tmp_path / "decode.json").write_text(json.dumps({"benchmark": "decode", "table": "| a |"}))
+    (tmp_path / "other.json").write_text(json.dumps({"no": "table"}))
+    (tmp_path / "bad.json").write_text("{")
+    assert benchmark_markdown(tmp_path) == "#### decode (`decode.json`)\n\n| a |"
+    rows = dict(facts({"name": "m", "task": "seq2seq", "training_data": {"pair": "en-es"}}))
+    assert rows["languages"] == "en → es" and rows["input embeddings"] == "not shipped"
+
+
+def test_plots_build_figures():
+    rows = [
+        {"sweep": "top-k", "label": "k = 0", "bleu": 40.0, "self_bleu": 21.0},
+        {"sweep": "top-p", "label": "p = 0.95", "bleu": None, "self_bleu": 30.0},
+    ]
+    assert len(plots.decoding_study(rows).axes) == 2
+    figure = plots.length_sweep([0.5, 1.0], [0.6, 1.1], [0.55, None])
+    assert figure.axes[0].get_xlabel().startswith("requested ratio")
+    categorical = plots.length_sweep(["short", "long"], [0.7, 1.2], [0.8, 1.1])
+    assert [t.get_text() for t in categorical.axes[0].get_xticklabels()] == ["short", "long"]
