@@ -151,9 +151,11 @@ def assert_same_kept(logits: np.ndarray, settings: dict) -> None:
     np.testing.assert_allclose(ours[both], theirs[both], rtol=1e-6)
 
 
-@pytest.mark.parametrize(
-    "settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items())
-)
+def settings_id(settings: dict) -> str:
+    return ",".join(f"{name}={value}" for name, value in settings.items()) or "off"
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=settings_id)
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("vocab,rows", SIZES, ids=[f"V{v}" for v, _ in SIZES])
 def test_filter_keeps_what_transformers_keeps(vocab, rows, kind, settings):
@@ -266,6 +268,16 @@ def test_logits_must_be_a_2d_batch(shape):
         sampling.filter_logits(logits, top_p=0.9)
     with pytest.raises(ValueError, match=re.escape(message)):
         sampling.Sampler()(logits, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("settings", [{}, dict(top_k=5), dict(top_p=0.9)], ids=settings_id)
+def test_rows_without_a_finite_maximum_are_rejected(bad, settings):
+    logits = np.zeros((2, 3_000), dtype=np.float32)
+    logits[1] = -np.inf
+    logits[1, 7] = bad  # NaN / +inf anywhere, or a row with nothing but -inf
+    with pytest.raises(ValueError, match="`logits` must be"):
+        sampling.Sampler(**settings)(logits, np.random.default_rng(0))
 
 
 @pytest.mark.parametrize("vocab,k", [(50_257, 5), (50_257, 50), (50_257, 2_000), (7, 7), (300, 1)])
