@@ -222,17 +222,14 @@ class Sampler:
 
 @dataclass
 class _Listed:
-    """Survivors listed explicitly, by logit descending (after top-k or typical-p)."""
+    """Survivors listed explicitly, in no particular order (after top-k or typical-p)."""
 
     indices: np.ndarray  # (n,) int64 token ids
-    values: np.ndarray  # (n,) float32 scaled logits, descending
+    values: np.ndarray  # (n,) float32 scaled logits
 
-    def head(self, count: int) -> _Listed:
-        """The first `count` survivors, extended over ties with the last of them."""
-        values = self.values
-        if count < values.shape[0] and values[count] == values[count - 1]:
-            count = int(np.count_nonzero(values >= values[count - 1]))
-        return _Listed(self.indices[:count], values[:count])
+    def at_least(self, threshold: float) -> _Listed:
+        keep = self.values >= threshold
+        return _Listed(self.indices[keep], self.values[keep])
 
 
 @dataclass
@@ -320,54 +317,42 @@ def _top_k_candidates(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 
 
 def _top_k_listed(values: np.ndarray, k: int) -> _Listed:
-    indices, candidates = _top_k_candidates(values, k)
-    order = candidates.argsort()[::-1]  # descending
-    if not np.isfinite(candidates[order[0]]):
-        _reject("logits", "rows with a finite maximum (no NaN or +inf)", candidates[order[0]])
-    return _Listed(indices[order], candidates[order])
+    kept = _Listed(*_top_k_candidates(values, k))
+    top = kept.values.max()
+    if not np.isfinite(top):
+        _reject("logits", "rows with a finite maximum (no NaN or +inf)", top)
+    return kept
 
 
 def _kth_largest(values: np.ndarray, k: int) -> float:
-    return float(_top_k_candidates(values, k)[1].min())
+    if 4 * k <= _subsample_size(values.shape[0]):
+        return float(_top_k_candidates(values, k)[1].min())
+    return float(np.partition(values, values.shape[0] - k)[values.shape[0] - k])
 
 
 # --- Top-p ------------------------------------------------------------------------------------
 
 
-def _survivor_count(
-    desc_mass: np.ndarray, at_or_below_first: float, total: float, cut: float
-) -> tuple[int, np.ndarray]:
-    """How many of a run of tokens, by logit descending, top-p keeps; and the run's mass cumsum.
-
-    Transformers keeps a token while its ascending cumulative mass (everything at or below it)
-    exceeds `cut` × total. Along the run that mass is `at_or_below_first` minus the mass of the
-    run's earlier tokens, so the survivors are those whose earlier mass stays below the limit.
-    """
-    cumulative = np.add.accumulate(desc_mass, dtype=np.float64)  # (n,)
-    limit = at_or_below_first - cut * total
-    if limit <= 0.0:
-        return 0, cumulative
-    return min(desc_mass.shape[0], 1 + int(cumulative.searchsorted(limit))), cumulative
-
-
 def _top_p_listed(kept: _Listed, cut: float, keep_min: int) -> _Listed:
-    desc_mass = np.exp(kept.values - kept.values[0])  # (n,) float32
-    total = float(np.add.reduce(desc_mass, dtype=np.float64))
-    count = _survivor_count(desc_mass, total, total, cut)[0]
-    return kept.head(min(max(count, keep_min), kept.values.shape[0]))
+    ascending = np.sort(kept.values)  # (n,)
+    ascending_mass = np.exp(ascending - ascending[-1])  # (n,) float32
+    total = float(np.add.reduce(ascending_mass, dtype=np.float64))
+    removed = min(_prefix_within(ascending_mass, cut * total), ascending.shape[0] - keep_min)
+    return kept.at_least(ascending[removed])  # ties with the smallest survivor survive
 
 
 def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
     """Top-p over a whole row without sorting it: see the module docstring."""
     values, mass = row.values, row.mass
-    # Estimate where the removable tail ends from the sorted subsample.
+    removable = cut * mass.total  # a token goes when the mass at or below it is <= this
+    # Estimate from the sorted subsample how many of its tokens the removed tail holds.
     sample = _subsample(values)
     sample.sort()  # (S,) ascending
     sample_mass = np.exp(sample - mass.max)  # (S,)
     scale = values.shape[0] / sample.shape[0]
-    guess = _crossing(sample_mass, cut * mass.total / scale)
-    # Standard error of that rank: the estimated tail mass varies with the sampled tokens' masses
-    # (zero when the subsample is the whole row).
+    guess = _prefix_within(sample_mass, removable / scale)
+    # Its standard error in ranks: the estimated tail mass varies with the sampled tokens' masses
+    # (no error when the subsample is the whole row).
     tail = sample_mass[:guess]
     error = math.sqrt(float(np.dot(tail, tail)) * (1.0 - 1.0 / scale))
     boundary_mass = float(sample_mass[min(guess, sample.shape[0] - 1)])  # >= every tail mass
@@ -375,68 +360,68 @@ def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
     while True:
         low_rank, high_rank = guess - int(spread), guess + int(spread)
         low = sample[low_rank] if low_rank >= 0 else -np.inf
-        # With few tokens above the band, take them into it rather than summing the mass below.
+        # With few tokens above the band, take them into it rather than leave them above it.
         few_above = (sample.shape[0] - high_rank) * scale < _FEW
-        high = sample[high_rank] if not few_above else np.inf
+        high = np.inf if few_above else sample[high_rank]
+        # The band [low, high] is closed at both ends, so equal logits stay together.
+        at_least_low = values >= low if low > -np.inf else None  # (V,)
+        in_band = at_least_low
         if high < np.inf:
-            below_high = values < high  # (V,)
-            band = values.compress(below_high & (values >= low))  # faster than a mask index
-            mass_below_high = mass.mass_where(below_high)
-        else:
-            band = values.compress(values >= low)
-            mass_below_high = mass.total
-        band.sort()
-        band = band[::-1]  # (n,) descending
+            in_band = values <= high if in_band is None else in_band & (values <= high)
+        band = values.copy() if in_band is None else values.compress(in_band)  # (n,)
+        band.sort()  # ascending
         band_mass = np.exp(band - mass.max)  # (n,)
-        count, cumulative = _survivor_count(band_mass, mass_below_high, mass.total, cut)
-        band_total = float(cumulative[-1]) if band.shape[0] else 0.0
-        survivor_below = (
-            low > -np.inf
-            and count == band.shape[0]
-            and mass_below_high - band_total > cut * mass.total
-        )
-        if not (survivor_below or (count == 0 and high < np.inf)):
+        # Summed from below, not as total minus the rest: tails this small would cancel out.
+        mass_below_low = 0.0 if at_least_low is None else mass.mass_where(~at_least_low)
+        removed = _prefix_within(band_mass, removable - mass_below_low)
+        lower = mass_below_low > removable  # the token just below the band survives
+        higher = removed == band.shape[0] and high < np.inf  # the whole band goes
+        if not (lower or higher):
             break
-        spread = 4.0 * spread + 16.0  # the boundary is outside the band: widen it (to the row)
-    if count == 0:  # nothing passes the mass rule: only min_tokens_to_keep survive
-        threshold, survivors, kept_mass = np.inf, 0, 0.0
-    else:
-        threshold = band[count - 1]
-        ties = int(np.count_nonzero(band >= threshold)) if count < band.shape[0] else count
-        above_band = values.shape[0] - int(np.count_nonzero(below_high)) if high < np.inf else 0
-        survivors = ties + above_band
-        kept_mass = mass.total - mass_below_high + float(cumulative[ties - 1])
-    if survivors < keep_min:
+        spread = 4.0 * spread + 16.0  # the boundary is outside: widen (at worst to the row)
+    if removed < band.shape[0]:
+        threshold = float(band[removed])  # the smallest survivor; ties with it survive too
+        first = int(band.searchsorted(threshold))
+        kept_mass = mass.total - mass_below_low - float(np.add.reduce(band_mass[:first]))
+    else:  # nothing passes the mass rule: only min_tokens_to_keep survive
+        threshold, kept_mass = np.inf, 0.0
+    if band.shape[0] - removed < keep_min and np.count_nonzero(values >= threshold) < keep_min:
         threshold = _kth_largest(values, keep_min)
         kept_mass = mass.mass_where(values >= threshold)
-    return _AtLeast(float(threshold), kept_mass)
+    return _AtLeast(threshold, kept_mass)
 
 
-def _crossing(weights: np.ndarray, target: float) -> int:
-    """Index of the first weight at which the running sum reaches `target` (len if never).
+def _prefix_within(weights: np.ndarray, budget: float) -> int:
+    """How many leading weights have a running sum <= budget.
 
     Sums whole blocks first (a cumulative sum costs ~4 ns per element here, a block sum ~0.1).
     """
-    if weights.shape[0] % _BLOCK:
-        return int(np.add.accumulate(weights, dtype=np.float64).searchsorted(target))
-    block_sums = weights.reshape(-1, _BLOCK) @ _ones_block()  # (S / BLOCK,)
-    block_cdf = np.add.accumulate(block_sums, dtype=np.float64)
-    block = int(block_cdf.searchsorted(target))
-    if block == block_cdf.shape[0]:
-        return weights.shape[0]
-    before = float(block_cdf[block - 1]) if block else 0.0
-    inner = np.add.accumulate(weights[block * _BLOCK : (block + 1) * _BLOCK], dtype=np.float64)
-    return block * _BLOCK + int(inner.searchsorted(target - before))
+    whole = weights.shape[0] // _BLOCK * _BLOCK
+    passed = 0.0
+    if whole:
+        block_sums = weights[:whole].reshape(-1, _BLOCK) @ _ones_block()  # (whole / BLOCK,)
+        block_cdf = np.add.accumulate(block_sums, dtype=np.float64)
+        block = int(block_cdf.searchsorted(budget, side="right"))  # blocks wholly within budget
+        if block < block_cdf.shape[0]:
+            start, passed = block * _BLOCK, (float(block_cdf[block - 1]) if block else 0.0)
+            inner = np.add.accumulate(weights[start : start + _BLOCK], dtype=np.float64)
+            return start + int(inner.searchsorted(budget - passed, side="right"))
+        passed = float(block_cdf[-1])
+    rest = np.add.accumulate(weights[whole:], dtype=np.float64)
+    return whole + int(rest.searchsorted(budget - passed, side="right"))
 
 
 # --- Min-p ------------------------------------------------------------------------------------
 
 
 def _min_p_listed(kept: _Listed, min_p: float, keep_min: int) -> _Listed:
-    weights = np.exp(kept.values - kept.values[0])  # (n,) float32, descending
+    weights = np.exp(kept.values - kept.values.max())  # (n,) float32
     probs = weights / np.float32(np.add.reduce(weights, dtype=np.float64))
-    passing = int(np.count_nonzero(probs >= np.float32(min_p) * probs[0]))
-    return kept.head(min(max(passing, keep_min), kept.values.shape[0]))
+    passing = probs >= np.float32(min_p) * probs.max()  # an up-set of the logits
+    threshold = kept.values[passing].min()
+    if np.count_nonzero(passing) < keep_min:
+        threshold = min(threshold, _kth_largest(kept.values, keep_min))
+    return kept.at_least(threshold)
 
 
 def _min_p_row(row: _Row, kept: _AtLeast, min_p: float, keep_min: int) -> _AtLeast:
@@ -444,8 +429,8 @@ def _min_p_row(row: _Row, kept: _AtLeast, min_p: float, keep_min: int) -> _AtLea
     kept_mass = mass.total if kept.mass is None else kept.mass
     survivors = values >= kept.threshold  # (V,)
     probs = mass.exp / np.float32(kept_mass)  # (V,) survivors' probabilities (others unused)
-    passing = survivors & (probs >= np.float32(min_p) * probs.max())
-    threshold = float(np.min(values, where=passing, initial=np.inf))
+    passing = survivors & (probs >= np.float32(min_p) * probs.max())  # an up-set of the logits
+    threshold = float(np.where(passing, values, np.inf).min())
     if np.count_nonzero(passing) < keep_min:
         threshold = min(threshold, _kth_largest(values, keep_min))
     return _AtLeast(threshold, mass.mass_where(values >= threshold))
@@ -475,8 +460,7 @@ def _typical(values: np.ndarray, kept: _Listed | _AtLeast, typical_p: float, kee
     keep = np.zeros(values.shape, dtype=bool)
     keep[order] = keep_sorted
     indices = np.flatnonzero(keep & (scores > -np.inf))
-    order = scores[indices].argsort(kind="stable")[::-1]
-    return _Listed(indices[order], scores[indices[order]])
+    return _Listed(indices, scores[indices])
 
 
 # --- Drawing ----------------------------------------------------------------------------------
@@ -499,7 +483,7 @@ def _draw_blocks(padded: np.ndarray, block_cdf: np.ndarray, rng: np.random.Gener
 
 def _draw(row: _Row, kept: _Listed | _AtLeast, rng: np.random.Generator) -> int:
     if isinstance(kept, _Listed):
-        cdf = np.add.accumulate(np.exp(kept.values - kept.values[0]), dtype=np.float64)
+        cdf = np.add.accumulate(np.exp(kept.values - kept.values.max()), dtype=np.float64)
         return int(kept.indices[_inverse_cdf(cdf, rng.random() * cdf[-1])])
     mass = row.mass
     if kept.mass is None or kept.mass >= _MIN_ACCEPTANCE * mass.total:
