@@ -228,8 +228,8 @@ class _Listed:
     values: np.ndarray  # (n,) float32 scaled logits
 
     def at_least(self, threshold: float) -> _Listed:
-        keep = self.values >= threshold
-        return _Listed(self.indices[keep], self.values[keep])
+        keep = (self.values >= threshold).nonzero()[0]  # nonzero + take beats a boolean index
+        return _Listed(self.indices.take(keep), self.values.take(keep))
 
 
 @dataclass
@@ -304,13 +304,15 @@ def _top_k_candidates(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
         sample.partition(sample.shape[0] - k)
         # The k-th largest of a subset is <= the k-th largest of the row: >= k tokens pass.
         indices = (values >= sample[sample.shape[0] - k]).nonzero()[0]
-        candidates = values[indices]
+        candidates = values.take(indices)
+        if candidates.shape[0] > k:
+            kth = np.partition(candidates, candidates.shape[0] - k)[candidates.shape[0] - k]
+            keep = (candidates >= kth).nonzero()[0]
+            indices, candidates = indices.take(keep), candidates.take(keep)
     else:
-        indices, candidates = np.arange(values.shape[0]), values
-    if candidates.shape[0] > k:
-        kth = np.partition(candidates, candidates.shape[0] - k)[candidates.shape[0] - k]
-        keep = candidates >= kth
-        indices, candidates = indices[keep], candidates[keep]
+        kth = np.partition(values, values.shape[0] - k)[values.shape[0] - k]
+        indices = (values >= kth).nonzero()[0]
+        candidates = values.take(indices)
     if candidates.shape[0] < k:  # only NaN compares false against everything
         _reject("logits", "free of NaN", "NaN")
     return indices, candidates
@@ -325,9 +327,7 @@ def _top_k_listed(values: np.ndarray, k: int) -> _Listed:
 
 
 def _kth_largest(values: np.ndarray, k: int) -> float:
-    if 4 * k <= _subsample_size(values.shape[0]):
-        return float(_top_k_candidates(values, k)[1].min())
-    return float(np.partition(values, values.shape[0] - k)[values.shape[0] - k])
+    return float(_top_k_candidates(values, k)[1].min())
 
 
 # --- Top-p ------------------------------------------------------------------------------------
