@@ -177,7 +177,10 @@ def build(registry) -> None:
                         list(PRESETS), value=DEFAULT_PRESETS[i], label="Decoding preset"
                     )
                     output = gr.Textbox(
-                        label=f"Output {i + 1}", lines=12, elem_classes="column-output"
+                        label=f"Output {i + 1}",
+                        lines=12,
+                        elem_classes="column-output",
+                        elem_id=f"compare-output-{i + 1}",
                     )
                 inputs += [model, preset]
                 outputs.append(output)
@@ -186,7 +189,11 @@ def build(registry) -> None:
             run = gr.Button("Compare", variant="primary", interactive=bool(names))
             stop = gr.Button("Stop", variant="stop")
         table = gr.Dataframe(
-            headers=METRIC_HEADERS, label="Metrics per column", interactive=False, wrap=True
+            headers=METRIC_HEADERS,
+            label="Metrics per column",
+            interactive=False,
+            wrap=True,
+            elem_id="compare-metrics",
         )
         count.change(
             lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],

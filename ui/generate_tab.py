@@ -59,7 +59,9 @@ def build(registry) -> None:
                 )
             with gr.Column(scale=3):
                 stats = gr.HTML(stats_html(_empty_stats()), label="Stats")
-                output = gr.Textbox(label="Output", lines=10, buttons=["copy"])
+                output = gr.Textbox(
+                    label="Output", lines=10, buttons=["copy"], elem_id="generate-output"
+                )
                 with gr.Accordion("Tokens by probability (hover for the top 5)", open=True):
                     tokens = gr.HTML(legend_html(), elem_id="token-view")
 

@@ -52,8 +52,9 @@ def length_sweep(requested: list, subwords: list, characters: list):
     numeric = all(isinstance(value, (int, float)) for value in requested)
     xs = list(requested) if numeric else list(range(len(requested)))
     if numeric:
-        top = max([2.0, *xs, *(v for v in subwords + characters if v is not None)])
+        top = max(xs)
         axes.plot([0, top], [0, top], color="#a8a29e", linestyle="--", label="achieved = requested")
+        axes.set_xlim(0, top * 1.05)
         axes.set_xlabel("requested ratio (length_ratio token)")
     else:
         axes.axhline(1.0, color="#a8a29e", linestyle="--", label="same length as the source")

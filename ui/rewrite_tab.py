@@ -178,12 +178,17 @@ def build(registry) -> None:
                 gr.Examples([[line] for line in examples.KJV], [source], label="KJV verses")
             with gr.Column(scale=3):
                 output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])
-                report = gr.HTML(label="Subtitle check")
+                report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
                 with gr.Accordion("Measurements", open=False):
                     measured = gr.JSON(label="Measurements")
-                chart = gr.Plot(label="Requested vs achieved length")
+                chart = gr.Plot(label="Requested vs achieved length", elem_id="rewrite-plot")
                 table = gr.Dataframe(
-                    headers=SWEEP_HEADERS, label="Every ratio", interactive=False, wrap=True
+                    headers=SWEEP_HEADERS,
+                    label="Every ratio",
+                    interactive=False,
+                    wrap=True,
+                    column_widths=["9%", "43%", "8%", "8%", "8%", "8%", "8%", "8%"],
+                    elem_id="rewrite-sweep-table",
                 )
 
         def for_model(name):

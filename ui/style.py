@@ -53,7 +53,8 @@ CSS = """
 .subtitle-preview { background: #0c0a09; color: #fafaf9; font-family: Arial, Helvetica, sans-serif;
                     font-size: 18px; text-align: center; padding: 14px 10px; border-radius: 6px;
                     line-height: 1.4; min-height: 3em; }
-.subtitle-preview .over { color: #fca5a5; }
+.subtitle-preview div { color: #fafaf9 !important; }
+.subtitle-preview div.over { color: #fca5a5 !important; }
 .column-output textarea { font-size: 14px; }
 """
 
