@@ -96,6 +96,11 @@ def _as_matrix(x, name: str) -> np.ndarray:
     return x
 
 
+def _as_logits(logits) -> np.ndarray:
+    logits = _as_matrix(logits, "logits")
+    return logits if logits.dtype == np.float32 else logits.astype(np.float32)
+
+
 # --- Public API -------------------------------------------------------------------------------
 
 
@@ -170,38 +175,31 @@ class Sampler:
 
     def filter(self, logits: np.ndarray) -> np.ndarray:
         """Filtered logits (B, V): kept entries are logits / temperature, removed ones -inf."""
-        scaled = self._scale(logits)
-        out = np.full(scaled.shape, -np.inf, dtype=np.float32)  # (B, V)
-        for b, values in enumerate(scaled):
-            kept = self._survivors(_Row(values))
+        logits = _as_logits(logits)
+        out = np.full(logits.shape, -np.inf, dtype=np.float32)  # (B, V)
+        for b, raw in enumerate(logits):
+            row = _Row(raw, self.temperature)
+            kept = self._survivors(row)
             if isinstance(kept, _Listed):
                 out[b, kept.indices] = kept.values
             else:
-                np.copyto(out[b], values, where=values >= kept.threshold)
+                np.copyto(out[b], row.values, where=row.values >= kept.threshold)
         return out
 
     def __call__(self, logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        scaled = self._scale(logits)
-        tokens = np.empty(scaled.shape[0], dtype=np.int64)  # (B,)
-        for b, values in enumerate(scaled):
-            row = _Row(values)
+        logits = _as_logits(logits)
+        tokens = np.empty(logits.shape[0], dtype=np.int64)  # (B,)
+        for b, raw in enumerate(logits):
+            row = _Row(raw, self.temperature)
             tokens[b] = _draw(row, self._survivors(row), rng)
         return tokens
 
-    def _scale(self, logits: np.ndarray) -> np.ndarray:
-        logits = _as_matrix(logits, "logits")
-        if logits.dtype != np.float32:
-            logits = logits.astype(np.float32)
-        if self.temperature == 1.0:
-            return logits  # only read from here on
-        return logits / np.float32(self.temperature)
-
     def _survivors(self, row: _Row) -> _Listed | _AtLeast:
-        """What survives every filter in one scaled row."""
-        vocab = row.values.shape[0]
+        """What survives every filter in one row."""
+        vocab = row.raw.shape[0]
         keep_min = min(self.min_tokens_to_keep, vocab)
         k = min(max(self.top_k, keep_min), vocab) if self.top_k else vocab
-        kept = _top_k_listed(row.values, k) if k < vocab else _AtLeast(-np.inf, None)
+        kept = _top_k_listed(row, k) if k < vocab else _AtLeast(-np.inf, None)
         if self.top_p < 1.0:
             if isinstance(kept, _Listed):
                 kept = _top_p_listed(kept, self._removable_cut, keep_min)
@@ -213,7 +211,7 @@ class Sampler:
             else:
                 kept = _min_p_row(row, kept, self.min_p, keep_min)
         if self.typical_p < 1.0:
-            kept = _typical(row.values, kept, self.typical_p, keep_min)
+            kept = _typical(row, kept, self.typical_p, keep_min)
         return kept
 
 
@@ -241,10 +239,19 @@ class _AtLeast:
 
 
 class _Row:
-    """One scaled row (V,) and, computed on first use, its `_RowMass`."""
+    """One row of logits (V,) (only read) and, computed on first use, its scaled logits and mass.
 
-    def __init__(self, values: np.ndarray):
-        self.values = values
+    Top-k divides only its candidates by the temperature; everything else needs the whole row.
+    """
+
+    def __init__(self, raw: np.ndarray, temperature: float):
+        self.raw = raw
+        self.temperature = temperature
+
+    @functools.cached_property
+    def values(self) -> np.ndarray:
+        """logits / temperature (V,)."""
+        return self.raw if self.temperature == 1.0 else self.raw / np.float32(self.temperature)
 
     @functools.cached_property
     def mass(self) -> _RowMass:
@@ -297,13 +304,21 @@ def _subsample_size(vocab: int) -> int:
 # --- Top-k ------------------------------------------------------------------------------------
 
 
+def _candidates_above_sample(values: np.ndarray, k: int) -> tuple[np.float32, np.ndarray]:
+    """The subsample's k-th largest value, and the tokens >= it, in index order.
+
+    The k-th largest of a subset is <= the k-th largest of the row, so >= k tokens pass.
+    """
+    sample = _subsample(values)
+    sample.partition(sample.shape[0] - k)
+    floor = sample[sample.shape[0] - k]
+    return floor, (values >= floor).nonzero()[0]
+
+
 def _top_k_candidates(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Every token whose value is >= the row's k-th largest (ties included), in index order."""
     if 4 * k <= _subsample_size(values.shape[0]):
-        sample = _subsample(values)
-        sample.partition(sample.shape[0] - k)
-        # The k-th largest of a subset is <= the k-th largest of the row: >= k tokens pass.
-        indices = (values >= sample[sample.shape[0] - k]).nonzero()[0]
+        indices = _candidates_above_sample(values, k)[1]
         candidates = values.take(indices)
         if candidates.shape[0] > k:
             kth = np.partition(candidates, candidates.shape[0] - k)[candidates.shape[0] - k]
@@ -318,8 +333,23 @@ def _top_k_candidates(values: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
     return indices, candidates
 
 
-def _top_k_listed(values: np.ndarray, k: int) -> _Listed:
-    kept = _Listed(*_top_k_candidates(values, k))
+def _top_k_listed(row: _Row, k: int) -> _Listed:
+    """Top-k of the scaled row, dividing only candidates by the temperature when that is exact.
+
+    Dividing is monotone, so the scaled k-th largest is the k-th largest candidate divided; but
+    it can round neighbouring logits together, so a token below the candidates' floor could tie
+    with it. When floor / temperature stays strictly below it, none can; otherwise scale it all.
+    """
+    kept = None
+    if row.temperature != 1.0 and 4 * k <= _subsample_size(row.raw.shape[0]):
+        floor, indices = _candidates_above_sample(row.raw, k)
+        if indices.shape[0] >= k:  # else NaN: reported below
+            scaled = row.raw.take(indices) / np.float32(row.temperature)
+            kth = np.partition(scaled, scaled.shape[0] - k)[scaled.shape[0] - k]
+            if floor / np.float32(row.temperature) < kth:
+                kept = _Listed(indices, scaled).at_least(kth)
+    if kept is None:
+        kept = _Listed(*_top_k_candidates(row.values, k))
     top = kept.values.max()
     if not np.isfinite(top):
         _reject("logits", "rows with a finite maximum (no NaN or +inf)", top)
@@ -439,12 +469,12 @@ def _min_p_row(row: _Row, kept: _AtLeast, min_p: float, keep_min: int) -> _AtLea
 # --- Typical-p (sorts the row, like transformers) ---------------------------------------------
 
 
-def _typical(values: np.ndarray, kept: _Listed | _AtLeast, typical_p: float, keep_min: int):
-    scores = np.full(values.shape, -np.inf, dtype=np.float32)  # (V,)
+def _typical(row: _Row, kept: _Listed | _AtLeast, typical_p: float, keep_min: int) -> _Listed:
+    scores = np.full(row.raw.shape, -np.inf, dtype=np.float32)  # (V,)
     if isinstance(kept, _Listed):
         scores[kept.indices] = kept.values
     else:
-        np.copyto(scores, values, where=values >= kept.threshold)
+        np.copyto(scores, row.values, where=row.values >= kept.threshold)
     with np.errstate(invalid="ignore", divide="ignore"):
         shifted = scores - scores.max()
         log_probs = shifted - np.float32(np.log(np.exp(shifted).sum(dtype=np.float64)))
@@ -454,10 +484,10 @@ def _typical(values: np.ndarray, kept: _Listed | _AtLeast, typical_p: float, kee
     order = np.argsort(surprise_gap, kind="stable")  # (V,)
     gaps = surprise_gap[order]
     cumulative = np.cumsum(probs[order], dtype=np.float64).astype(np.float32)
-    last = min(int(np.count_nonzero(cumulative < np.float32(typical_p))), values.shape[0] - 1)
+    last = min(int(np.count_nonzero(cumulative < np.float32(typical_p))), scores.shape[0] - 1)
     keep_sorted = gaps <= gaps[last]
     keep_sorted[:keep_min] = True
-    keep = np.zeros(values.shape, dtype=bool)
+    keep = np.zeros(scores.shape, dtype=bool)
     keep[order] = keep_sorted
     indices = np.flatnonzero(keep & (scores > -np.inf))
     return _Listed(indices, scores[indices])

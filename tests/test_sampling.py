@@ -177,6 +177,24 @@ def test_poor_boundary_estimates_fall_back_to_exact_answers(monkeypatch):
             assert_same_kept(logits, settings)
 
 
+@pytest.mark.parametrize("temperature", [1.5, 3.0, 100.0])
+def test_temperature_rounding_ties_at_the_top_k_boundary(temperature):
+    # Consecutive float32 logits in [1.5, 2): dividing by the temperature rounds some of them
+    # together, so ties at the k-th value appear only after scaling. Top-k divides only its
+    # candidates; putting the largest logits where the subsample reads (every `stride`-th token)
+    # makes the candidates' floor the k-th value itself, so a tie just below it must be caught.
+    vocab = 50_257
+    stride = vocab // sampling._subsample_size(vocab)
+    read = np.arange(0, vocab, stride)
+    order = np.concatenate([read, np.setdiff1d(np.arange(vocab), read)])  # largest first
+    logits = np.empty((1, vocab), dtype=np.float32)
+    logits[0, order] = np.float32(2.0) - np.arange(1, vocab + 1) * np.float32(2**-23)
+    shuffled = np.random.default_rng(0).permuted(np.repeat(logits, 3, axis=0), axis=1)
+    for k in (1, 50, 333):
+        assert_same_kept(logits, dict(temperature=temperature, top_k=k))
+        assert_same_kept(shuffled, dict(temperature=temperature, top_k=k))
+
+
 def test_filter_never_mutates_its_input():
     logits = make_logits("zipf", 3, 1_000, seed=1)
     before = logits.copy()
