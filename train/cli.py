@@ -1,0 +1,238 @@
+"""`scriptorium train <recipe>` and `scriptorium train ship <recipe>`: run a training recipe.
+
+    scriptorium train bible-lm|rewriter|translator [--tiny] [--out DIR] [--resume]
+                      [--max-steps N] [--max-minutes M] [--eval-only] [--no-eval] [--ship]
+    scriptorium train ship bible-lm|rewriter|translator [--out DIR] [--models-dir models]
+
+A run trains (checkpointing to DIR/checkpoint.pt, logging DIR/loss.csv), then, once the step
+budget is reached, plots DIR/loss.png, writes the Hugging Face checkpoint DIR/model/, exports an
+int8 bundle DIR/bundle-int8/ and evaluates it through the runtime into DIR/evaluation.json.
+`ship` exports the evaluated model into models/<name>/<precision>/ with the full model card.
+`--tiny` runs the whole chain in seconds on the committed fixture slice (tests use it).
+
+Does not cover: what a recipe trains or measures (train/lm.py, train/seq2seq.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from train import common, data
+
+RECIPES = ("bible-lm", "rewriter", "translator")
+DEFAULT_PRECISIONS = {
+    "bible-lm": ("int8", "fp32"),
+    "rewriter": ("int8", "fp32"),
+    "translator": ("int8",),
+}
+MODELS_DIR = Path("models")
+MODELS_LIMIT_MB = 150  # models/ must stay below this in total
+EVAL_PRECISION = "int8"  # the shipped default; evaluation measures what the app runs
+
+
+def recipe_class(name: str):
+    from train import lm, seq2seq
+
+    return {"bible-lm": lm.BibleLM, "rewriter": seq2seq.Rewriter, "translator": seq2seq.Translator}[
+        name
+    ]
+
+
+def default_out(name: str, tiny: bool) -> Path:
+    return Path("checkpoints") / (name + ("-tiny" if tiny else ""))
+
+
+def make_recipe(args):
+    verses = args.verses or (data.FIXTURE if args.tiny else data.DEFAULT_OUT)
+    if not Path(verses).exists():
+        raise FileNotFoundError(f"{verses} not found: build it with `python -m train.data`")
+    out = args.out or default_out(args.recipe, args.tiny)
+    out.mkdir(parents=True, exist_ok=True)
+    recipe = recipe_class(args.recipe)(args.tiny, Path(verses), args.tokenizers, out, args.seed)
+    return recipe, out
+
+
+def card(recipe, metrics: dict) -> dict:
+    return {
+        "name": recipe.name,
+        "description": recipe.description(),
+        "metrics": metrics,
+        "training_data": recipe.training_data(),
+        "license": "Public domain: weights trained only on public-domain Bible translations",
+    }
+
+
+def run(args) -> int:
+    import torch
+
+    recipe, out = make_recipe(args)
+    model, task, config = recipe.setup()
+    parameters = common.count_parameters(model)
+    print(f"{recipe.name}: {parameters:,} parameters, {config.steps} steps, out {out}")
+    checkpoint = out / common.CHECKPOINT
+    if args.eval_only:
+        if not checkpoint.exists():
+            raise FileNotFoundError(f"{checkpoint} not found: train first")
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        model.load_state_dict(saved["model"])
+        state = saved["state"]
+        state["finished"] = state["step"] >= config.steps
+    else:
+        state = common.train(
+            model,
+            task,
+            config,
+            out,
+            resume=args.resume,
+            max_steps=args.max_steps,
+            max_minutes=args.max_minutes,
+            progress=not args.quiet,
+            describe=recipe.name,
+        )
+    common.plot_losses(out / common.LOSS_CSV, out / common.LOSS_PNG, recipe.name)
+    sps = common.steps_per_second(out / common.LOSS_CSV)
+    training = {
+        "parameters": parameters,
+        "steps": state["step"],
+        "planned_steps": config.steps,
+        "epochs": state["epoch"] + 1 if state["index"] else state["epoch"],
+        "tokens": state["tokens"],
+        "train_seconds": round(state["train_seconds"], 1),
+        "steps_per_second": sps,
+        "tokens_per_second": state["tokens"] / state["train_seconds"]
+        if state["train_seconds"]
+        else None,
+        "config": {k: v for k, v in vars(config).items()},
+        "size": {k: v for k, v in vars(recipe.size).items()},
+        "threads": common.THREADS,
+    }
+    common.write_json(out / "training.json", training)
+    if not state["finished"]:
+        print(f"stopped at step {state['step']} of {config.steps}; continue with --resume")
+        return 0
+    if args.no_eval:
+        return 0
+    model.eval()
+    model_dir = out / common.MODEL_DIR
+    common.save_model_dir(
+        model, recipe.tokenizer, model_dir, recipe.controls(), card(recipe, {}), recipe.generation()
+    )
+    bundle = out / f"bundle-{EVAL_PRECISION}"
+    common.export(
+        model_dir,
+        bundle,
+        EVAL_PRECISION,
+        recipe.name,
+        progress=not args.quiet,
+        optimize=not recipe.tiny,
+    )
+    started = time.perf_counter()
+    evaluation = recipe.evaluate(model, bundle, progress=not args.quiet)
+    evaluation["evaluated_precision"] = EVAL_PRECISION
+    evaluation["evaluation_seconds"] = round(time.perf_counter() - started, 1)
+    evaluation["training"] = training
+    common.write_json(out / common.EVALUATION, evaluation)
+    metrics = recipe.metrics(evaluation)
+    common.write_json(model_dir / "scriptorium_card.json", card(recipe, metrics))
+    for key, value in metrics.items():
+        print(f"  {key}: {value}")
+    if args.ship:
+        ship(recipe, out, args.models_dir, args.precisions, progress=not args.quiet)
+    return 0
+
+
+def training_section(evaluation: dict) -> str:
+    t = evaluation["training"]
+    minutes = t["train_seconds"] / 60
+    return (
+        f"{t['parameters']:,} parameters; {t['steps']} steps ({t['epochs']} epochs, "
+        f"{t['tokens']:,} target tokens) in {minutes:.0f} minutes of training on 2 CPU cores "
+        f"({t['steps_per_second']:.3f} steps/s, {t['tokens_per_second']:.0f} tokens/s; time "
+        "during which the run was paused is not counted). Seed "
+        f"{t['config']['seed']}; AdamW, peak lr {t['config']['lr']}, {t['config']['warmup']} "
+        "warm-up steps, cosine decay. Metrics above were measured on the "
+        f"{evaluation['evaluated_precision']} bundle through the runtime "
+        f"({evaluation['evaluation_seconds'] / 60:.0f} minutes).\n\n"
+        "![loss curve](loss.png)"
+    )
+
+
+def ship(recipe, out: Path, models_dir: Path, precisions, progress: bool = True) -> list[Path]:
+    """Export the evaluated model into models_dir/<name>/<precision>/ with the full card."""
+    evaluation = common.read_json(out / common.EVALUATION)
+    sections = [*recipe.card_sections(evaluation), ("Training", training_section(evaluation))]
+    shipped = []
+    for precision in precisions:
+        target = models_dir / recipe.name / precision
+        common.export(
+            out / common.MODEL_DIR,
+            target,
+            precision,
+            recipe.name,
+            progress,
+            optimize=not recipe.tiny,
+        )
+        common.finish_card(target, sections, [out / common.LOSS_PNG])
+        shipped.append(target)
+        print(f"shipped {target}")
+    total = sum(p.stat().st_size for p in models_dir.rglob("*") if p.is_file()) / 2**20
+    print(f"{models_dir}: {total:.1f} MB in total (limit {MODELS_LIMIT_MB} MB)")
+    if total >= MODELS_LIMIT_MB:
+        print(f"warning: {models_dir} is over {MODELS_LIMIT_MB} MB", file=sys.stderr)
+    return shipped
+
+
+def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    parser.add_argument("recipe", choices=RECIPES)
+    parser.add_argument("--tiny", action="store_true", help="seconds-long run on the fixture")
+    parser.add_argument("--out", type=Path, help="run directory (default checkpoints/<recipe>)")
+    parser.add_argument("--verses", type=Path, help="verse table (default data/verses.tsv)")
+    parser.add_argument(
+        "--tokenizers",
+        type=Path,
+        default=Path("data/tokenizers"),
+        help="directory with en.json and en_es.json",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models-dir", type=Path, default=MODELS_DIR)
+    parser.add_argument(
+        "--precisions",
+        type=lambda s: tuple(s.split(",")),
+        help="bundles to ship, e.g. int8,fp32 (default per recipe)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    if ship_only:
+        return parser
+    parser.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    parser.add_argument("--max-steps", type=int, help="stop this invocation at this step")
+    parser.add_argument("--max-minutes", type=float, help="stop after this much training time")
+    parser.add_argument("--eval-only", action="store_true", help="evaluate the checkpoint")
+    parser.add_argument("--no-eval", action="store_true", help="train only")
+    parser.add_argument("--ship", action="store_true", help="export into --models-dir")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ship"]:
+        args = _parser("scriptorium train ship", ship_only=True).parse_args(argv[1:])
+        recipe, out = make_recipe(args)
+        ship(
+            recipe,
+            out,
+            args.models_dir,
+            args.precisions or DEFAULT_PRECISIONS[args.recipe],
+            progress=not args.quiet,
+        )
+        return 0
+    args = _parser("scriptorium train", ship_only=False).parse_args(argv)
+    args.precisions = args.precisions or DEFAULT_PRECISIONS[args.recipe]
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
