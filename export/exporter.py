@@ -16,6 +16,17 @@ The steps, each shown as a progress step:
               (export/parity.py). An fp32 bundle whose greedy tokens differ is an error.
 5. write    - manifest.json (checksums of every file) and the README.md model card.
 
+What optimum-onnx 0.1.0 writes, and so what bundles hold (graph inputs -> outputs):
+- causal LM (GPT-2): one `model.onnx`, input_ids, past_key_values.{i}.key|value (batch, heads,
+  past, head_size; past = 0 on the first step), attention_mask (batch, past + seq), position_ids
+  -> logits, present.{i}.key|value. position_ids is an input for GPT-2, Llama, GPT-NeoX; OPT and
+  BLOOM have none (the runtime reads the graph's inputs). GQA models cache num_key_value_heads.
+- seq2seq (BART, T5, Marian): encoder_model.onnx input_ids, attention_mask -> last_hidden_state;
+  decoder_model.onnx and decoder_with_past_model.onnx, which the bundle merges into
+  decoder_model_merged.onnx: encoder_attention_mask, input_ids, encoder_hidden_states,
+  past_key_values.{i}.decoder|encoder.key|value, use_cache_branch -> logits,
+  present.{i}.decoder|encoder.key|value.
+
 This module does not train, and it does not handle graphs over 2 GB (external data).
 """
 
@@ -59,7 +70,9 @@ OPTIMUM_FILES = {
         "decoder_with_past": "decoder_with_past_model.onnx",
     },
 }
-OPTIMIZER_TOLERANCE = 1e-4  # max |Δlogit| allowed to grow to this fraction of max |logit|
+# Optimized graphs may differ from PyTorch by up to twice the unoptimized graphs' max |Δlogit|, or
+# by this fraction of the largest |logit|, whichever is larger.
+OPTIMIZER_TOLERANCE = 1e-4
 STEPS = ("export", "optimize", "quantize", "parity", "write")
 
 
@@ -253,9 +266,11 @@ def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Pat
         summary = f"no (the optimizer has no fusions for {architecture})"
         return graphs, {"applied": False, "summary": summary}
     config = checkpoint.config
-    query_heads = mf._get(config, "num_attention_heads", "n_head", "num_heads")
+    query_heads = mf.config_value(config, "num_attention_heads", "n_head", "num_heads")
     if checkpoint.task == "seq2seq":
-        query_heads = mf._get(config, "decoder_attention_heads", "num_heads", default=query_heads)
+        query_heads = mf.config_value(
+            config, "decoder_attention_heads", "num_heads", default=query_heads
+        )
     optimized, fused, nodes = {}, {}, [0, 0]
     try:
         for role, path in graphs.items():
@@ -281,14 +296,15 @@ def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Pat
             "fallback": reason,
             "summary": f"no (fell back to the unoptimized graphs: {reason})",
         }
+    worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
+    baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
     report = {
         "model_type": OPTIMIZER_MODEL_TYPES[architecture],
         "fused": fused,
         "nodes_before": nodes[0],
         "nodes_after": nodes[1],
+        "max_abs_logit_diff": {"unoptimized": baseline, "optimized": worst},
     }
-    worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
-    baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
     allowed = max(2 * baseline, OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"]))
     if after["argmax_agreement"] < before["argmax_agreement"] or worst > allowed:
         reason = (

@@ -47,26 +47,31 @@ def _first(*values):
     return None
 
 
-def _get(config: dict, *names, default=None):
+def config_value(config: dict, *names, default=None):
+    """The value of the first of `names` that `config` sets (architectures name things apart)."""
     return _first(*(config.get(name) for name in names), default)
 
 
 def model_shape(config: dict, task: str) -> dict:
     """num_layers, num_heads (KV cache), head_size, hidden_size, vocab_size, context_length."""
-    hidden = _get(config, "hidden_size", "n_embd", "d_model")
+    hidden = config_value(config, "hidden_size", "n_embd", "d_model")
     if task == "seq2seq":
-        layers = _get(config, "decoder_layers", "num_decoder_layers", "num_layers")
-        heads = _get(config, "decoder_attention_heads", "num_heads", "num_attention_heads")
+        layers = config_value(config, "decoder_layers", "num_decoder_layers", "num_layers")
+        heads = config_value(config, "decoder_attention_heads", "num_heads", "num_attention_heads")
         query_heads = heads
-        vocab = _get(config, "decoder_vocab_size", "vocab_size")
-        context = _get(config, "max_position_embeddings", "n_positions", default=512)
+        vocab = config_value(config, "decoder_vocab_size", "vocab_size")
+        context = config_value(config, "max_position_embeddings", "n_positions", default=512)
     else:
-        layers = _get(config, "num_hidden_layers", "n_layer", "num_layers")
-        query_heads = _get(config, "num_attention_heads", "n_head", "num_heads")
-        heads = _get(config, "num_key_value_heads", "multi_query_group_num", default=query_heads)
+        layers = config_value(config, "num_hidden_layers", "n_layer", "num_layers")
+        query_heads = config_value(config, "num_attention_heads", "n_head", "num_heads")
+        heads = config_value(
+            config, "num_key_value_heads", "multi_query_group_num", default=query_heads
+        )
         vocab = config.get("vocab_size")
-        context = _get(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length")
-    head_size = _get(config, "d_kv", "head_dim", default=hidden // query_heads)
+        context = config_value(
+            config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length"
+        )
+    head_size = config_value(config, "d_kv", "head_dim", default=hidden // query_heads)
     return {
         "num_layers": int(layers),
         "num_heads": int(heads),

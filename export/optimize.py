@@ -26,6 +26,7 @@ OPTIMIZER_MODEL_TYPES = {
     "marian": "bart",
     "t5": "bert",
     "mt5": "bert",
+    "gpt_neox": "gpt_neox",
 }
 
 
