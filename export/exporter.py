@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 from . import manifest as mf
 from .optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
 from .parity import OnnxModel, Reference, check_bundle, logit_parity
-from .quantize import merge_decoder_pair, quantize_graph
+from .quantize import check_int4_available, merge_decoder_pair, quantize_graph
 
 PRECISIONS = ("fp32", "int8", "int4")
 OPTIMUM_TASKS = {
@@ -399,6 +399,8 @@ def export_bundle(
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "int4":
+        check_int4_available()
     checkpoint = inspect_checkpoint(model_dir)
     controls = _load_controls(model_dir, controls)
     card_path = model_dir / mf.CARD_FILE

@@ -98,6 +98,7 @@ class OnnxModel:
         self.output_names = [node.name for node in self.decoder.get_outputs()]
 
     def _run_decoder(self, feeds: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Logits and present.* outputs; drops feeds the graph does not take (position_ids)."""
         feeds = {k: v for k, v in feeds.items() if k in self.decoder_inputs}
         values = dict(zip(self.output_names, self.decoder.run(self.output_names, feeds)))
         present = {k: v for k, v in values.items() if k.startswith("present")}
@@ -105,15 +106,21 @@ class OnnxModel:
 
     def causal_prefill(self, input_ids, attention_mask, position_ids):
         """Logits (B, T, V) and the KV cache for a prompt batch, starting from an empty cache."""
-        feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
-        feeds["position_ids"] = position_ids
+        feeds = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+        }
         feeds.update(_empty_past(self.decoder, input_ids.shape[0]))
         return self._run_decoder(feeds)
 
     def causal_step(self, tokens, attention_mask, position_ids, present):
         """Logits (B, 1, V) for one new token per row, given the cache from the previous call."""
-        feeds = {"input_ids": tokens, "attention_mask": attention_mask}
-        feeds["position_ids"] = position_ids
+        feeds = {
+            "input_ids": tokens,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+        }
         feeds.update({k.replace("present", "past_key_values", 1): v for k, v in present.items()})
         return self._run_decoder(feeds)
 

@@ -47,6 +47,17 @@ class QuantizationError(ValueError):
     """Quantization did not produce the quantized graph it promised."""
 
 
+def check_int4_available() -> None:
+    """Raise QuantizationError unless onnxruntime's 4-bit quantizer imports (it needs onnx-ir)."""
+    try:
+        import onnxruntime.quantization.matmul_nbits_quantizer  # noqa: F401
+    except ImportError as error:
+        raise QuantizationError(
+            f"int4 export needs onnxruntime's MatMulNBits quantizer, which failed to import "
+            f"({error}); install the missing package (`pip install onnx-ir`)"
+        ) from error
+
+
 def gemm_to_matmul(model: onnx.ModelProto) -> int:
     """Rewrite, in place, each Gemm with a constant weight into MatMul (+ Add); return the count.
 
