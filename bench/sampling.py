@@ -15,13 +15,16 @@ Settings: "temperature 0.8 + top-k 50 + top-p 0.95" and "top-p 0.95 alone".
 Logits (fixed seed): like a trained LM's, Zipf-shaped: row r has logit -a_r·ln(rank) + 0.3·N(0, 1)
 for the token of each rank, ranks shuffled over the vocabulary, with a_r uniform in [1.0, 2.0] (at
 V = 50,257 top-p 0.95 then keeps from ~10 to ~27,000 tokens; the median row keeps ~370). Each run
-cycles through `STEPS` different batches, so a time is an average over that spread. Reported: the
-median over `--repeats` runs of microseconds per step.
+cycles through 64 distinct rows (64 // batch batches, at least 2), so a time averages that spread.
+Reported: the median over `--repeats` runs of microseconds per step. The implementations take
+turns run by run, and with --threads 1 the clock is the process's CPU time (equal to wall time on
+an idle machine, and robust to other load on a shared one).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 
@@ -107,25 +110,32 @@ def numpy_sort_step(settings: dict):
     return step
 
 
-def time_per_step(step, batches: np.ndarray, repeats: int) -> float:
-    """Median seconds per step over `repeats` runs, each cycling through `batches`."""
-    step(batches[0])  # warm-up: imports, caches
-    passes = 1
-    while True:  # enough passes over the batches for a run to last MIN_RUN_SECONDS
-        start = time.perf_counter()
-        for _ in range(passes):
-            for logits in batches:
-                step(logits)
-        if time.perf_counter() - start >= MIN_RUN_SECONDS:
-            break
-        passes *= 2
-    per_run = passes * len(batches)
-    return (
-        common.median_seconds(
-            lambda: [step(logits) for _ in range(passes) for logits in batches], repeats
-        )
-        / per_run
-    )
+def seconds_per_step(steps: dict, batches: np.ndarray, repeats: int, clock) -> dict[str, float]:
+    """name -> median seconds per step over `repeats` runs, each cycling through `batches`.
+
+    The implementations take turns run by run, so a change in machine load hits all of them.
+    """
+    passes = {}
+    for name, step in steps.items():
+        step(batches[0])  # warm-up: imports, caches
+        passes[name] = 1
+        while True:  # enough passes over the batches for a run to last MIN_RUN_SECONDS
+            start = clock()
+            for _ in range(passes[name]):
+                for logits in batches:
+                    step(logits)
+            if clock() - start >= MIN_RUN_SECONDS:
+                break
+            passes[name] *= 2
+    times = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            start = clock()
+            for _ in range(passes[name]):
+                for logits in batches:
+                    step(logits)
+            times[name].append((clock() - start) / (passes[name] * len(batches)))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import threadpoolctl
 
+    # Single-threaded runs are timed in process CPU time, which equals wall time on an idle
+    # machine and ignores time spent descheduled on a busy one; threaded runs in wall time.
+    clock = time.process_time if args.threads == 1 else time.perf_counter
     common.set_torch_threads(args.threads)
     implementations = {
         "scriptorium": scriptorium_step,
@@ -152,10 +165,9 @@ def main(argv: list[str] | None = None) -> int:
                 steps = max(2, ROWS_PER_RUN // batch)
                 batches = zipf_logits(steps, batch, vocab)
                 for setting, settings in SETTINGS.items():
-                    micros = {
-                        name: 1e6 * time_per_step(make(settings), batches, args.repeats)
-                        for name, make in implementations.items()
-                    }
+                    steps = {name: make(settings) for name, make in implementations.items()}
+                    seconds = seconds_per_step(steps, batches, args.repeats, clock)
+                    micros = {name: 1e6 * value for name, value in seconds.items()}
                     results.append(dict(vocab=vocab, batch=batch, setting=setting, us=micros))
                     print(
                         f"V={vocab} B={batch} {setting}: "
@@ -180,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment": common.environment(args.threads),
             "logits": "Zipf-shaped, fixed seed: see bench/sampling.py",
             "unit": "median microseconds per step (filter + one draw per row)",
+            "clock": clock.__name__,
             "repeats": args.repeats,
             "results": results,
         },

@@ -55,7 +55,7 @@ import numpy as np
 _SUBSAMPLE = 4096  # at most this many positions per row are read to estimate boundaries
 _BLOCK = 256  # tokens per block of the two-level sampler
 _MIN_ACCEPTANCE = 0.25  # below this survivor mass fraction, draw from the survivors directly
-_MAX_REDRAWS = 64
+_MAX_REDRAWS = 64  # then draw from the survivors directly (odds of getting there: < 0.75**64)
 _FEW = 1024  # top-p: at most this many tokens above the band are taken into it
 
 
@@ -121,7 +121,9 @@ def filter_logits(
     (1.0 = off) → min-p: remove tokens whose probability is < min_p × the top probability, on the
     distribution left by the previous steps (0.0 = off) → typical-p: keep the tokens whose
     -log p is closest to the entropy until their mass reaches typical_p (1.0 = off). Removed
-    entries are -inf, kept entries are logits / temperature. The input is never mutated.
+    entries are -inf, kept entries are logits / temperature; other real dtypes are converted to
+    float32, and the input is never mutated. Tokens equal to the last survivor of top-p, min-p
+    or min_tokens_to_keep survive too (transformers keeps an arbitrary subset of such ties).
     """
     return Sampler(temperature, top_k, top_p, min_p, typical_p, min_tokens_to_keep).filter(logits)
 
@@ -259,18 +261,26 @@ class _Row:
 
 
 class _RowMass:
-    """exp(row - max) over a whole row, padded with zeros to whole blocks, and its block sums."""
+    """exp(row - shift) over a whole row, padded with zeros to whole blocks, and its block sums.
+
+    shift is the row's max, or 0 while the max is moderate: exp(row) then neither overflows (even
+    summed over a vocabulary in float32) nor loses anything that matters (a token that underflows
+    weighs < e^-47 of the top one), and it saves a pass over the row.
+    """
 
     def __init__(self, values: np.ndarray):
         vocab = values.shape[0]
-        self.max = values.max()
-        if not np.isfinite(self.max):
-            _reject("logits", "rows with a finite maximum (no NaN or +inf)", self.max)
+        top = values.max()
+        if not np.isfinite(top):
+            _reject("logits", "rows with a finite maximum (no NaN or +inf)", top)
+        self.shift = np.float32(0.0) if -40.0 <= top <= 60.0 else top
         self.padded = np.empty(-(-vocab // _BLOCK) * _BLOCK, dtype=np.float32)  # (blocks*BLOCK,)
         self.padded[vocab:] = 0.0
         self.exp = self.padded[:vocab]  # (V,) view
-        np.subtract(values, self.max, out=self.exp)
-        np.exp(self.exp, out=self.exp)
+        if self.shift:
+            np.exp(np.subtract(values, self.shift, out=self.exp), out=self.exp)
+        else:
+            np.exp(values, out=self.exp)
         block_sums = self.padded.reshape(-1, _BLOCK) @ _ones_block()  # (blocks,)
         self.block_cdf = np.add.accumulate(block_sums, dtype=np.float64)  # (blocks,)
         self.total = float(self.block_cdf[-1])
@@ -378,7 +388,7 @@ def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
     # Estimate from the sorted subsample how many of its tokens the removed tail holds.
     sample = _subsample(values)
     sample.sort()  # (S,) ascending
-    sample_mass = np.exp(sample - mass.max)  # (S,)
+    sample_mass = np.exp(sample - mass.shift)  # (S,)
     scale = values.shape[0] / sample.shape[0]
     guess = _prefix_within(sample_mass, removable / scale)
     # Its standard error in ranks: the estimated tail mass varies with the sampled tokens' masses
@@ -400,7 +410,7 @@ def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
             in_band = values <= high if in_band is None else in_band & (values <= high)
         band = values.copy() if in_band is None else values.compress(in_band)  # (n,)
         band.sort()  # ascending
-        band_mass = np.exp(band - mass.max)  # (n,)
+        band_mass = np.exp(band - mass.shift)  # (n,)
         # Summed from below, not as total minus the rest: tails this small would cancel out.
         mass_below_low = 0.0 if at_least_low is None else mass.mass_where(~at_least_low)
         removed = _prefix_within(band_mass, removable - mass_below_low)
