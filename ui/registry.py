@@ -50,6 +50,27 @@ def languages(manifest: dict) -> tuple[str, str] | None:
     return (match[1].lower(), match[2].lower()) if match else None
 
 
+def find_bundles(roots) -> list[tuple[str, Path, Path]]:
+    """(display name, path relative to its root, path) of every model directory under `roots`.
+
+    A root may itself be a model, hold models, or hold families of per-precision bundles.
+    """
+    found = []
+    for root in map(Path, roots):
+        if not root.is_dir():
+            continue
+        if _is_model(root):
+            found.append((root.name, Path(root.name), root))
+            continue
+        for path in sorted(p for p in root.iterdir() if p.is_dir()):
+            if _is_model(path):
+                found.append((path.name, Path(path.name), path))
+                continue
+            for bundle in sorted(p for p in path.iterdir() if _is_model(p)):
+                found.append((f"{path.name} ({bundle.name})", Path(path.name, bundle.name), bundle))
+    return found
+
+
 class ModelRegistry:
     def __init__(self, paths: dict[str, Path]):
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
@@ -67,20 +88,7 @@ class ModelRegistry:
 
     @classmethod
     def discover(cls, roots) -> ModelRegistry:
-        paths: dict[str, Path] = {}
-        for root in map(Path, roots):
-            if not root.is_dir():
-                continue
-            candidates = (
-                [root] if _is_model(root) else sorted(p for p in root.iterdir() if p.is_dir())
-            )
-            for path in candidates:
-                if _is_model(path):
-                    paths[path.name] = path
-                    continue
-                for bundle in sorted(p for p in path.iterdir() if _is_model(p)):
-                    paths[f"{path.name} ({bundle.name})"] = bundle
-        return cls(paths)
+        return cls({name: path for name, _, path in find_bundles(roots)})
 
     def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
         """Offer the bundle at `path` as `name`, optionally with a generator already loaded

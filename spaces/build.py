@@ -1,0 +1,99 @@
+"""`python spaces/build.py OUT_DIR [--models DIR]… [--precision P]… [--force]`: a Space folder.
+
+OUT_DIR receives what a Hugging Face Space (Gradio SDK, CPU) needs to run the app, and nothing
+else: app.py, ui/ and runtime/ (Python files only), README.md with the Space front matter and
+requirements.txt (both from spaces/), .gitattributes putting graphs and arrays in Git LFS,
+bench/results/*.json (the Models tab's benchmark tables), and models/: every chosen bundle,
+checksums verified, with only the files its manifest lists. The models are the repository's
+models/ unless `--models` names other directories; `--precision int8` keeps only int8 bundles.
+This script does not upload anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from runtime.bundle import read_manifest  # noqa: E402
+from ui.registry import find_bundles  # noqa: E402
+
+CODE = ("ui", "runtime")
+LFS_PATTERNS = ("*.onnx", "*.onnx_data", "*.npy", "*.bin", "*.safetensors")
+
+
+def copy_code(out: Path) -> None:
+    shutil.copy2(REPO / "app.py", out / "app.py")
+    for package in CODE:
+        for source in sorted((REPO / package).rglob("*.py")):
+            target = out / source.relative_to(REPO)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    for name in ("README.md", "requirements.txt"):
+        shutil.copy2(REPO / "spaces" / name, out / name)
+    lfs = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in LFS_PATTERNS)
+    (out / ".gitattributes").write_text(lfs)
+    results = sorted((REPO / "bench" / "results").glob("*.json"))
+    if results:
+        (out / "bench" / "results").mkdir(parents=True)
+        for path in results:
+            shutil.copy2(path, out / "bench" / "results" / path.name)
+
+
+def copy_models(roots: list[Path], precisions: list[str], out: Path) -> list[str]:
+    """Copy the chosen bundles into out/models; return their display names."""
+    copied = []
+    for name, relative, path in find_bundles(roots):
+        manifest = read_manifest(path)  # verifies every checksum: never ship a broken bundle
+        if precisions and manifest.get("precision") not in precisions:
+            continue
+        target = out / "models" / relative
+        target.mkdir(parents=True)
+        if manifest.get("inferred"):  # a plain optimum export: no file list, take it all
+            shutil.copytree(path, target, dirs_exist_ok=True)
+        else:
+            for file in ["manifest.json", *manifest["files"]]:
+                shutil.copy2(path / file, target / file)
+        copied.append(name)
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, help="folder to create")
+    parser.add_argument(
+        "--models",
+        action="append",
+        type=Path,
+        default=[],
+        help="model directory to ship (repeatable; default: the repository's models/)",
+    )
+    parser.add_argument(
+        "--precision",
+        action="append",
+        default=[],
+        help="ship only bundles of this precision (repeatable, e.g. int8)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    args = parser.parse_args(argv)
+    out = args.out
+    if out.exists() and any(out.iterdir()):
+        if not args.force:
+            parser.error(f"{out} exists and is not empty; choose a new folder or pass --force")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    copy_code(out)
+    copied = copy_models(args.models or [REPO / "models"], args.precision, out)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(
+        f"wrote {out}: {len(copied)} model(s) ({', '.join(copied) or 'none'}), {size / 1e6:.1f} MB"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

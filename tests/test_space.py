@@ -1,0 +1,162 @@
+"""spaces/: the Space front matter and requirements, `spaces/build.py` assembling a deployable
+folder, and (marked slow) that folder installed into a fresh venv from its requirements.txt and
+started with `python app.py`, answering a gradio_client request — without torch installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from runtime.bundle import read_manifest
+from tests.app_fixtures import free_port, models_tree
+
+__all__ = ["models_tree"]  # a session fixture, used by name
+REPO = Path(__file__).resolve().parents[1]
+FORBIDDEN = ("torch", "transformers", "optimum")
+
+
+def front_matter(readme: Path) -> dict[str, str]:
+    lines = readme.read_text().splitlines()
+    assert lines[0] == "---", "README.md must start with the Space front matter"
+    end = lines.index("---", 1)
+    pairs = (line.split(":", 1) for line in lines[1:end] if ":" in line)
+    return {key.strip(): value.strip().strip('"') for key, value in pairs}
+
+
+def test_front_matter_and_requirements():
+    meta = front_matter(REPO / "spaces" / "README.md")
+    pinned = "gradio==" + meta["sdk_version"]
+    assert meta["sdk"] == "gradio" and meta["sdk_version"] == version("gradio") == "6.17.3"
+    assert f'"{pinned}"' in (REPO / "pyproject.toml").read_text()  # the Gradio we pin
+    assert meta["app_file"] == "app.py" and meta["python_version"] == "3.11"
+    assert meta["suggested_hardware"] == "cpu-basic"
+    assert 0 < len(meta["short_description"]) <= 60  # the Hub's limit
+    requirements = [
+        line.split("==")[0].strip().lower()
+        for line in (REPO / "spaces" / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert "gradio" in requirements and "onnxruntime" in requirements
+    assert not set(requirements) & set(FORBIDDEN)
+
+
+@pytest.fixture(scope="module")
+def space(models_tree, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("space") / "scriptorium"
+    subprocess.run(
+        [sys.executable, str(REPO / "spaces" / "build.py"), str(out), "--models", str(models_tree)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+def test_build_assembles_a_deployable_folder(space, models_tree):
+    for name in ("app.py", "README.md", "requirements.txt", ".gitattributes"):
+        assert (space / name).is_file()
+    assert (space / "ui" / "generate_tab.py").is_file()
+    assert (space / "runtime" / "generator.py").is_file()
+    assert not list(space.rglob("__pycache__")) and not (space / "tests").exists()
+    bundles = sorted(p.parent.relative_to(space / "models") for p in space.rglob("manifest.json"))
+    assert [str(b) for b in bundles] == [
+        "tiny-lm/fp32",
+        "tiny-lm/int8",
+        "tiny-rewriter/fp32",
+        "tiny-translator/fp32",
+    ]
+    for bundle in bundles:
+        read_manifest(space / "models" / bundle)  # every checksum still matches
+    assert "*.onnx filter=lfs" in (space / ".gitattributes").read_text()
+    code = "\n".join(p.read_text() for p in space.rglob("*.py"))
+    assert "import torch" not in code and "import transformers" not in code
+
+
+def test_build_can_keep_one_precision_and_refuses_to_overwrite(models_tree, tmp_path):
+    out = tmp_path / "int8-only"
+    build = [
+        sys.executable,
+        str(REPO / "spaces" / "build.py"),
+        str(out),
+        "--models",
+        str(models_tree),
+        "--precision",
+        "int8",
+    ]
+    subprocess.run(build, check=True, capture_output=True, timeout=300)
+    assert [p.parent.name for p in out.rglob("manifest.json")] == ["int8"]
+    again = subprocess.run(build, capture_output=True, text=True, timeout=300)
+    assert again.returncode != 0 and "not empty" in again.stderr
+
+
+@pytest.mark.slow
+def test_space_installs_in_a_fresh_venv_and_answers(space, tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    install = subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-compile",
+            "-r",
+            str(space / "requirements.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True, timeout=120)
+    assert torch.returncode != 0  # the Space runs without torch
+
+    port = free_port()
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": ""}
+    log = open(tmp_path / "app.log", "w")  # noqa: SIM115 (closed below, after the process)
+    process = subprocess.Popen(
+        [str(python), "app.py", "--port", str(port)],
+        cwd=space,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + 180
+        while True:
+            assert process.poll() is None, (tmp_path / "app.log").read_text()[-3000:]
+            try:
+                urllib.request.urlopen(url, timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the app did not start"
+                time.sleep(0.5)
+        from gradio_client import Client
+
+        client = Client(url, verbose=False)
+        text, _, stats = client.predict(
+            model="tiny-lm (int8)",
+            prompt="In the beginning",
+            max_new_tokens=8,
+            seed=0,
+            api_name="/generate",
+        )
+        assert text and "tokens" in stats
+        translation = client.predict(
+            model="tiny-translator (fp32)", text="Hello", max_new_tokens=8, api_name="/translate"
+        )
+        assert isinstance(translation, str)
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        log.close()
