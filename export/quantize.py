@@ -18,6 +18,7 @@ weights that are equal in both once. This module does not optimize graphs or che
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -108,6 +109,20 @@ def gemm_to_matmul(model: onnx.ModelProto) -> int:
     return rewritten
 
 
+def float_weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """Names of MatMul/Gemm nodes that still multiply by a float constant weight."""
+    floats = {
+        init.name
+        for init in model.graph.initializer
+        if init.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    }
+    return [
+        node.name
+        for node in model.graph.node
+        if node.op_type in ("MatMul", "Gemm") and node.input[1] in floats
+    ]
+
+
 def lm_head_node(model: onnx.ModelProto) -> str | None:
     """Name of the MatMul/Gemm whose result becomes the `logits` output, or None."""
     producers = {out: node for node in model.graph.node for out in node.output}
@@ -124,25 +139,34 @@ def lm_head_node(model: onnx.ModelProto) -> str | None:
     return None
 
 
+@contextlib.contextmanager
 def _quiet_quantizer_logs():
-    logger = logging.getLogger("onnxruntime.quantization")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    return logger, level
+    """The quantizers log per node at INFO and advise pre-processing on the root logger."""
+    loggers = [logging.getLogger("onnxruntime.quantization"), logging.getLogger()]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: bool) -> dict:
     """Quantize the graph in `source` to `precision` ("int8" or "int4") into `target`.
 
-    Returns {"gemm_rewritten", "lm_head", "lm_head_quantized", "ops": {quantized op: count}}.
-    `keep_lm_head` leaves the LM head in float32.
+    Returns {"gemm_rewritten", "float_weight_matmuls" (left unquantized), "lm_head",
+    "lm_head_quantized", "ops": {quantized op: count}}. `keep_lm_head` leaves the LM head in
+    float32; measured on a small GPT-2 trained on the World English Bible (4 layers, width 128,
+    perplexity 85.5 on held-out John), quantizing the LM head changed perplexity by +0.002 % at
+    int8 and -0.006 % at int4, so it is quantized by default.
     """
     model = onnx.load(str(source))
     rewritten = gemm_to_matmul(model)
     head = lm_head_node(model)
     exclude = [head] if keep_lm_head and head else []
-    logger, level = _quiet_quantizer_logs()
-    try:
+    with _quiet_quantizer_logs():
         if precision == "int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -176,9 +200,8 @@ def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: boo
             quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
         else:
             raise ValueError(f"`precision` must be 'int8' or 'int4' to quantize, got {precision!r}")
-    finally:
-        logger.setLevel(level)
-    counts = op_counts(onnx.load(str(target)))
+    result = onnx.load(str(target))
+    counts = op_counts(result)
     ops = {op: counts[op] for op in QUANTIZED_OPS if counts[op]}
     if precision == "int4" and not counts["MatMulNBits"]:
         raise QuantizationError(
@@ -192,6 +215,7 @@ def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: boo
         )
     return {
         "gemm_rewritten": rewritten,
+        "float_weight_matmuls": len(float_weight_matmuls(result)),
         "lm_head": head,
         "lm_head_quantized": bool(head) and not keep_lm_head,
         "ops": ops,

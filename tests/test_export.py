@@ -284,6 +284,8 @@ def test_quantized_graphs_hold_quantized_ops(exported):
     counts = [op_counts(onnx.load(str(out / g["file"]))) for g in manifest["graphs"].values()]
     matmul_nbits = sum(c["MatMulNBits"] for c in counts)
     int8_matmuls = sum(c["MatMulInteger"] + c["DynamicQuantizeMatMul"] for c in counts)
+    reports = manifest["export"]["quantization"].get("graphs", {}).values()
+    assert all(report["float_weight_matmuls"] == 0 for report in reports)  # LM head included
     if precision == "int4":
         assert all(c["MatMulNBits"] > 0 for c in counts)  # every graph, the encoder included
         assert int8_matmuls == 0
