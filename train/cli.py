@@ -148,7 +148,7 @@ def training_section(evaluation: dict) -> str:
     t = evaluation["training"]
     minutes = t["train_seconds"] / 60
     return (
-        f"{t['parameters']:,} parameters; {t['steps']} steps ({t['epochs']} epochs, "
+        f"{t['parameters']:,} parameters; {t['steps']} steps ({t['epochs']} epoch(s), "
         f"{t['tokens']:,} target tokens) in {minutes:.0f} minutes of training on 2 CPU cores "
         f"({t['steps_per_second']:.3f} steps/s, {t['tokens_per_second']:.0f} tokens/s; time "
         "during which the run was paused is not counted). Seed "
