@@ -256,31 +256,44 @@ class _Row:
         return self.raw if self.temperature == 1.0 else self.raw / np.float32(self.temperature)
 
     @functools.cached_property
+    def sample(self) -> np.ndarray:
+        """A copy of the scaled logits at the subsample's positions (S,)."""
+        return _subsample(self.values)
+
+    @functools.cached_property
     def mass(self) -> _RowMass:
-        return _RowMass(self.values)
+        return _RowMass(self.values, float(self.sample.max()))
 
 
 class _RowMass:
     """exp(row - shift) over a whole row, padded with zeros to whole blocks, and its block sums.
 
-    shift is the row's max, or 0 while the max is moderate: exp(row) then neither overflows (even
-    summed over a vocabulary in float32) nor loses anything that matters (a token that underflows
-    weighs < e^-47 of the top one), and it saves a pass over the row.
+    `near_max` (the subsample's max) stands in for the row's max, which is no smaller: the shift is
+    near_max, or 0 while that is moderate, which saves the subtraction: exp(row) then neither
+    underflows where it matters (a token that does weighs < e^-47 of the top one) nor, unless the
+    row's max is far above near_max, overflows. If the sum gets too large for float32 (or meets
+    NaN), the row's own max is used instead.
     """
 
-    def __init__(self, values: np.ndarray):
+    def __init__(self, values: np.ndarray, near_max: float):
         vocab = values.shape[0]
-        top = values.max()
-        if not np.isfinite(top):
-            _reject("logits", "rows with a finite maximum (no NaN or +inf)", top)
-        self.shift = np.float32(0.0) if -40.0 <= top <= 60.0 else top
         self.padded = np.empty(-(-vocab // _BLOCK) * _BLOCK, dtype=np.float32)  # (blocks*BLOCK,)
         self.padded[vocab:] = 0.0
         self.exp = self.padded[:vocab]  # (V,) view
-        if self.shift:
-            np.exp(np.subtract(values, self.shift, out=self.exp), out=self.exp)
-        else:
-            np.exp(values, out=self.exp)
+        self._fill(values, 0.0 if -40.0 <= near_max <= 60.0 else near_max)
+        if not self.total < 1e38:  # float32 sums of it could overflow (or NaN is about)
+            top = values.max()
+            if not np.isfinite(top):
+                _reject("logits", "rows with a finite maximum (no NaN or +inf)", top)
+            self._fill(values, top)
+
+    def _fill(self, values: np.ndarray, shift: float) -> None:
+        self.shift = np.float32(shift)
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.shift:
+                np.exp(np.subtract(values, self.shift, out=self.exp), out=self.exp)
+            else:
+                np.exp(values, out=self.exp)
         block_sums = self.padded.reshape(-1, _BLOCK) @ _ones_block()  # (blocks,)
         self.block_cdf = np.add.accumulate(block_sums, dtype=np.float64)  # (blocks,)
         self.total = float(self.block_cdf[-1])
@@ -386,7 +399,7 @@ def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
     values, mass = row.values, row.mass
     removable = cut * mass.total  # a token goes when the mass at or below it is <= this
     # Estimate from the sorted subsample how many of its tokens the removed tail holds.
-    sample = _subsample(values)
+    sample = row.sample
     sample.sort()  # (S,) ascending
     sample_mass = np.exp(sample - mass.shift)  # (S,)
     scale = values.shape[0] / sample.shape[0]
