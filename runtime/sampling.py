@@ -301,6 +301,10 @@ class _RowMass:
     def mass_where(self, mask: np.ndarray) -> float:
         return float(np.dot(self.exp, mask))
 
+    def of(self, logits: np.ndarray) -> np.ndarray:
+        """The masses of some of the row's (scaled) logits, in the same units."""
+        return np.exp(logits - self.shift) if self.shift else np.exp(logits)
+
 
 @functools.cache
 def _ones_block() -> np.ndarray:
@@ -401,7 +405,7 @@ def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
     # Estimate from the sorted subsample how many of its tokens the removed tail holds.
     sample = row.sample
     sample.sort()  # (S,) ascending
-    sample_mass = np.exp(sample - mass.shift)  # (S,)
+    sample_mass = mass.of(sample)  # (S,)
     scale = values.shape[0] / sample.shape[0]
     guess = _prefix_within(sample_mass, removable / scale)
     # Its standard error in ranks: the estimated tail mass varies with the sampled tokens' masses
@@ -423,7 +427,7 @@ def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
             in_band = values <= high if in_band is None else in_band & (values <= high)
         band = values.copy() if in_band is None else values.compress(in_band)  # (n,)
         band.sort()  # ascending
-        band_mass = np.exp(band - mass.shift)  # (n,)
+        band_mass = mass.of(band)  # (n,)
         # Summed from below, not as total minus the rest: tails this small would cancel out.
         mass_below_low = 0.0 if at_least_low is None else mass.mass_where(~at_least_low)
         removed = _prefix_within(band_mass, removable - mass_below_low)
@@ -449,7 +453,7 @@ def _prefix_within(weights: np.ndarray, budget: float) -> int:
 
     Sums whole blocks first (a cumulative sum costs ~4 ns per element here, a block sum ~0.1).
     """
-    whole = weights.shape[0] // _BLOCK * _BLOCK
+    whole = weights.shape[0] // _BLOCK * _BLOCK if weights.shape[0] >= 4 * _BLOCK else 0
     passed = 0.0
     if whole:
         block_sums = weights[:whole].reshape(-1, _BLOCK) @ _ones_block()  # (whole / BLOCK,)
