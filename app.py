@@ -48,9 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None, help="port to listen on (default 7860)")
     args = parser.parse_args(argv)
     registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)])
-    registry.preload()
     demo = build(registry).queue(**queue_settings())
-    demo.launch(server_name=args.host, server_port=args.port, share=args.share, **launch_kwargs())
+    demo.launch(
+        server_name=args.host,
+        server_port=args.port,
+        share=args.share,
+        prevent_thread_lock=True,
+        **launch_kwargs(),
+    )
+    registry.preload()  # after the page is up, so loading models does not delay it
+    demo.block_thread()
     return 0
 
 
