@@ -18,16 +18,18 @@ thousand values, and few numpy calls, which cost ~1-2 µs each here):
   where a boundary lies. Estimates only decide how much work follows; every decision is exact.
 - top-k: the k-th largest of the subsample is <= the row's k-th largest, so `row >= it` keeps
   every survivor plus ≈ k·V/S others; a partition of those candidates gives the k-th value, and
-  every logit >= it survives (ties included, as in transformers). This beats onnxruntime's TopK
-  here (~50 µs a call with session overhead, against ~30 µs).
+  every logit >= it survives (ties included, as in transformers). Only the candidates are divided
+  by the temperature. This beats onnxruntime's TopK here (~50 µs a call with its session
+  overhead, against ~30 µs).
 - top-p after top-k: on the few listed survivors (sort, softmax, cumulative sum).
 - top-p over a whole row: transformers removes the low tail whose ascending cumulative probability
-  is <= 1 - top_p. One pass computes exp(row - max) and its per-block sums. The sorted subsample
-  estimates the rank where the tail ends, and the standard error of that estimate; one more pass
-  collects the band of logits within 3 standard errors of it (plus everything above it when that
-  is little) and the exact mass below the band; sorting the band settles each of its tokens
-  exactly. If the boundary lies outside the band the band widens, at worst to the whole row.
-  Survivors are then "every logit >= τ", never listed.
+  is <= 1 - top_p. One pass computes the unnormalised probabilities exp(row - shift) and their
+  per-block sums. The sorted subsample estimates the rank where the tail ends, and the standard
+  error of that estimate; one more pass collects the band of logits within 3 standard errors of
+  it (plus everything above it when that is little) and the exact mass below the band (summed
+  from below: tails can be tiny); sorting the band settles each of its tokens exactly. If the
+  boundary lies outside the band the band widens, at worst to the whole row. Survivors are then
+  "every logit >= τ", never listed.
 - Drawing: from listed survivors, by inverse CDF. From "logit >= τ": draw from the whole row via
   the block sums (a block, then a token in it) and redraw the rare token below τ, which leaves
   exactly the survivors' renormalised distribution; if the survivors hold under a quarter of the
