@@ -48,6 +48,7 @@ from .parity import OnnxModel, Reference, check_bundle, logit_parity
 from .quantize import check_int4_available, merge_decoder_pair, quantize_graph
 
 PRECISIONS = ("fp32", "int8", "int4")
+EMBEDDINGS_FILE = "embeddings.npy"
 OPTIMUM_TASKS = {
     "causal-lm": "text-generation-with-past",
     "seq2seq": "text2text-generation-with-past",
@@ -465,6 +466,7 @@ def _export(
     graphs, quantization = _quantize(graphs, precision, keep_lm_head, work)
     final = _assemble(graphs, checkpoint.task, staging)
     manifest["graphs"] = {role: mf.graph_entry(path.name, path) for role, path in final.items()}
+    manifest["embeddings"] = _write_embeddings(ref.model, staging / EMBEDDINGS_FILE)
     manifest["export"] = {
         "source": checkpoint.path.name,
         "description": card.get("description", ""),
@@ -493,6 +495,19 @@ def _export(
     mf.write_bundle_metadata(staging, manifest)
     bar.update()
     return manifest
+
+
+def _write_embeddings(model, path: Path) -> str:
+    """The input token embeddings as float16 [vocab, hidden], for the app's Embeddings tab.
+
+    The runtime cannot read ONNX initializers (it does not import onnx), so the table is stored
+    beside the graphs; float16 halves its size and cosine similarities do not need more.
+    """
+    import numpy as np
+
+    table = model.get_input_embeddings().weight.detach().float().numpy()  # (V, D)
+    np.save(path, table.astype(np.float16))
+    return path.name
 
 
 def _versions() -> dict:

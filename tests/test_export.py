@@ -94,8 +94,24 @@ def test_files_and_checksums_match_manifest(exported):
     graphs = (
         {"model.onnx"} if arch == "gpt2" else {"encoder_model.onnx", "decoder_model_merged.onnx"}
     )
-    assert on_disk == graphs | {"tokenizer.json", "README.md"}  # no .onnx_data, no leftovers
+    # no .onnx_data, no leftovers
+    assert on_disk == graphs | {"tokenizer.json", "README.md", "embeddings.npy"}
     assert manifest == json.loads((out / "manifest.json").read_text())
+
+
+def test_input_embeddings_are_stored_for_the_app(exported):
+    import numpy as np
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    manifest, out, checkpoint, arch, _ = exported
+    table = np.load(out / manifest["embeddings"])
+    auto = AutoModelForCausalLM if arch == "gpt2" else AutoModelForSeq2SeqLM
+    with torch.no_grad():
+        reference = auto.from_pretrained(checkpoint).get_input_embeddings().weight.numpy()
+    assert table.dtype == np.float16
+    assert table.shape == (manifest["vocab_size"], manifest["hidden_size"])
+    np.testing.assert_allclose(table.astype(np.float32), reference, rtol=1e-3, atol=1e-3)
 
 
 def test_manifest_has_every_contract_key_with_config_values(exported):
