@@ -14,6 +14,8 @@ import time
 
 import gradio as gr
 
+import runtime
+
 from . import limits, metrics, study_section, widgets
 from .streaming import StreamCollector
 
@@ -80,8 +82,6 @@ def preset_config(preset: str, max_new_tokens: int, samples: int, seed: int):
         fields["num_return_sequences"] = samples
     elif fields.get("num_beams", 1) > 1:
         fields["num_return_sequences"] = min(samples, fields["num_beams"])
-    import runtime
-
     return runtime.GenerationConfig(max_new_tokens=max_new_tokens, seed=seed, **fields).validate()
 
 
@@ -105,7 +105,7 @@ def metric_row(column: int, model: str, preset: str, collector: StreamCollector)
 
 def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, seed):
     """Yield ([text per column], metrics rows) while all columns stream."""
-    gens, streams, collectors, clocks = [], [], [], []
+    streams, collectors, clocks = [], [], []
     try:
         for model, preset in columns:
             gen = registry.get(model)
@@ -116,7 +116,6 @@ def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, se
                 config.num_return_sequences, gen.tokenizer, gen.eos_token_id, clock=clock
             )
             streams.append(gen.stream(prompt, config, controls=own))
-            gens.append(gen)
             collectors.append(collector)
             clocks.append(clock)
         running, shown = set(range(len(streams))), 0.0

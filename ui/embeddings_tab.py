@@ -60,7 +60,7 @@ def build(registry) -> None:
     ]
     with gr.Tab("Embeddings", id="embeddings"):
         with gr.Row():
-            model = widgets.model_picker(registry, names)
+            model = widgets.model_picker(names)
             leading = gr.Checkbox(True, label="Leading space", info=SPACE_INFO)
         info = gr.Markdown(status(registry, model.value))
         model.change(
@@ -79,7 +79,10 @@ def build(registry) -> None:
                 pairs = gr.Textbox(examples.SIMILARITY_PAIRS, lines=4, label="Pairs, one per line")
                 compare = gr.Button("Compare phrases", variant="primary")
                 similarity = gr.Dataframe(
-                    headers=SIMILARITY_HEADERS, interactive=False, label="Cosine similarity"
+                    headers=SIMILARITY_HEADERS,
+                    interactive=False,
+                    wrap=True,
+                    label="Cosine similarity",
                 )
             with gr.Column():
                 gr.Markdown("### Nearest neighbours")

@@ -39,7 +39,7 @@ def build(registry) -> None:
     with gr.Tab("Generate", id="generate"):
         with gr.Row():
             with gr.Column(scale=2):
-                model = widgets.model_picker(registry, names)
+                model = widgets.model_picker(names)
                 widgets.model_card(registry, model)
                 prompt = gr.Textbox(
                     label="Prompt",

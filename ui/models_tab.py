@@ -98,7 +98,7 @@ def build(registry, results_dir: Path) -> None:
         if registry.problems:
             problems = "\n".join(f"- `{name}`: {why}" for name, why in registry.problems.items())
             gr.Markdown(f"**Unreadable model folders:**\n{problems}", elem_classes="notice")
-        model = widgets.model_picker(registry, names)
+        model = widgets.model_picker(names)
         with gr.Row():
             with gr.Column(scale=3):
                 card = gr.Markdown(registry.card(model.value) if names else NO_MODELS)

@@ -38,7 +38,9 @@ def decoding_study(rows: list[dict]):
         axes.set_title(title)
         axes.spines[["top", "right"]].set_visible(False)
     panels[0].set_ylabel("score (0–100)")
-    panels[0].legend(loc="upper left", fontsize=8, frameon=False)
+    figure.legend(
+        *panels[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, frameon=False
+    )
     return figure
 
 

@@ -134,7 +134,7 @@ def build(registry) -> None:
             )
         with gr.Row():
             with gr.Column(scale=2):
-                model = widgets.model_picker(registry, names)
+                model = widgets.model_picker(names)
                 widgets.model_card(registry, model)
                 source = gr.Textbox(
                     examples.KJV[0],
@@ -181,7 +181,9 @@ def build(registry) -> None:
                 report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
                 with gr.Accordion("Measurements", open=False):
                     measured = gr.JSON(label="Measurements")
-                chart = gr.Plot(label="Requested vs achieved length", elem_id="rewrite-plot")
+                chart = gr.Plot(
+                    label="Requested vs achieved length", show_label=False, elem_id="rewrite-plot"
+                )
                 table = gr.Dataframe(
                     headers=SWEEP_HEADERS,
                     label="Every ratio",

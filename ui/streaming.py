@@ -117,8 +117,8 @@ class StreamCollector:
     def tokens_per_second(self) -> float | None:
         if self.first is None:
             return None
-        streamed = self.count > 1 and self.last > self.first and self.logprobs[0]
-        if streamed:
+        token_by_token = any(self.logprobs)  # beam search delivers sequences, not tokens
+        if token_by_token and self.count > 1 and self.last > self.first:
             return (self.count - 1) / (self.last - self.first)
         elapsed = self.last - self.start
         return self.count / elapsed if elapsed > 0 else None

@@ -107,7 +107,7 @@ def build(registry, names: list[str]) -> None:
             prompts = gr.Textbox(examples.STUDY_PROMPTS, lines=4, label="Prompts (one per line)")
             reference = gr.Textbox(examples.REFERENCE, lines=4, label="Reference text")
         run = gr.Button("Run the decoding study", interactive=bool(names))
-        chart = gr.Plot(label="Quality and diversity per setting")
+        chart = gr.Plot(label="Quality and diversity per setting", show_label=False)
         result = gr.Dataframe(headers=HEADERS, label="Decoding study", interactive=False)
 
         @limits.shown_to_user

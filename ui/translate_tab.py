@@ -38,7 +38,7 @@ def build(registry) -> None:
             gr.Markdown("No encoder-decoder (seq2seq) model is installed.", elem_classes="notice")
         with gr.Row():
             with gr.Column(scale=2):
-                model = widgets.model_picker(registry, names)
+                model = widgets.model_picker(names)
                 pair = gr.Markdown(f"**Languages:** {pair_label(registry, model.value)}")
                 widgets.model_card(registry, model)
                 source = gr.Textbox(

@@ -20,7 +20,7 @@ from .limits import LIMITS, MODES
 NONE = "(none)"
 
 
-def model_picker(registry, names: list[str], label: str = "Model") -> gr.Dropdown:
+def model_picker(names: list[str], label: str = "Model") -> gr.Dropdown:
     """A model dropdown whose first choice (the best match for the tab) is selected."""
     return gr.Dropdown(
         names,
