@@ -293,6 +293,10 @@ def test_benchmark_tables_and_facts(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"no": "table"}))
     (tmp_path / "bad.json").write_text("{")
     assert benchmark_markdown(tmp_path) == "#### decode (`decode.json`)\n\n| a |"
+    (tmp_path / "kernels.json").write_text(
+        json.dumps({"unit": "µs", "results": [{"vocab": 8000, "us": {"ours": 106.4}}]})
+    )
+    assert "µs\n\n| vocab | us ours |\n|---|---|\n| 8000 | 106 |" in benchmark_markdown(tmp_path)
     rows = dict(facts({"name": "m", "task": "seq2seq", "training_data": {"pair": "en-es"}}))
     assert rows["languages"] == "en → es" and rows["input embeddings"] == "not shipped"
 

@@ -75,8 +75,42 @@ def model_list(registry) -> dict:
     return out
 
 
+def _flat(row: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key} "))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def results_table(results: list) -> str | None:
+    """A Markdown table of a list of result rows (nested dicts become "outer inner" columns).
+
+    >>> print(results_table([{"setting": "top-k 50", "us": {"ours": 166.2, "peer": 5332.0}}]))
+    | setting | us ours | us peer |
+    |---|---|---|
+    | top-k 50 | 166 | 5,332 |
+    """
+    rows = [_flat(row) for row in results if isinstance(row, dict)]
+    if not rows:
+        return None
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+
+    def cell(value):
+        if isinstance(value, float):
+            return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+        return "" if value is None else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def benchmark_markdown(results_dir: Path) -> str:
-    """Every bench/results/*.json "table", under a heading naming its file."""
+    """Every bench/results/*.json under a heading naming it: its "table" (Markdown) if it has
+    one, else its "results" rows as a table (with the "unit" it states)."""
     files = sorted(Path(results_dir).glob("*.json")) if Path(results_dir).is_dir() else []
     parts = []
     for path in files:
@@ -84,9 +118,15 @@ def benchmark_markdown(results_dir: Path) -> str:
             result = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if isinstance(result, dict) and isinstance(result.get("table"), str):
-            title = result.get("benchmark", path.stem)
-            parts.append(f"#### {title} (`{path.name}`)\n\n{result['table']}")
+        if not isinstance(result, dict):
+            continue
+        table = result.get("table")
+        if not isinstance(table, str) and isinstance(result.get("results"), list):
+            table = results_table(result["results"])
+            if table and result.get("unit"):
+                table = f"{result['unit']}\n\n{table}"
+        if isinstance(table, str):
+            parts.append(f"#### {result.get('benchmark', path.stem)} (`{path.name}`)\n\n{table}")
     if not parts:
         return "No benchmark results yet: run `scriptorium bench …` to write bench/results/*.json."
     return "\n\n".join(parts)
