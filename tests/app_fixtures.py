@@ -10,6 +10,8 @@ Control tokens are added to each checkpoint's tokenizer as special tokens (and t
 matrix grows to match) before export, as the real models do. Every bundle also gets
 `embeddings.npy` (float16 input embeddings, listed in the manifest with its checksum), the file
 the export is going to write. The tree is built once per test session (`functools.cache`).
+Test modules import the `models_tree` fixture from here (and list it in `__all__`, as it is
+used by name only).
 """
 
 from __future__ import annotations
