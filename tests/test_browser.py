@@ -115,6 +115,7 @@ def test_stop_button_stops_generation(page, served, artifacts):
     time.sleep(0.6)
     assert slow.events == events and len(output.input_value()) == stopped
     assert events - before < 64  # the default max new tokens: it did not run to the end
+    wait_until(lambda: "stopped" in page.locator(".stats").inner_text(), "stats to say stopped")
     page.screenshot(path=artifacts / "generate-stopped.png", full_page=True)
 
 

@@ -15,6 +15,13 @@ from . import examples, limits, widgets
 from .streaming import StreamCollector, legend_html, stats_html
 
 UPDATE_EVERY = 0.04  # seconds between UI updates while streaming (the last one always goes out)
+# A cancelled event sends no final update, so after Stop the browser itself turns the stats'
+# "running" into "stopped" (after a moment, so that updates already on their way land first).
+MARK_STOPPED = """() => setTimeout(() => {
+  document.querySelectorAll('#generate-stats .stat-value').forEach((cell) => {
+    cell.textContent = cell.textContent.replaceAll('running', 'stopped');
+  });
+}, 800)"""
 
 
 def stream_generation(registry, model, prompt, controls, config):
@@ -58,7 +65,7 @@ def build(registry) -> None:
                     label="Prompts from seed 002",
                 )
             with gr.Column(scale=3):
-                stats = gr.HTML(stats_html(_empty_stats()), label="Stats")
+                stats = gr.HTML(stats_html(_empty_stats()), label="Stats", elem_id="generate-stats")
                 output = gr.Textbox(
                     label="Output", lines=10, buttons=["copy"], elem_id="generate-output"
                 )
@@ -114,7 +121,7 @@ def build(registry) -> None:
             api_visibility="private",
             concurrency_id=limits.CONCURRENCY_ID,
         )
-        stop.click(None, cancels=[event, submitted])
+        stop.click(None, cancels=[event, submitted], js=MARK_STOPPED)
 
 
 def _empty_stats() -> dict:
