@@ -35,6 +35,7 @@ CSS = """
 .tok .alts table { border-collapse: collapse; margin-top: 4px; }
 .tok .alts td, .tok .alts th { padding: 0 6px; border: none; background: transparent;
                                color: #fafaf9; text-align: left; }
+.tok .alts b, .tok .alts th { color: #fde68a !important; font-weight: 700; }
 .tok:hover .alts, .tok:focus .alts { display: block; }
 .legend { font-size: 12px; margin-bottom: 0.6em; }
 .legend .tok { padding: 1px 5px; }
