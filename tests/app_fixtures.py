@@ -7,9 +7,9 @@
     root/tiny-translator/fp32              Marian, training_data languages en → es
 
 Control tokens are added to each checkpoint's tokenizer as special tokens (and the embedding
-matrix grows to match) before export, as the real models do. Every bundle also gets
-`embeddings.npy` (float16 input embeddings, listed in the manifest with its checksum), the file
-the export is going to write. The tree is built once per test session (`functools.cache`).
+matrix grows to match) before export, as the real models do; the export writes each bundle's
+`embeddings.npy`. Graphs are exported without the ORT optimizer (quicker; the app does not care).
+The tree is built once per test session (`functools.cache`).
 Test modules import the `models_tree` fixture from here (and list it in `__all__`, as it is
 used by name only).
 """
@@ -23,7 +23,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 SECTION = {"law": "<|law|>", "gospels": "<|gospels|>"}
@@ -84,24 +83,6 @@ def _checkpoint_with_controls(arch: str, out_dir: Path, controls: dict, card: di
     return out_dir
 
 
-def _add_embeddings(bundle: Path, checkpoint: Path, arch: str) -> None:
-    """Write embeddings.npy (float16 [vocab, hidden]) and list it in the manifest."""
-    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
-
-    from runtime.bundle import sha256_of
-
-    auto = AutoModelForCausalLM if arch == "gpt2" else AutoModelForSeq2SeqLM
-    model = auto.from_pretrained(checkpoint)
-    matrix = model.get_input_embeddings().weight.detach().numpy().astype(np.float16)  # (V, D)
-    path = bundle / "embeddings.npy"
-    np.save(path, matrix)
-    manifest_path = bundle / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest["embeddings"] = path.name
-    manifest["files"][path.name] = {"sha256": sha256_of(path), "size": path.stat().st_size}
-    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
-
-
 @functools.cache
 def build_models_tree(root: Path) -> Path:
     """Export the tiny model families under `root` (once per process); return `root`."""
@@ -116,7 +97,6 @@ def build_models_tree(root: Path) -> Path:
             export_bundle(
                 checkpoint, bundle, precision, optimize=False, controls=controls, progress=False
             )
-            _add_embeddings(bundle, checkpoint, arch)
     return root
 
 
