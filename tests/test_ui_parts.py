@@ -4,6 +4,7 @@ model selection by manifest, and the small helpers of the tabs."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -184,8 +185,10 @@ def test_stats_html_shows_dashes_before_any_token():
 def test_busy_clock_only_counts_time_inside_run():
     clock = BusyClock()
     assert clock() == 0.0
-    assert clock.run(lambda: 42) == 42
-    assert clock() >= 0.0
+    assert clock.run(lambda: time.sleep(0.001) or 42) == 42
+    inside = clock()
+    time.sleep(0.01)  # outside `run`: does not count
+    assert inside > 0 and clock() == inside
 
 
 # ---- model selection ------------------------------------------------------------------------
