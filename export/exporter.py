@@ -261,7 +261,63 @@ def _assemble(graphs: dict[str, Path], task: str, target: Path) -> dict[str, Pat
 
 
 def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Path], dict]:
-    """Optimized graphs if they pass the parity check, else the originals; plus a report."""
+    """Optimized graphs if they pass the parity check, else the originals; plus a report.
+
+    GPT-2 gets the lean fused graph of export/lean_gpt2.py (attention fused, ~10 nodes per
+    layer); other architectures, and GPT-2 configs the lean graph does not cover, go through
+    onnxruntime's transformer optimizer.
+    """
+    lean_note = None
+    if checkpoint.architecture == "gpt2":
+        lean, report = _lean_gpt2(graphs, ref, work)
+        if lean is not None:
+            return lean, report
+        lean_note = report["summary"]
+    optimized, report = _ort_optimize(checkpoint, graphs, shape, ref, work)
+    if lean_note:
+        report["lean_graph"] = lean_note
+    return optimized, report
+
+
+def _lean_gpt2(graphs, ref, work: Path) -> tuple[dict[str, Path] | None, dict]:
+    """The lean GPT-2 graph if it builds and matches PyTorch as well as optimum's graph does."""
+    from .lean_gpt2 import build_gpt2_graph
+
+    path = work / "lean" / "model.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        build_gpt2_graph(ref.model, path)
+        with _quiet():
+            before = logit_parity(
+                OnnxModel(_assemble(graphs, "causal-lm", work / "a"), ref.task), ref
+            )
+            after = logit_parity(OnnxModel({"decoder": path}, ref.task), ref)
+    except ValueError as error:  # a GPT-2 option the lean graph does not reproduce
+        return None, {"summary": f"not used: {error}"}
+    worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
+    baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
+    allowed = max(2 * baseline, OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"]))
+    if after["argmax_agreement"] < before["argmax_agreement"] or worst > allowed:
+        return None, {"summary": f"not used: max |Δlogit| {worst:.3g} (optimum {baseline:.3g})"}
+    import onnx
+
+    optimum_nodes = onnx.load(str(graphs["decoder"]), load_external_data=False).graph.node
+    lean_nodes = onnx.load(str(path), load_external_data=False).graph.node
+    fused_ops = ("MultiHeadAttention", "SkipLayerNormalization", "FastGelu")
+    return {"decoder": path}, {
+        "applied": True,
+        "graph": "lean",
+        "fused": {op: sum(n.op_type == op for n in lean_nodes) for op in fused_ops},
+        "nodes_before": len(optimum_nodes),
+        "nodes_after": len(lean_nodes),
+        "max_abs_logit_diff": {"unoptimized": baseline, "optimized": worst},
+        "summary": f"yes, lean GPT-2 graph (MultiHeadAttention, SkipLayerNormalization, "
+        f"FastGelu): {len(optimum_nodes)} → {len(lean_nodes)} nodes",
+    }
+
+
+def _ort_optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Path], dict]:
+    """onnxruntime's transformer optimizer, kept only if parity holds."""
     architecture = checkpoint.architecture
     if architecture not in OPTIMIZER_MODEL_TYPES:
         summary = f"no (the optimizer has no fusions for {architecture})"

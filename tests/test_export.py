@@ -328,6 +328,10 @@ def test_export_report_records_optimizer_and_quantization(exported):
             "t5": "SkipSimplifiedLayerNormalization",
         }
         assert optimizer["fused"][expected[arch]] > 0
+        if arch == "gpt2":  # the lean graph: one fused attention node per layer
+            assert optimizer["graph"] == "lean"
+            assert optimizer["fused"]["MultiHeadAttention"] == 2
+            assert optimizer["nodes_after"] < optimizer["nodes_before"] / 5
     assert manifest["export"]["parameters"] > 10_000
 
 
