@@ -85,6 +85,10 @@ class Task:
     def validation_loss(self, model) -> float:
         raise NotImplementedError
 
+    def loss(self, model, batch: dict) -> torch.Tensor:
+        """The training loss of one batch (default: the model's own cross-entropy)."""
+        return model(**batch).loss
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -316,7 +320,7 @@ def train(
             batch = batches[state["index"]]
             started = time.perf_counter()
             model.train()
-            loss = model(**batch).loss
+            loss = task.loss(model, batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
             optimizer.step()

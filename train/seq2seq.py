@@ -65,6 +65,7 @@ class Seq2SeqSize:
     eval_pairs: int = 0  # test pairs evaluated; 0 = all
     sweep_pairs: int = 500  # test pairs for the value-token sweep of strategy 1
     max_new_tokens: int = 127  # generation cap in evaluation
+    label_smoothing: float = 0.0  # training loss only; validation loss is plain cross-entropy
 
 
 # A step (64 pairs, ~4.5k source + target tokens) costs about as much as a bible-lm step; the
@@ -75,13 +76,13 @@ REWRITER_FULL = Seq2SeqSize(
 )  # fmt: skip
 TRANSLATOR_FULL = Seq2SeqSize(
     encoder_layers=4, decoder_layers=4, width=256, heads=4, ffn=1024, positions=128,
-    batch_size=64, epochs=5.0, lr=1e-3, warmup=150, dropout=0.1,
+    batch_size=64, epochs=5.0, lr=1e-3, warmup=150, dropout=0.1, label_smoothing=0.1,
     vocab_size=tk.EN_ES_VOCAB_SIZE,
 )  # fmt: skip
 TINY = Seq2SeqSize(
     encoder_layers=1, decoder_layers=1, width=64, heads=4, ffn=128, positions=256,
     batch_size=8, epochs=1.0, lr=3e-3, warmup=2, dropout=0.0, steps=6, vocab_size=512,
-    eval_beams=2, eval_pairs=8, sweep_pairs=4, max_new_tokens=12,
+    eval_beams=2, eval_pairs=8, sweep_pairs=4, max_new_tokens=12, label_smoothing=0.1,
 )  # fmt: skip
 
 
@@ -235,6 +236,18 @@ class Seq2SeqTask(common.Task):
         examples = [self.recipe.example(pair, rng) for pair in self.train_pairs]
         pad = self.recipe.special["pad"]
         return [collate(b, pad) for b in length_batches(examples, self.recipe.size.batch_size, rng)]
+
+    def loss(self, model, batch: dict) -> torch.Tensor:
+        smoothing = self.recipe.size.label_smoothing
+        out = model(**batch)
+        if not smoothing:
+            return out.loss
+        return torch.nn.functional.cross_entropy(
+            out.logits.flatten(0, 1),  # (B*T, V)
+            batch["labels"].flatten(),  # (B*T,)
+            ignore_index=-100,
+            label_smoothing=smoothing,
+        )
 
     def validation_loss(self, model) -> float:
         nll, tokens = 0.0, 0
