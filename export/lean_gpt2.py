@@ -34,10 +34,10 @@ padding stay finite (their outputs are never used) and never poison the cache wi
 Covers the GPT-2 family as `transformers.GPT2LMHeadModel`: gpt2, distilgpt2 and any width, depth,
 head count, inner size, vocabulary and context length, with the `gelu_new` (or identical
 `gelu_pytorch_tanh`) activation and scaled dot-product attention; the LM head may be tied to the
-token embedding or not. Float32 only. It does not cover other activations,
-`scale_attn_by_inverse_layer_idx`, `reorder_and_upcast_attn`, cross attention, pruned heads or
-`scale_attn_weights=False` (all raise `ValueError`), other architectures, or external-data files:
-the model must fit in one protobuf (2 GB).
+token embedding or not; the graph computes in float32 whatever the model's dtype. It does not
+cover other activations, `scale_attn_by_inverse_layer_idx`, `reorder_and_upcast_attn`, cross
+attention, pruned heads or `scale_attn_weights=False` (all raise `ValueError`), other
+architectures, or external-data files: the model must fit in one protobuf (2 GB).
 """
 
 from __future__ import annotations
