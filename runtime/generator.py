@@ -365,7 +365,7 @@ class Generator:
                     GenerationOutput(
                         text=text,
                         token_ids=tokens,
-                        logprobs=[],
+                        logprobs=[float(lp) for lp in hyp.logprobs],
                         finish_reason=reason,
                         prompt_index=prompt_index,
                         prompt_tokens=len(encoded[prompt_index]),

@@ -123,6 +123,7 @@ class TokenSearch:
 @dataclass
 class Hypothesis:
     tokens: np.ndarray  # generated tokens (EOS included when it ended on EOS)
+    logprobs: np.ndarray  # the model's log-probability of each token (raw logits)
     score: float  # sum of log-probs / length ** length_penalty
     finished_on_eos: bool
 
@@ -155,13 +156,16 @@ def beam_search(
     history = prompt_history[flat]  # (B*beams, T)
     history_mask = prompt_mask[flat]
     generated = np.zeros((batch, beams, 0), dtype=np.int64)  # (B, beams, t)
+    generated_logprobs = np.zeros((batch, beams, 0), dtype=np.float32)  # (B, beams, t)
     running_scores = np.zeros((batch, beams), dtype=np.float32)
     running_scores[:, 1:] = NEG  # all beams start identical: only the first may expand
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     improvable = np.ones(batch, dtype=bool)
     for index in range(max_steps):
-        scores = log_softmax(logits)  # (B*beams, V)
-        scores = apply_processors(scores, history, history_mask, config, index, eos_token_id)
+        model_logprobs = log_softmax(logits)  # (B*beams, V)
+        scores = apply_processors(
+            model_logprobs, history, history_mask, config, index, eos_token_id
+        )
         if config.do_sample:
             scores = sampling.filter_logits(
                 scores,
@@ -182,6 +186,9 @@ def beam_search(
             cand_scores = np.take_along_axis(total, cand_ids, axis=1)
         cand_beam = cand_ids // vocab  # (B, keep)
         cand_token = cand_ids % vocab
+        cand_logprob = model_logprobs.reshape(batch, beams * vocab)[
+            np.arange(batch)[:, None], cand_ids
+        ]  # (B, keep)
         hits_eos = (
             cand_token == eos_token_id
             if eos_token_id is not None
@@ -198,11 +205,14 @@ def beam_search(
             for rank in range(beams):
                 if not ends[b, rank] or cand_scores[b, rank] <= NEG / 2:
                     continue
-                tokens = np.append(generated[b, cand_beam[b, rank]], cand_token[b, rank])
-                score = float(cand_scores[b, rank]) / (length**config.length_penalty)
-                _add_hypothesis(
-                    finished[b], Hypothesis(tokens, score, bool(hits_eos[b, rank])), beams
+                beam = cand_beam[b, rank]
+                hypothesis = Hypothesis(
+                    tokens=np.append(generated[b, beam], cand_token[b, rank]),
+                    logprobs=np.append(generated_logprobs[b, beam], cand_logprob[b, rank]),
+                    score=float(cand_scores[b, rank]) / (length**config.length_penalty),
+                    finished_on_eos=bool(hits_eos[b, rank]),
                 )
+                _add_hypothesis(finished[b], hypothesis, beams)
 
         # Running beams: the best `beams` candidates that did not end.
         running_candidates = cand_scores + ends.astype(np.float32) * NEG
@@ -214,6 +224,13 @@ def beam_search(
             [
                 np.take_along_axis(generated, source_beam[:, :, None], axis=1),
                 next_tokens[:, :, None],
+            ],
+            axis=2,
+        )  # (B, beams, t + 1)
+        generated_logprobs = np.concatenate(
+            [
+                np.take_along_axis(generated_logprobs, source_beam[:, :, None], axis=1),
+                np.take_along_axis(cand_logprob, order, axis=1)[:, :, None],
             ],
             axis=2,
         )  # (B, beams, t + 1)

@@ -83,8 +83,14 @@ def test_beam_search_matches_transformers(pair, beams, returned, length_penalty,
     config = runtime.GenerationConfig(**settings)
     for start in range(0, 10, 5):
         prompts = PROMPTS[start : start + 5]
-        ours = [out.token_ids for out in gen.generate(prompts, config)]
-        assert ours == reference(model, tokenizer, prompts, do_sample=False, **settings)
+        outs = gen.generate(prompts, config)
+        assert [o.token_ids for o in outs] == reference(
+            model, tokenizer, prompts, do_sample=False, **settings
+        )
+    for out in outs:  # per-token log-probabilities add up to the unpenalised beam score
+        assert len(out.logprobs) == len(out.token_ids)
+        length = len(out.token_ids) ** length_penalty
+        assert out.score == pytest.approx(sum(out.logprobs) / length, rel=1e-4, abs=1e-4)
 
 
 def test_penalties_match_transformers(pair):
