@@ -448,6 +448,6 @@ def test_optimizer_failure_falls_back_to_unoptimized_graphs(tmp_path, monkeypatc
     monkeypatch.setattr(exporter, "optimize_graph", broken)
     checkpoint = exporter.inspect_checkpoint(tiny_checkpoint("gpt2"))
     graphs = {"decoder": tmp_path / "model.onnx"}
-    kept, report = exporter._optimize(checkpoint, graphs, {"hidden_size": 64}, None, tmp_path)
+    kept, report = exporter._ort_optimize(checkpoint, graphs, {"hidden_size": 64}, None, tmp_path)
     assert kept is graphs
     assert report["applied"] is False and "fusion exploded" in report["fallback"]
