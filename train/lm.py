@@ -522,6 +522,18 @@ class BibleLM:
         for key, texts in evaluation["samples"].items():
             if texts:
                 samples.append(f"- section `{key}`, empty prompt: {texts[0]}")
+        weak = [
+            f"{key} ({100 * cond[key]['accuracy']:.0f} %, most often labelled "
+            f"{max((k for k in keys if k != key), key=cond[key]['labelled_as'].get)})"
+            for key in keys
+            if cond[key]["samples"] and cond[key]["accuracy"] < 1 / 3
+        ]
+        weak_line = (
+            f"- Conditioning is weakest for {', '.join(weak)}: their samples borrow the "
+            "vocabulary of neighbouring sections.\n"
+            if weak
+            else ""
+        )
         limits = (
             f"- Memorisation: {100 * evaluation['memorised_8gram_share']:.1f} % of the word "
             f"8-grams in the conditioning samples occur verbatim in the training text (for "
@@ -529,8 +541,9 @@ class BibleLM:
             "held-out book's 8-grams do: the Bible quotes and repeats itself).\n"
             f"- Context of {self.size.context} tokens (about four verses): longer generations "
             "stop at the context.\n"
-            "- A small model trained on one book: fluent Bible-like English with drifting "
-            "sense, invented names and verse-to-verse incoherence. Not a source of scripture."
+            "- A small model trained on one book for an hour: Bible vocabulary and phrasing, "
+            "but often ungrammatical, with invented words, drifting sense and no coherence "
+            "beyond a clause or two. Not a source of scripture.\n" + weak_line
         )
         return [
             ("Perplexity", perplexity),
