@@ -7,6 +7,7 @@ export an int8 bundle -> evaluate through the runtime); the tests check its real
 from __future__ import annotations
 
 import csv
+import doctest
 import json
 import random
 
@@ -370,3 +371,8 @@ def test_section_classifier_learns_sections():
 def test_apertium_keeps_one_line_per_text():
     out = evaluate.run_apertium(["In the beginning.", "God said,\n“Let there be light.”", "Yes."])
     assert len(out) == 3 and out[0].startswith("En")
+
+
+@pytest.mark.parametrize("module", [evaluate, common, lm, seq2seq], ids=lambda m: m.__name__)
+def test_module_doctests(module):
+    assert doctest.testmod(module).failed == 0
