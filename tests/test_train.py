@@ -250,10 +250,11 @@ def test_length_prefix_draws_every_kind():
 
 def test_seq2seq_collate_pads_and_masks():
     examples = [seq2seq.Example([0, 5, 6, 1], [7, 1]), seq2seq.Example([0, 5, 1], [7, 8, 9, 1])]
-    batch = seq2seq.collate(examples, pad_id=2)
+    batch = seq2seq.collate(examples, pad_id=2, start_id=0)
     assert batch["input_ids"].tolist() == [[0, 5, 6, 1], [0, 5, 1, 2]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
     assert batch["labels"].tolist() == [[7, 1, -100, -100], [7, 8, 9, 1]]
+    assert batch["decoder_input_ids"].tolist() == [[0, 7, 2, 2], [0, 7, 8, 9]]
 
 
 def test_tokenizer_controls_are_single_tokens():
