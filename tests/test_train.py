@@ -16,6 +16,7 @@ import pytest
 import runtime
 from train import cli, common, data, evaluate, lm, seq2seq
 from train import tokenizer as tk
+from ui import registry as ui_registry
 
 RECIPES = ("bible-lm", "rewriter", "translator")
 
@@ -127,6 +128,8 @@ def test_translator_has_no_controls_and_scores(tiny_runs):
     out = tiny_runs("translator")
     gen = runtime.load(out / "bundle-int8")
     assert gen.controls == {}
+    # The app's Translate tab lists the model by the language pair its manifest names.
+    assert ui_registry.languages(gen.manifest) == ("en", "es")
     evaluation = json.loads((out / common.EVALUATION).read_text())
     assert "model" in evaluation["scores"]
     if evaluate.apertium_available():

@@ -346,6 +346,7 @@ class PairRecipe:
     name = ""
     task_kind = "seq2seq"
     source = target = tokenizer_name = ""
+    source_language = target_language = ""  # ISO 639-1 codes, for the app's language pairs
 
     def __init__(self, tiny: bool, verses: Path, tokenizer_dir: Path, out_dir: Path, seed: int):
         self.tiny = tiny
@@ -418,6 +419,8 @@ class PairRecipe:
         return {
             "corpus": f"{self.source.upper()} -> {self.target.upper()} verse pairs from the "
             "SWORD modules engKJV2006eb, engWEB2015eb, spaRV1909eb (canonical books)",
+            "source_language": self.source_language,
+            "target_language": self.target_language,
             "training pairs": len(self.pairs["train"]),
             "pair filter": f"{data.PAIR_BOUNDS}",
             "split": common.split_description(),
@@ -435,6 +438,7 @@ class PairRecipe:
 class Rewriter(PairRecipe):
     name = "rewriter"
     source, target, tokenizer_name = "kjv", "web", "en"
+    source_language = target_language = "en"
 
     def full_size(self) -> Seq2SeqSize:
         return REWRITER_FULL
@@ -645,6 +649,7 @@ class Rewriter(PairRecipe):
 class Translator(PairRecipe):
     name = "translator"
     source, target, tokenizer_name = "web", "rv1909", "en_es"
+    source_language, target_language = "en", "es"
 
     def full_size(self) -> Seq2SeqSize:
         return TRANSLATOR_FULL
