@@ -12,6 +12,7 @@ import json
 import random
 
 import pytest
+import torch
 
 import runtime
 from train import cli, common, data, evaluate, lm, seq2seq
@@ -258,6 +259,18 @@ def test_seq2seq_collate_pads_and_masks():
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 1, 0]]
     assert batch["labels"].tolist() == [[7, 1, -100, -100], [7, 8, 9, 1]]
     assert batch["decoder_input_ids"].tolist() == [[0, 7, 2, 2], [0, 7, 8, 9]]
+
+
+def test_seq2seq_stacks_start_from_one_position_table():
+    special = {"bos": 0, "eos": 1, "pad": 2}
+    model = seq2seq.build_model(seq2seq.TINY, vocab_size=32, special=special, seed=0)
+    encoder = model.model.encoder.embed_positions.weight
+    decoder = model.model.decoder.embed_positions.weight
+    assert encoder.requires_grad and decoder.requires_grad
+    assert torch.equal(encoder, decoder)
+    # Sinusoidal: each position's row is most similar to itself.
+    similarity = encoder @ encoder.T  # (P, P)
+    assert (similarity.argmax(dim=1) == torch.arange(len(encoder))).all()
 
 
 def test_tokenizer_controls_are_single_tokens():

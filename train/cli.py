@@ -91,6 +91,7 @@ def run(args) -> int:
             max_minutes=args.max_minutes,
             progress=not args.quiet,
             describe=recipe.name,
+            threads=args.threads,
         )
     common.plot_losses(out / common.LOSS_CSV, out / common.LOSS_PNG, recipe.name)
     sps = common.steps_per_second(out / common.LOSS_CSV)
@@ -107,7 +108,7 @@ def run(args) -> int:
         else None,
         "config": {k: v for k, v in vars(config).items()},
         "size": {k: v for k, v in vars(recipe.size).items()},
-        "threads": common.THREADS,
+        "threads": args.threads,
     }
     common.write_json(out / "training.json", training)
     if not state["finished"]:
@@ -213,6 +214,9 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
     parser.add_argument("--eval-only", action="store_true", help="evaluate the checkpoint")
     parser.add_argument("--no-eval", action="store_true", help="train only")
     parser.add_argument("--ship", action="store_true", help="export into --models-dir")
+    parser.add_argument(
+        "--threads", type=int, default=common.THREADS, help="torch threads (default 2)"
+    )
     return parser
 
 

@@ -43,7 +43,7 @@ MODEL_DIR = "model"  # Hugging Face checkpoint directory (export's input)
 EVALUATION = "evaluation.json"  # metrics and samples of the finished model
 CSV_COLUMNS = ("step", "epoch", "tokens", "lr", "train_loss", "val_loss", "train_seconds")
 PAUSE_FACTOR = 10  # a step slower than this × the recent median was paused, not working
-THREADS = 2  # torch intra-op threads: the machine has two cores
+THREADS = 2  # default torch intra-op threads: the machine has two cores
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def set_threads() -> None:
-    torch.set_num_threads(THREADS)
+def set_threads(threads: int = THREADS) -> None:
+    torch.set_num_threads(threads)
 
 
 def lr_lambda(config: TrainConfig) -> Callable[[int], float]:
@@ -248,6 +248,7 @@ def train(
     max_minutes: float | None = None,
     progress: bool = True,
     describe: str = "train",
+    threads: int = THREADS,
 ) -> dict:
     """Train `model` on `task` until `config.steps` (or an earlier stop); return the state.
 
@@ -256,9 +257,10 @@ def train(
     resumed run computes the same losses as an uninterrupted one). Without `resume` an existing
     checkpoint is an error. `max_steps` stops this invocation at that step (the schedule still
     spans `config.steps`); `max_minutes` stops it after that much active training time.
+    `threads` torch threads (two runs side by side on two cores do more work at one each).
     The returned state has step, epoch, tokens, train_seconds and finished (step == steps).
     """
-    set_threads()
+    set_threads(threads)
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint_path = out_dir / CHECKPOINT
     log = LossLog(out_dir / LOSS_CSV)

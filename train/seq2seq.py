@@ -307,7 +307,35 @@ def build_model(size: Seq2SeqSize, vocab_size: int, special: dict, seed: int):
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
-    return MBartForConditionalGeneration(config)
+    model = MBartForConditionalGeneration(config)
+    # Both stacks start from one sinusoidal table, so that target position t and source position
+    # t look alike from the first step and a cross-attention head can align them at once; with
+    # independent random tables the rewriter barely used its source for 400 steps
+    # (docs/TRAINING.md). The tables stay trainable.
+    table = sinusoidal_positions(model.model.encoder.embed_positions.weight.shape, std=0.02)
+    with torch.no_grad():
+        model.model.encoder.embed_positions.weight.copy_(table)
+        model.model.decoder.embed_positions.weight.copy_(table)
+    return model
+
+
+def sinusoidal_positions(shape: tuple[int, int], std: float) -> torch.Tensor:
+    """The Transformer's sin/cos position table, rescaled to standard deviation `std` (the
+    token embeddings' init) so it does not drown the tokens.
+
+    >>> table = sinusoidal_positions((130, 8), std=0.02)
+    >>> tuple(table.shape), round(float(table.std()), 4)
+    ((130, 8), 0.02)
+    >>> bool((table[5] @ table[5]) > (table[5] @ table[40]))  # a position is most like itself
+    True
+    """
+    rows, width = shape
+    position = torch.arange(rows, dtype=torch.float32)[:, None]  # (P, 1)
+    frequency = 10000 ** (-torch.arange(0, width, 2, dtype=torch.float32) / width)  # (W/2,)
+    table = torch.zeros(rows, width)  # (P, W)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table * (std / table.std())
 
 
 def generate_all(
