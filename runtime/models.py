@@ -32,6 +32,7 @@ class Seq2SeqState:
     cross_past: tuple[np.ndarray, ...]  # per decoder layer key, value over the source: (N, H, S, D)
     encoder_hidden: np.ndarray  # (N, S, hidden)
     encoder_mask: np.ndarray  # (N, S) int64
+    source_row: np.ndarray  # (N,) the source each row decodes; rows of one source share the above
 
 
 class GraphRunner:
@@ -185,6 +186,7 @@ class Seq2SeqLM:
             tuple(present[i] for i in self.cross_slots),
             encoder_hidden,
             attention_mask,
+            np.arange(batch),
         )
         return logits, state
 
@@ -204,9 +206,16 @@ class Seq2SeqLM:
         return logits, replace(state, self_past=tuple(present[i] for i in self.self_slots))
 
     def select(self, state: Seq2SeqState, rows: np.ndarray) -> Seq2SeqState:
+        self_past = tuple(self.decoder.take(p, rows) for p in state.self_past)
+        source_row = state.source_row[rows]
+        if np.array_equal(source_row, state.source_row):
+            # Beam reordering stays within each source's beams: every row keeps its source, so
+            # the source-side tensors are already right and copying them would be wasted work.
+            return replace(state, self_past=self_past)
         return Seq2SeqState(
-            tuple(self.decoder.take(p, rows) for p in state.self_past),
+            self_past,
             tuple(self.decoder.take(p, rows) for p in state.cross_past),
             np.take(state.encoder_hidden, rows, axis=0),
             np.take(state.encoder_mask, rows, axis=0),
+            source_row,
         )

@@ -8,6 +8,7 @@ prompts of different lengths.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from optimum.exporters.onnx import main_export
@@ -126,3 +127,24 @@ def test_io_binding_path_gives_the_same_tokens(pair):
     ):
         ours = [o.token_ids for o in bound.generate(PROMPTS[:4], config)]
         assert ours == [o.token_ids for o in gen.generate(PROMPTS[:4], config)]
+
+
+def test_seq2seq_select_shares_source_tensors_within_a_source(pair):
+    """Reordering beams of one source reuses the cross-attention cache; moving a row to another
+    source copies it (and both give the rows' own values)."""
+    gen, _, _, _ = pair
+    if gen.manifest["task"] != "seq2seq":
+        pytest.skip("causal LMs have no source-side cache")
+    ids = [gen.encode_prompt(p) for p in PROMPTS[:2]]
+    width = max(map(len, ids))
+    input_ids = np.array([row + [0] * (width - len(row)) for row in ids])  # (2, S)
+    mask = np.array([[1] * len(row) + [0] * (width - len(row)) for row in ids])  # (2, S)
+    _, state = gen.model.start(input_ids, mask)
+    beams = gen.model.select(state, np.array([0, 0, 1, 1]))
+    reordered = gen.model.select(beams, np.array([1, 0, 3, 3]))
+    assert reordered.cross_past[0] is beams.cross_past[0]
+    assert reordered.encoder_hidden is beams.encoder_hidden
+    swapped = gen.model.select(beams, np.array([2, 3, 0, 1]))
+    assert swapped.source_row.tolist() == [1, 1, 0, 0]
+    np.testing.assert_array_equal(swapped.cross_past[0][0], beams.cross_past[0][2])
+    np.testing.assert_array_equal(swapped.encoder_mask[2], mask[0])
