@@ -25,7 +25,7 @@ from train import common, data
 RECIPES = ("bible-lm", "rewriter", "translator")
 DEFAULT_PRECISIONS = {
     "bible-lm": ("int8", "fp32"),
-    "rewriter": ("int8", "fp32"),
+    "rewriter": ("int8",),
     "translator": ("int8",),
 }
 MODELS_DIR = Path("models")
@@ -150,7 +150,7 @@ def training_section(evaluation: dict) -> str:
     minutes = t["train_seconds"] / 60
     return (
         f"{t['parameters']:,} parameters; {t['steps']} steps ({t['epochs']} epoch(s), "
-        f"{t['tokens']:,} target tokens) in {minutes:.0f} minutes of training on 2 CPU cores "
+        f"{t['tokens']:,} target tokens) in {minutes:.0f} minutes of training on a 2-core CPU "
         f"({t['steps_per_second']:.3f} steps/s, {t['tokens_per_second']:.0f} tokens/s; time "
         "during which the run was paused is not counted). Seed "
         f"{t['config']['seed']}; AdamW, peak lr {t['config']['lr']}, {t['config']['warmup']} "

@@ -61,6 +61,23 @@ def nearest_ratio_value(ratio: float, values: Sequence[float] = RATIO_VALUES) ->
     return min(values, key=lambda value: abs(value - ratio))
 
 
+def responsive_range(achieved: dict[float, float]) -> tuple[float, float]:
+    """The widest run of requested ratios around 1.0 (consecutive value tokens) over which the
+    achieved ratio strictly increases: where the value tokens do what they say.
+
+    >>> responsive_range({0.6: 0.99, 0.7: 0.78, 0.8: 0.84, 0.9: 0.91, 1.0: 0.98, 1.1: 1.04,
+    ...                   1.2: 1.10, 1.3: 1.16, 1.4: 1.13})
+    (0.7, 1.3)
+    """
+    values = sorted(achieved)
+    low = high = values.index(min(values, key=lambda v: abs(v - 1.0)))
+    while low > 0 and achieved[values[low - 1]] < achieved[values[low]]:
+        low -= 1
+    while high < len(values) - 1 and achieved[values[high + 1]] > achieved[values[high]]:
+        high += 1
+    return values[low], values[high]
+
+
 def mean_length_ratio(
     sources: Sequence[str], outputs: Sequence[str], count: Callable[[str], int]
 ) -> float:

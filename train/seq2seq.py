@@ -592,6 +592,19 @@ class Rewriter(PairRecipe):
             "samples": samples,
         }
 
+    def value_token_limits(self, strategy1_values: dict[str, float]) -> str:
+        """Where the value tokens work, and how rare the training pairs outside that range are."""
+        achieved = {float(k): v for k, v in strategy1_values.items()}
+        low, high = evaluate.responsive_range(achieved)
+        train = [evaluate.nearest_ratio_value(p.ratio) for p in self.pairs["train"]]
+        outside = sum(not low <= v <= high for v in train) / max(1, len(train))
+        return (
+            f"Value tokens work from {low:.1f} to {high:.1f} (achieved {achieved[low]:.2f} to "
+            f"{achieved[high]:.2f}); only {100 * outside:.1f} % of the training pairs have a true "
+            "ratio nearest to a value outside that range, and the model mostly ignores those "
+            "tokens (its output then keeps about the source's length)."
+        )
+
     def metrics(self, evaluation: dict) -> dict:
         s1, overall = evaluation["strategy1"], evaluation["strategy2"]["overall"]
         out = {f"LRsrc {k}": round(v, 3) for k, v in s1.items()}
@@ -663,8 +676,9 @@ class Rewriter(PairRecipe):
             f"(no token) occur verbatim in the training targets; {100 * mem['reference']:.1f} % "
             "of the WEB references' 8-grams do too (the Bible repeats itself).\n"
             "- Trained on Bible verses only: other archaic English is out of domain.\n"
-            "- Length tokens steer length, not meaning: extreme ratios (< 0.5, > 1.5) drop or "
-            "invent content."
+            f"- {self.value_token_limits(evaluation['strategy1_values'])}\n"
+            "- Length tokens steer length, not meaning: to reach a shorter ratio the model drops "
+            "words, to reach a longer one it repeats or adds them."
         )
         return [
             ("Length control (strategy 1)", strategy1),
