@@ -805,7 +805,10 @@ class Translator(PairRecipe):
             f"translations occur verbatim in the training targets ({100 * mem['reference']:.1f} "
             "% of the RV1909 references' do).\n"
             "- Translates into 1909 Spanish with its spelling (á as a word, fué, vió): not "
-            "modern Spanish. Trained on Bible verses only: other text is out of domain."
+            "modern Spanish. Trained on Bible verses only: other text is out of domain.\n"
+            "- A 10M-parameter model trained for about an hour: it keeps the verse's frame "
+            "but often loses or swaps content words, and a word it cannot translate can come out "
+            "garbled or as one syllable repeated (see the samples)."
         )
         return [
             ("Translation quality", scores),
