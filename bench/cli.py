@@ -1,4 +1,4 @@
-"""`scriptorium bench decode|seq2seq|sampling|all [ARGS…]`."""
+"""`scriptorium bench decode|seq2seq|sampling|startup|all [ARGS…]`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ BENCHMARKS = {
     "decode": "bench.decode",
     "seq2seq": "bench.seq2seq",
     "sampling": "bench.sampling",
+    "startup": "bench.startup",
 }
 
 
