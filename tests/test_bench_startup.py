@@ -1,4 +1,4 @@
-"""bench.startup measures the real app: it starts, answers, is stopped, and the result is written."""
+"""bench.startup measures the real app: it starts, answers, is stopped; the result is written."""
 
 from __future__ import annotations
 

@@ -135,10 +135,7 @@ def test_seq2seq_select_shares_source_tensors_within_a_source(pair):
     gen, _, _, _ = pair
     if gen.manifest["task"] != "seq2seq":
         pytest.skip("causal LMs have no source-side cache")
-    ids = [gen.encode_prompt(p) for p in PROMPTS[:2]]
-    width = max(map(len, ids))
-    input_ids = np.array([row + [0] * (width - len(row)) for row in ids])  # (2, S)
-    mask = np.array([[1] * len(row) + [0] * (width - len(row)) for row in ids])  # (2, S)
+    _, input_ids, mask = gen._batch(PROMPTS[:2], None)  # right-padded sources, (2, S)
     _, state = gen.model.start(input_ids, mask)
     beams = gen.model.select(state, np.array([0, 0, 1, 1]))
     reordered = gen.model.select(beams, np.array([1, 0, 3, 3]))

@@ -9,16 +9,14 @@ yet is skipped; the full evaluations are in each model card (docs/TRAINING.md).
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 
 import runtime
-from train import evaluate
+from train import data, evaluate
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "verses.tsv"
 BEAM = runtime.GenerationConfig(num_beams=3, max_new_tokens=96)
 
 
@@ -30,9 +28,7 @@ def bundle(name: str, precision: str = "int8") -> Path:
 
 
 def held_out_verses(limit: int = 12) -> list[dict]:
-    with FIXTURE.open(encoding="utf-8") as handle:
-        rows = [r for r in csv.DictReader(handle, delimiter="\t") if r["split"] == "test"]
-    return rows[:limit]
+    return data.load_verses(data.FIXTURE, split="test")[:limit]
 
 
 @pytest.mark.parametrize(

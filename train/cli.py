@@ -215,7 +215,10 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
     parser.add_argument("--no-eval", action="store_true", help="train only")
     parser.add_argument("--ship", action="store_true", help="export into --models-dir")
     parser.add_argument(
-        "--threads", type=int, default=common.THREADS, help="torch threads (default 2)"
+        "--threads",
+        type=int,
+        default=common.THREADS,
+        help=f"torch threads (default {common.THREADS})",
     )
     return parser
 

@@ -4,7 +4,8 @@
 Both use the BART architecture in its pre-LayerNorm form (transformers' mBART; post-LN BART from
 scratch did not learn to use its source here, see `build_model`): one code path for the two
 models; a shared vocabulary (one embedding table for encoder, decoder and output layer); learned
-positions, which a 128-token verse model can afford. Marian would differ only in sinusoidal
+positions, which a 128-token verse model can afford, started in both stacks from one sinusoidal
+table (see `build_model`). Marian would differ only in sinusoidal
 positions and its SentencePiece tooling, neither of which helps here, and is post-LN too.
 The translator uses the data engineer's joint English + Spanish tokenizer (en_es), the rewriter
 the English one (en), which holds the length tokens.
