@@ -252,6 +252,30 @@ def test_length_prefix_draws_every_kind():
     assert seq2seq.length_prefix(1.5, "category") == "<long>"
 
 
+@pytest.mark.parametrize("floor", [1, 50])
+def test_balanced_draw_evens_out_ratio_values_above_the_floor(floor):
+    # 900 pairs nearest 1.0, 90 nearest 0.6, 9 nearest 1.4 (source 10 tokens, target 10/6/14).
+    lengths = [10] * 900 + [6] * 90 + [14] * 9
+    pairs = [seq2seq.Pair("", "", "", [0] * 10, [0] * n) for n in lengths]
+    drawn = seq2seq.balanced_draw(pairs, 30_000, random.Random(0), floor)
+    share = {v: sum(p.ratio == v for p in drawn) / len(drawn) for v in (1.0, 0.6, 1.4)}
+    # Weight of a value = min(1, n / floor): floor 1 -> 1 : 1 : 1; floor 50 -> 1 : 1 : 9/50.
+    mass = {1.0: 1.0, 0.6: 1.0, 1.4: min(1.0, 9 / floor)}
+    for value, weight in mass.items():
+        assert share[value] == pytest.approx(weight / sum(mass.values()), abs=0.015)
+
+
+def test_rewriter_epochs_add_balanced_value_token_examples(tmp_path):
+    recipe = seq2seq.Rewriter(True, data.FIXTURE, tmp_path / "tokenizers", tmp_path, seed=0)
+    train = recipe.pairs["train"]
+    examples = recipe.epoch_examples(random.Random(0))
+    assert len(examples) == recipe.examples_per_epoch() == len(train) + recipe.balanced_count()
+    ratio_ids = {recipe.tokenizer.token_to_id(t) for t in seq2seq.RATIO_TOKENS.values()}
+    extra = examples[len(train) :]
+    assert extra and all(e.input_ids[1] in ratio_ids for e in extra)
+    assert all(e.input_ids[2] not in ratio_ids for e in extra)  # the value token alone
+
+
 def test_seq2seq_collate_pads_and_masks():
     examples = [seq2seq.Example([0, 5, 6, 1], [7, 1]), seq2seq.Example([0, 5, 1], [7, 8, 9, 1])]
     batch = seq2seq.collate(examples, pad_id=2, start_id=0)

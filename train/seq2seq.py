@@ -18,7 +18,11 @@ decoder starts from `<|bos|>` and is trained to produce the target followed by `
 Length tokens (seed 004): ratio = target subwords / source subwords; category `<short>` (< 0.95),
 `<normal>`, `<long>` (> 1.05); value `<ratio_0.1>` … `<ratio_2.0>` (nearest). Each training example
 draws afresh every epoch: the category token (40 %), the value token (40 %), both (10 %) or none
-(10 %, the baseline), so every combination the app can send was seen in training.
+(10 %, the baseline), so every combination the app can send was seen in training. KJV and WEB
+verses are close in length (three quarters of the pairs are nearest 0.9 or 1.0, fewer than one in
+200 nearest 0.6), so the rewriter's epochs also hold a ratio-balanced draw of extra pairs with
+their value token (`balanced_draw`): without it the model never learns the rare value tokens and
+ignores them.
 
 Evaluation (test books, through the runtime on the exported bundle): the rewriter as 004 does
 (baseline ratio without a token; strategy 1: force each token on every test verse, mean achieved
@@ -32,7 +36,7 @@ the training loop (train/common.py), metric definitions (train/evaluate.py).
 from __future__ import annotations
 
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +51,11 @@ RATIO_TOKENS = {value: f"<ratio_{value:.1f}>" for value in evaluate.RATIO_VALUES
 # Probabilities of the length prefix kinds in training: category, value, both, none.
 PREFIX_KINDS = (("category", 0.4), ("value", 0.4), ("both", 0.1), ("none", 0.1))
 TARGET_RATIOS = tuple(round(0.6 + step / 10, 1) for step in range(9))  # 004 targets: 0.6 … 1.4
+# The rewriter's extra value-token examples per epoch, as a share of its training pairs.
+BALANCED_SHARE = 0.3
+# Value tokens with fewer training pairs than this are drawn as if they had this many, so that a
+# handful of pairs is not repeated without limit.
+BALANCE_FLOOR = 50
 
 
 @dataclass(frozen=True)
@@ -75,7 +84,7 @@ class Seq2SeqSize:
 # epochs are chosen so each run is one to two hours on this machine (docs/TRAINING.md).
 REWRITER_FULL = Seq2SeqSize(
     encoder_layers=3, decoder_layers=3, width=256, heads=4, ffn=1024, positions=128,
-    batch_size=64, epochs=3.0, lr=1e-3, warmup=100, dropout=0.1,
+    batch_size=64, epochs=4.0, lr=1e-3, warmup=100, dropout=0.1,
 )  # fmt: skip
 TRANSLATOR_FULL = Seq2SeqSize(
     encoder_layers=4, decoder_layers=4, width=256, heads=4, ffn=1024, positions=128,
@@ -164,6 +173,21 @@ def length_controls() -> dict:
     }
 
 
+def balanced_draw(pairs: list[Pair], count: int, rng: random.Random, floor: int) -> list[Pair]:
+    """`count` pairs drawn with replacement so that every nearest ratio value is about equally
+    likely; a value with n < `floor` pairs gets n / `floor` of a full value's share.
+
+    >>> pairs = [Pair("", "", "", [0] * 10, [0] * n) for n in [10] * 90 + [6] * 10]
+    >>> drawn = balanced_draw(pairs, 1000, random.Random(0), floor=1)
+    >>> sum(p.ratio == 0.6 for p in drawn)  # 10 % of the pairs, half of the draws
+    492
+    """
+    values = [evaluate.nearest_ratio_value(p.ratio) for p in pairs]
+    counts = Counter(values)
+    weights = [1 / max(counts[value], floor) for value in values]
+    return rng.choices(pairs, weights=weights, k=count)
+
+
 def draw_kind(rng: random.Random) -> str:
     u, total = rng.random(), 0.0
     for kind, probability in PREFIX_KINDS:
@@ -233,9 +257,8 @@ def length_batches(examples: list[Example], batch_size: int, rng: random.Random)
 
 
 class Seq2SeqTask(common.Task):
-    def __init__(self, recipe: PairRecipe, train_pairs, val_pairs, val_count: int = 256):
+    def __init__(self, recipe: PairRecipe, val_pairs, val_count: int = 256):
         self.recipe = recipe
-        self.train_pairs = train_pairs
         rng = random.Random(recipe.seed)
         chosen = rng.sample(val_pairs, min(val_count, len(val_pairs)))
         examples = [recipe.example(pair, rng) for pair in chosen]
@@ -247,7 +270,7 @@ class Seq2SeqTask(common.Task):
 
     def batches(self, epoch: int) -> list[dict]:
         rng = random.Random(self.recipe.seed * 1_000_003 + epoch)
-        examples = [self.recipe.example(pair, rng) for pair in self.train_pairs]
+        examples = self.recipe.epoch_examples(rng)
         pad, start = self.recipe.special["pad"], self.recipe.special["bos"]
         batches = length_batches(examples, self.recipe.size.batch_size, rng)
         return [collate(batch, pad, start) for batch in batches]
@@ -404,10 +427,17 @@ class PairRecipe:
     def example(self, pair: Pair, rng: random.Random) -> Example:
         return make_example(pair, "", self.tokenizer, self.special)
 
+    def examples_per_epoch(self) -> int:
+        return len(self.pairs["train"])
+
+    def epoch_examples(self, rng: random.Random) -> list[Example]:
+        """One epoch's training examples (unbatched): every training pair once."""
+        return [self.example(pair, rng) for pair in self.pairs["train"]]
+
     def setup(self):
         size = self.size
-        task = Seq2SeqTask(self, self.pairs["train"], self.pairs["validation"])
-        per_epoch = len(self.pairs["train"]) // size.batch_size
+        task = Seq2SeqTask(self, self.pairs["validation"])
+        per_epoch = self.examples_per_epoch() // size.batch_size
         steps = size.steps or max(1, round(size.epochs * per_epoch))
         config = common.TrainConfig(
             steps=steps,
@@ -475,6 +505,21 @@ class Rewriter(PairRecipe):
     def example(self, pair: Pair, rng: random.Random) -> Example:
         prefix = length_prefix(pair.ratio, draw_kind(rng))
         return make_example(pair, prefix, self.tokenizer, self.special)
+
+    def balanced_count(self) -> int:
+        return round(BALANCED_SHARE * len(self.pairs["train"]))
+
+    def examples_per_epoch(self) -> int:
+        return len(self.pairs["train"]) + self.balanced_count()
+
+    def epoch_examples(self, rng: random.Random) -> list[Example]:
+        """Every training pair once with a random prefix kind, plus a ratio-balanced draw of
+        pairs with their value token."""
+        extra = balanced_draw(self.pairs["train"], self.balanced_count(), rng, BALANCE_FLOOR)
+        return super().epoch_examples(rng) + [
+            make_example(pair, length_prefix(pair.ratio, "value"), self.tokenizer, self.special)
+            for pair in extra
+        ]
 
     def controls(self) -> dict:
         return length_controls()
