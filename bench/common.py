@@ -31,6 +31,35 @@ def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 1)
     return statistics.median(times)
 
 
+def cache_name(engine: str, precision: str) -> str:
+    """Directory name of a cached export; int8 names carry export/'s weight format, so changing
+    that format builds fresh graphs instead of timing stale ones.
+
+    >>> cache_name("optimum", "fp32")
+    'optimum-fp32'
+    """
+    if precision != "int8":
+        return f"{engine}-{precision}"
+    from export.quantize import INT8_PER_CHANNEL, INT8_WEIGHT_TYPE
+
+    granularity = "per-channel" if INT8_PER_CHANNEL else "per-tensor"
+    return f"{engine}-int8-{INT8_WEIGHT_TYPE}-{granularity}"
+
+
+def quantize_int8_like_export(source: Path, target: Path) -> None:
+    """A peer's int8 graph in export/'s int8 weight format (same weights, same kernels)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from export.quantize import INT8_PER_CHANNEL, INT8_WEIGHT_TYPE
+
+    quantize_dynamic(
+        source,
+        target,
+        weight_type=QuantType[INT8_WEIGHT_TYPE],
+        per_channel=INT8_PER_CHANNEL,
+    )
+
+
 def set_torch_threads(threads: int) -> None:
     import torch
 

@@ -4,9 +4,10 @@
 
 One random-weight GPT-2 small (124M, GPT2Config() defaults, torch seed 0) is exported once to
 Scriptorium bundles (fp32 / int8 / int4, through export/) and to optimum-onnx's own export (fp32,
-plus its dynamic int8 quantization). Two scenarios, each timed as the median of `--repeats` runs:
-batch 1 with greedy decoding, and batch 4 with sampling (temperature 0.8, top-k 50, top-p 0.95).
-Both use 32-token prompts and exactly 128 new tokens (EOS is suppressed via min_new_tokens).
+plus onnxruntime's dynamic int8 quantization in export/'s int8 weight format). Two scenarios, each
+timed as the median of `--repeats` runs: batch 1 with greedy decoding, and batch 4 with sampling
+(temperature 0.8, top-k 50, top-p 0.95). Both use 32-token prompts and exactly 128 new tokens
+(EOS is suppressed via min_new_tokens).
 Quality (perplexity change of int8/int4) is not measured here: random weights have no meaningful
 perplexity, so it comes from the export parity report of a trained model (`--quality DIR`).
 """
@@ -46,7 +47,7 @@ def prepare(work: Path) -> dict[str, Path]:
             tokenizer, paths["checkpoint"], bos_token="<|endoftext|>", eos_token="<|endoftext|>"
         )
     for precision in ("fp32", "int8", "int4"):
-        paths[precision] = work / f"scriptorium-{precision}"
+        paths[precision] = work / common.cache_name("scriptorium", precision)
         if not (paths[precision] / "manifest.json").exists():
             export_bundle(paths["checkpoint"], paths[precision], precision=precision)
     paths["optimum-fp32"] = work / "optimum-fp32"
@@ -59,16 +60,12 @@ def prepare(work: Path) -> dict[str, Path]:
             task="text-generation-with-past",
             do_validation=False,
         )
-    paths["optimum-int8"] = work / "optimum-int8"
+    paths["optimum-int8"] = work / common.cache_name("optimum", "int8")
     if not (paths["optimum-int8"] / "model.onnx").exists():
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
         shutil.copytree(paths["optimum-fp32"], paths["optimum-int8"], dirs_exist_ok=True)
         (paths["optimum-int8"] / "model.onnx").unlink()
-        quantize_dynamic(
-            paths["optimum-fp32"] / "model.onnx",
-            paths["optimum-int8"] / "model.onnx",
-            weight_type=QuantType.QInt8,
+        common.quantize_int8_like_export(
+            paths["optimum-fp32"] / "model.onnx", paths["optimum-int8"] / "model.onnx"
         )
     return paths
 

@@ -55,7 +55,7 @@ def prepare(work: Path) -> dict[str, Path]:
             unk_token="<unk>",
         )
     for precision in ("fp32", "int8"):
-        paths[precision] = work / f"scriptorium-{precision}"
+        paths[precision] = work / common.cache_name("scriptorium", precision)
         if not (paths[precision] / "manifest.json").exists():
             export_bundle(paths["checkpoint"], paths[precision], precision=precision)
     paths["optimum-fp32"] = work / "optimum-fp32"
