@@ -66,6 +66,11 @@ def set_torch_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+# A benchmark has the cores to itself, so onnxruntime's threads spin between operators, in our
+# sessions (`runtime.load(spinning=True)`) and in the peers' alike; torch's threads spin too.
+SPINNING = True
+
+
 def ort_session_options(threads: int):
     """onnxruntime options matching the runtime's (runtime/generator.py `_session`)."""
     import onnxruntime as ort
@@ -74,7 +79,7 @@ def ort_session_options(threads: int):
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if SPINNING else "0")
     return options
 
 

@@ -187,6 +187,18 @@ def test_context_limit_ends_generation_with_reason_context(gen):
     assert out.finish_reason == "context"
 
 
+@pytest.mark.parametrize("spinning", [False, True])
+def test_spinning_is_off_unless_asked_and_does_not_change_outputs(gen, bundle, spinning):
+    spun = runtime.load(bundle, threads=2, spinning=spinning)
+    options = spun.model.runner.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == str(int(spinning))
+    config = SAMPLE.replace(seed=3)
+    assert (
+        spun.generate(PROMPTS[0], config)[0].token_ids
+        == gen.generate(PROMPTS[0], config)[0].token_ids
+    )
+
+
 def test_corrupted_file_fails_checksum_before_any_session(bundle, tmp_path):
     broken = shutil.copytree(bundle, tmp_path / "broken")
     data = bytearray((broken / "model.onnx").read_bytes())
