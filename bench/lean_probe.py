@@ -2,9 +2,10 @@
 
 Builds a GPT-2-small-shaped model (GPT2Config() defaults, random weights, seed 0), writes
 optimum-onnx's `text-generation-with-past` export and `export.lean_gpt2`'s graph into `--work`,
-quantizes each (int8: `quantize_dynamic`, QInt8 weights, per-tensor and per-channel; int4:
-`MatMulNBitsQuantizer`, block 32, symmetric, accuracy level 4, after rewriting optimum's Gemm nodes
-to MatMul + Add so that the quantizer sees them), and times a bare numpy greedy loop around
+quantizes each (int8: `quantize_dynamic`, QInt8 weights per tensor and per channel, and QUInt8
+weights per tensor, export/'s int8 format; int4: `MatMulNBitsQuantizer`, block 32, symmetric,
+accuracy level 4, after rewriting optimum's Gemm nodes to MatMul + Add so that the quantizer
+sees them), and times a bare numpy greedy loop around
 onnxruntime (batch 1, `--prompt` tokens, `--new-tokens` new tokens, median of `--runs`).
 Tokens per second count the new tokens over the whole call, prefill included (`best`: the
 fastest run); `step ms` is the median cached step alone and `p10` its 10th percentile, a hint of
@@ -32,9 +33,12 @@ import onnxruntime as ort
 from tqdm import tqdm
 
 VOCAB = 50257
-# int8*: quantize_dynamic (int8 weights and activations); int8-nbits: MatMulNBits with 8-bit
-# weights (block 32, accuracy level 4); int4: MatMulNBits with 4-bit weights.
-PRECISIONS = ("fp32", "int8", "int8-per-channel", "int8-fp32-head", "int8-nbits", "int4")
+# int8*: quantize_dynamic (int8 weights and activations; int8-uint8: unsigned weights);
+# int8-nbits: MatMulNBits with 8-bit weights (block 32, accuracy level 4); int4: MatMulNBits with
+# 4-bit weights.
+PRECISIONS = (
+    "fp32", "int8", "int8-per-channel", "int8-uint8", "int8-fp32-head", "int8-nbits", "int4"
+)  # fmt: skip
 
 
 def _write_graphs(work: Path) -> dict[str, Path]:
@@ -71,13 +75,13 @@ def _quantize(fp32: Path, precision: str, graph: str) -> Path:
 
     from export.quantize import gemm_to_matmul
 
-    if precision in ("int8", "int8-per-channel", "int8-fp32-head"):
+    if precision in ("int8", "int8-per-channel", "int8-uint8", "int8-fp32-head"):
         head = [n.name for n in onnx.load(str(fp32), load_external_data=False).graph.node
                 if "logits" in n.output]  # fmt: skip
         quantize_dynamic(
             fp32,
             out,
-            weight_type=QuantType.QInt8,
+            weight_type=QuantType.QUInt8 if precision == "int8-uint8" else QuantType.QInt8,
             per_channel=precision == "int8-per-channel",
             nodes_to_exclude=head if precision == "int8-fp32-head" else None,
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
