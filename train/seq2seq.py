@@ -644,11 +644,14 @@ class Rewriter(PairRecipe):
         low, high = evaluate.responsive_range(achieved)
         train = [evaluate.nearest_ratio_value(p.ratio) for p in self.pairs["train"]]
         outside = sum(not low <= v <= high for v in train) / max(1, len(train))
+        lowest, highest = min(achieved), max(achieved)
         return (
-            f"Value tokens work from {low:.1f} to {high:.1f} (achieved {achieved[low]:.2f} to "
-            f"{achieved[high]:.2f}); only {100 * outside:.1f} % of the training pairs have a true "
-            "ratio nearest to a value outside that range, and the model mostly ignores those "
-            "tokens (its output then keeps about the source's length)."
+            f"Value tokens steer the length from {low:.1f} to {high:.1f} (achieved "
+            f"{achieved[low]:.2f} to {achieved[high]:.2f}); beyond that range the achieved ratio "
+            f"no longer follows the request (`<ratio_{lowest:.1f}>` gives "
+            f"{achieved[lowest]:.2f}, `<ratio_{highest:.1f}>` {achieved[highest]:.2f}). Only "
+            f"{100 * outside:.1f} % of the training pairs have a true ratio nearest a value "
+            "outside that range."
         )
 
     def metrics(self, evaluation: dict) -> dict:
