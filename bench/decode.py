@@ -115,7 +115,7 @@ def runners(paths: dict[str, Path], threads: int, prompts: np.ndarray, settings:
         max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, seed=0, **sampling
     )
     for precision in ("fp32", "int8", "int4"):
-        gen = runtime.load(paths[precision], threads=threads, spinning=common.SPINNING)
+        gen = runtime.load(paths[precision], threads=threads, spinning=common.RUNTIME_SPINNING)
         assert gen.encode_prompt(texts[0]) == prompts[0].tolist()
 
         def run(gen=gen):

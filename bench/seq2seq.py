@@ -109,7 +109,7 @@ def runners(paths: dict[str, Path], threads: int, source: np.ndarray, settings: 
         max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, **settings
     )
     for precision in ("fp32", "int8"):
-        gen = runtime.load(paths[precision], threads=threads, spinning=common.SPINNING)
+        gen = runtime.load(paths[precision], threads=threads, spinning=common.RUNTIME_SPINNING)
         assert gen.encode_prompt(text) == source[0].tolist()
 
         def run(gen=gen):
