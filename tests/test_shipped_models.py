@@ -74,7 +74,8 @@ def test_rewriter_length_tokens_set_the_length():
 
     short, normal, long = (mean_ratio({"length": c}) for c in ("short", "normal", "long"))
     assert short < normal < long
-    assert mean_ratio({"length_ratio": 0.6}) < mean_ratio({"length_ratio": 1.4})
+    low, middle, high = (mean_ratio({"length_ratio": v}) for v in (0.6, 1.0, 1.4))
+    assert low < middle < high
 
 
 def test_rewriter_output_reads_like_the_web():
