@@ -40,10 +40,9 @@ def cache_name(engine: str, precision: str) -> str:
     """
     if precision != "int8":
         return f"{engine}-{precision}"
-    from export.quantize import INT8_PER_CHANNEL, INT8_WEIGHT_TYPE
+    from export.quantize import INT8_FORMAT
 
-    granularity = "per-channel" if INT8_PER_CHANNEL else "per-tensor"
-    return f"{engine}-int8-{INT8_WEIGHT_TYPE}-{granularity}"
+    return f"{engine}-int8-" + "-".join(INT8_FORMAT.replace(",", "").split())
 
 
 def quantize_int8_like_export(source: Path, target: Path) -> None:

@@ -45,13 +45,7 @@ from tqdm.auto import tqdm
 from . import manifest as mf
 from .optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
 from .parity import OnnxModel, Reference, check_bundle, logit_parity
-from .quantize import (
-    INT8_PER_CHANNEL,
-    INT8_WEIGHT_TYPE,
-    check_int4_available,
-    merge_decoder_pair,
-    quantize_graph,
-)
+from .quantize import INT8_FORMAT, check_int4_available, merge_decoder_pair, quantize_graph
 
 PRECISIONS = ("fp32", "int8", "int4")
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -397,8 +391,7 @@ def _quantize(graphs, precision, keep_lm_head, work: Path) -> tuple[dict[str, Pa
             per_graph[role] = quantize_graph(path, target, precision, keep_lm_head)
         quantized[role] = target
     method = {
-        "int8": f"dynamic int8 ({INT8_WEIGHT_TYPE} weights, "
-        f"{'per channel' if INT8_PER_CHANNEL else 'per tensor'}, MatMul)",
+        "int8": f"dynamic int8 ({INT8_FORMAT}, MatMul)",
         "int4": "weight-only int4 MatMulNBits (block 32, asymmetric, accuracy level 4)",
     }[precision]
     head = "kept in float32" if keep_lm_head else "quantized"

@@ -33,6 +33,7 @@ from .optimize import op_counts
 # "Benchmarks"); the trained Bible LM's perplexity change stays well inside 1 % (+0.15 %).
 INT8_WEIGHT_TYPE = "QUInt8"  # onnxruntime.quantization.QuantType member name
 INT8_PER_CHANNEL = False
+INT8_FORMAT = f"{INT8_WEIGHT_TYPE} weights, per {'channel' if INT8_PER_CHANNEL else 'tensor'}"
 INT4_BLOCK_SIZE = 32
 INT4_ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations
 # Operators that hold quantized weights or compute on quantized values, for reports and tests.
