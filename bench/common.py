@@ -12,23 +12,29 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_WORK = Path(os.environ.get("SCRIPTORIUM_BENCH_WORK", "~/.cache/scriptorium/bench"))
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def median_seconds(run: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall-clock seconds of `run()` over `repeats` runs, after `warmup` untimed runs."""
-    for _ in range(warmup):
-        run()
-    times = []
+def interleaved_medians(runs: dict, repeats: int = 5, warmup: int = 1) -> dict:
+    """Median wall-clock seconds of each `runs[key]()`, over `repeats` rounds, after `warmup`.
+
+    Every round runs each engine once, in turn, so a slow spell on a shared machine (other
+    tenants' memory traffic moves every engine's speed by a fifth here) falls on all engines
+    alike instead of on whichever ran then, and ratios measured in one run stay comparable.
+    """
+    for run in runs.values():
+        for _ in range(warmup):
+            run()
+    times: dict = {key: [] for key in runs}
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for key, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[key].append(time.perf_counter() - start)
+    return {key: statistics.median(seconds) for key, seconds in times.items()}
 
 
 def cache_name(engine: str, precision: str) -> str:
@@ -72,16 +78,16 @@ def set_torch_threads(threads: int) -> None:
 RUNTIME_SPINNING = True
 
 
-def ort_session_options(threads: int):
-    """onnxruntime options for the peers: the runtime's (runtime/generator.py `_session`),
-    without spinning."""
+def ort_session_options(threads: int, spinning: bool = False):
+    """onnxruntime options as the runtime sets them (runtime/generator.py `_session`); the peers
+    run without spinning."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     return options
 
 

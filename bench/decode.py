@@ -5,9 +5,12 @@
 One random-weight GPT-2 small (124M, GPT2Config() defaults, torch seed 0) is exported once to
 Scriptorium bundles (fp32 / int8 / int4, through export/) and to optimum-onnx's own export (fp32,
 plus onnxruntime's dynamic int8 quantization in export/'s int8 weight format). Two scenarios, each
-timed as the median of `--repeats` runs: batch 1 with greedy decoding, and batch 4 with sampling
-(temperature 0.8, top-k 50, top-p 0.95). Both use 32-token prompts and exactly 128 new tokens
-(EOS is suppressed via min_new_tokens).
+timed as the median of `--repeats` rounds in which every engine runs once: batch 1 with greedy
+decoding, and batch 4 with sampling (temperature 0.8, top-k 50, top-p 0.95). Both use 32-token
+prompts and exactly 128 new tokens (EOS is suppressed via min_new_tokens).
+The "matmuls only" rows time the same model's weight MatMuls alone, once per token, at each
+precision (bench/ceiling.py): the ceiling of any engine on onnxruntime's kernels on this machine.
+"of ceiling" is Scriptorium's speed as a share of it.
 Quality (perplexity change of int8/int4) is not measured here: random weights have no meaningful
 perplexity, so it comes from the export parity report of a trained model (`--quality DIR`).
 """
@@ -20,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import common
+from . import ceiling, common
 
 PROMPT_TOKENS = 32
 NEW_TOKENS = 128
+CEILING = "matmuls only"  # bench/ceiling.py: no engine on onnxruntime's kernels decodes faster
 SCENARIOS = {
     "batch 1, greedy": dict(batch=1, do_sample=False),
     "batch 4, sampling": dict(batch=4, do_sample=True, temperature=0.8, top_k=50, top_p=0.95),
@@ -123,6 +127,10 @@ def runners(paths: dict[str, Path], threads: int, prompts: np.ndarray, settings:
             assert all(len(o.token_ids) == NEW_TOKENS for o in outs)
 
         out[("scriptorium", precision)] = run
+    for precision in ("fp32", "int8", "int4"):
+        out[(CEILING, precision)] = ceiling.ceiling_runner(
+            paths["checkpoint"], paths["checkpoint"].parent, precision, threads, batch, NEW_TOKENS
+        )
     return out
 
 
@@ -139,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     tok_per_s: dict[tuple[str, str], dict[str, float]] = {}
     for scenario, settings in SCENARIOS.items():
         prompts = rng.integers(1, 50257, size=(settings["batch"], PROMPT_TOKENS))
-        for key, run in runners(paths, args.threads, prompts, settings).items():
-            seconds = common.median_seconds(run, repeats=args.repeats)
+        runs = runners(paths, args.threads, prompts, settings)
+        for key, seconds in common.interleaved_medians(runs, repeats=args.repeats).items():
             tok_per_s.setdefault(key, {})[scenario] = settings["batch"] * NEW_TOKENS / seconds
             print(f"{scenario:>18} {key[0]:>13} {key[1]}: {tok_per_s[key][scenario]:7.1f} tok/s")
 
@@ -152,13 +160,19 @@ def main(argv: list[str] | None = None) -> int:
             row.append(speeds[scenario])
             row.append(f"{speeds[scenario] / baseline[scenario]:.2f}×")
             peer = tok_per_s.get(("optimum-onnx", precision)) or tok_per_s[("optimum-onnx", "int8")]
-            row.append(
-                f"{speeds[scenario] / peer[scenario]:.2f}×" if engine == "scriptorium" else ""
-            )
+            ceiling_speed = tok_per_s[(CEILING, precision)][scenario]
+            ours = engine == "scriptorium"
+            row.append(f"{speeds[scenario] / peer[scenario]:.2f}×" if ours else "")
+            row.append(f"{speeds[scenario] / ceiling_speed:.0%}" if ours else "")
         rows.append(row)
     header = ["engine", "precision"]
     for scenario in SCENARIOS:
-        header += [f"{scenario} tok/s", "vs transformers", "vs optimum (same precision)"]
+        header += [
+            f"{scenario} tok/s",
+            "vs transformers",
+            "vs optimum (same precision)",
+            "of ceiling",
+        ]
     table = common.markdown_table(header, rows)
     print(table)
     common.write_results(

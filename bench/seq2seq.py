@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     source = np.random.default_rng(0).integers(len(SPECIALS), 50265, size=(1, SOURCE_TOKENS))
     tok_per_s: dict[tuple[str, str], dict[str, float]] = {}
     for mode, settings in MODES.items():
-        for key, run in runners(paths, args.threads, source, settings).items():
-            seconds = common.median_seconds(run, repeats=args.repeats)
+        runs = runners(paths, args.threads, source, settings)
+        for key, seconds in common.interleaved_medians(runs, repeats=args.repeats).items():
             tok_per_s.setdefault(key, {})[mode] = NEW_TOKENS / seconds
             print(f"{mode:>7} {key[0]:>13} {key[1]}: {tok_per_s[key][mode]:7.1f} tok/s")
 

@@ -24,10 +24,16 @@ from .processors import apply_processors
 NEG = np.float32(-1.0e9)  # transformers' "finished / impossible" score offset
 
 
+def log_normalizer(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-sum-exp of (N, V) float32 logits, (N, 1): log-softmax is logits minus it."""
+    top = logits.max(axis=1, keepdims=True)  # (N, 1)
+    weights = np.exp(np.subtract(logits, top), dtype=np.float32)  # (N, V)
+    return top + np.log(weights.sum(axis=1, keepdims=True))
+
+
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-softmax of (N, V) float32 logits."""
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return logits - log_normalizer(logits)
 
 
 @dataclass
@@ -100,7 +106,9 @@ class TokenSearch:
             logits, state = logits[repeat], self.model.select(state, repeat)
         history, history_mask = self.history, self.history_mask
         for index in range(self.max_steps):
-            logprobs = log_softmax(logits)  # (N, V)
+            # Only the chosen tokens' and the alternatives' log-probabilities are reported, so
+            # the (N, V) log-softmax is never formed.
+            normalizer = log_normalizer(logits)[:, 0]  # (N,)
             scores = apply_processors(logits, history, history_mask, self.config, index, self.eos)
             if self.sampler is None:
                 tokens = np.argmax(scores, axis=1)
@@ -108,8 +116,11 @@ class TokenSearch:
                 tokens = self.sampler(scores, self.rng)
             active = ~self.done
             tokens = np.where(active, tokens, self.pad).astype(np.int64)  # (N,)
-            chosen = logprobs[np.arange(rows), tokens]
-            top = sampling.top_k_values(logprobs, self.alternatives) if self.alternatives else None
+            chosen = logits[np.arange(rows), tokens] - normalizer
+            top = None
+            if self.alternatives:
+                values, ids = sampling.top_k_values(logits, self.alternatives)  # (N, A) each
+                top = (values - normalizer[:, None], ids)
             if self.eos is not None:
                 self.done |= tokens == self.eos
             yield Step(index, tokens, chosen, active, top)

@@ -94,6 +94,26 @@ def test_beam_search_matches_transformers(pair, beams, returned, length_penalty,
         assert out.score == pytest.approx(sum(out.logprobs) / length, rel=1e-4, abs=1e-4)
 
 
+def test_greedy_logprobs_match_transformers_transition_scores(pair):
+    """Each token's reported log-probability is the model's own, as transformers normalises it."""
+    gen, model, tokenizer, _ = pair
+    for prompt in PROMPTS[:5]:
+        ours = gen.generate(prompt, runtime.GenerationConfig(max_new_tokens=8))[0]
+        batch = tokenizer([prompt], return_tensors="pt")
+        with torch.no_grad():
+            out = model.generate(
+                **batch,
+                max_new_tokens=8,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
+        scores = model.compute_transition_scores(out.sequences, out.logits, normalize_logits=True)
+        theirs = scores[0, : len(ours.token_ids)].numpy()
+        np.testing.assert_allclose(ours.logprobs, theirs, rtol=1e-4, atol=1e-4)
+
+
 def test_penalties_match_transformers(pair):
     gen, model, tokenizer, _ = pair
     settings = dict(max_new_tokens=20, repetition_penalty=1.3, no_repeat_ngram_size=2)
