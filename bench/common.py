@@ -38,17 +38,32 @@ def interleaved_medians(runs: dict, repeats: int = 5, warmup: int = 1) -> dict:
 
 
 def cache_name(engine: str, precision: str) -> str:
-    """Directory name of a cached export; int8 names carry export/'s weight format, so changing
-    that format builds fresh graphs instead of timing stale ones.
+    """Directory name of a cached export. int8 names carry export/'s weight format, and
+    Scriptorium's bundles a digest of export/'s source, so a change to either builds fresh
+    graphs instead of timing stale ones.
 
     >>> cache_name("optimum", "fp32")
     'optimum-fp32'
     """
-    if precision != "int8":
-        return f"{engine}-{precision}"
-    from export.quantize import INT8_FORMAT
+    name = f"{engine}-{precision}"
+    if precision == "int8":
+        from export.quantize import INT8_FORMAT
 
-    return f"{engine}-int8-" + "-".join(INT8_FORMAT.replace(",", "").split())
+        name += "-" + "-".join(INT8_FORMAT.replace(",", "").split())
+    if engine == "scriptorium":
+        name += "-" + _export_source_digest()
+    return name
+
+
+def _export_source_digest() -> str:
+    """8 hex digits that change whenever a file of the export package changes."""
+    import hashlib
+
+    package = Path(__file__).resolve().parent.parent / "export"
+    digest = hashlib.sha256()
+    for path in sorted(package.glob("*.py")):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:8]
 
 
 def quantize_int8_like_export(source: Path, target: Path) -> None:

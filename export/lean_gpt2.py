@@ -1,8 +1,7 @@
 """A lean ONNX decoder graph for GPT-2, built node by node from the PyTorch weights.
 
 `build_gpt2_graph(model, path)` writes one self-contained `.onnx` file (weights embedded) with
-exactly the interface of optimum-onnx's `text-generation-with-past` GPT-2 export, so the runtime
-runs it unchanged:
+the input and output names of optimum-onnx's `text-generation-with-past` GPT-2 export:
 
     inputs   input_ids (int64, [batch, seq]), past_key_values.{i}.key|value
              (float32, [batch, heads, past, head_size]; past may be 0), attention_mask
@@ -10,26 +9,36 @@ runs it unchanged:
     outputs  logits (float32, [batch, seq, vocab]), present.{i}.key|value
              (float32, [batch, heads, past + seq, head_size])
 
+Run plainly, it behaves like optimum's graph: each present is past plus the new positions. Its
+attention is GroupQueryAttention, which can also share one buffer between past and present: bind
+the same preallocated (batch, heads, capacity, head_size) tensor as both (IO binding), and a step
+writes its new positions at [past, past + seq) in place instead of copying the cache, reading the
+past length from `attention_mask` (runtime/models.py does this; the manifest marks the graph
+`"kv_cache": "shared-buffer"`). One limit of the op: a call with more than one new token after a
+non-empty past needs batch 1 (the runtime's steps are one token each).
+
 Optimum's graph spends most of its ~2,700 nodes (GPT-2 small) on shape arithmetic; once the
 weights are int8 or int4 the per-node overhead dominates a decoding step. This graph has 9 nodes
-per layer and uses onnxruntime's contrib ops (domain `com.microsoft`):
+per layer plus 14 that turn the mask into GroupQueryAttention's inputs once, and uses
+onnxruntime's contrib ops (domain `com.microsoft`):
 
+    mask         seqlens_k = past + seq - 1 per row, total_sequence_length = past + seq,
+                 bias (batch, 1, seq, past + seq) = -10000 on padding, else 0
     embeddings   Gather(wte, input_ids), Gather(wpe, position_ids)
                  SkipLayerNormalization(tokens, positions; ln_1 of layer 0) -> ln, residual
-    per layer    MatMul(c_attn) -> Split(q, k, v)
-                 MultiHeadAttention(q, k, v, bias = c_attn bias, key_padding_mask,
-                                    past_key, past_value; unidirectional=1)
+    per layer    MatMul(c_attn) -> Add(c_attn bias)
+                 GroupQueryAttention(packed q|k|v, past_key, past_value, seqlens_k,
+                                     total_sequence_length, bias; causal)
                      -> attn, present_key, present_value
                  MatMul(attn c_proj) -> SkipLayerNormalization(+ residual, + c_proj bias; ln_2)
                  MatMul(c_fc) -> FastGelu(+ c_fc bias) -> MatMul(mlp c_proj)
                  -> SkipLayerNormalization(+ residual, + c_proj bias; next ln_1, or ln_f)
     LM head      MatMul(hidden, lm_head.weight^T): one [tokens, d] x [d, vocab] product
 
-Every projection is a plain MatMul with a constant weight and its bias folded into the next fused
-op, so `quantize_dynamic` (int8) and `MatMulNBitsQuantizer` (int4) both quantize all of them,
-the LM head included. The attention mask is a key padding mask: masked keys get
-MultiHeadAttention's finite `mask_filter_value` (-10000) rather than -inf, so rows made only of
-padding stay finite (their outputs are never used) and never poison the cache with NaN.
+Every projection is a plain MatMul with a constant weight, so `quantize_dynamic` (int8) and
+`MatMulNBitsQuantizer` (int4) both quantize all of them, the LM head included. Padding is masked
+by a finite bias (-10000) rather than -inf, so rows made only of padding stay finite (their
+outputs are never used) and never poison the cache with NaN.
 
 Covers the GPT-2 family as `transformers.GPT2LMHeadModel`: gpt2, distilgpt2 and any width, depth,
 head count, inner size, vocabulary and context length, with the `gelu_new` (or identical
@@ -103,7 +112,7 @@ class _Graph:
         onnx's shape inference does not know contrib ops, and quantize_dynamic needs the type of
         every MatMul input, so the graph states them itself.
         """
-        domain = _MS if op in ("MultiHeadAttention", "SkipLayerNormalization", "FastGelu") else ""
+        domain = _MS if op in ("GroupQueryAttention", "SkipLayerNormalization", "FastGelu") else ""
         name = f"{op}_{len(self.nodes)}"
         self.nodes.append(helper.make_node(op, inputs, outputs, name, domain=domain, **attrs))
         if width is not None:
@@ -117,10 +126,41 @@ class _Graph:
         return outputs
 
 
+def _attention_inputs(g: _Graph) -> tuple[str, str, str]:
+    """GroupQueryAttention's view of `attention_mask` (B, T), T = past + S, left-padded rows:
+    seqlens_k (B,) int32 = T - 1 for every row (each row's cache holds T positions), the scalar
+    total_sequence_length T (int32), and an additive bias (B, 1, S, T): -10000 on padding, else 0.
+    """
+
+    def const(name: str, value, dtype) -> str:
+        g.initializers.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
+        return name
+
+    one = const("one_i64", [1], np.int64)
+    (total,) = g.node("Shape", ["attention_mask"], ["total_length_1"], start=1, end=2)  # (1,)
+    (batch,) = g.node("Shape", ["attention_mask"], ["batch_size_1"], start=0, end=1)  # (1,)
+    (steps,) = g.node("Shape", ["input_ids"], ["sequence_length_1"], start=1, end=2)  # (1,)
+    (last,) = g.node("Sub", [total, one], ["last_position_1"])
+    (last,) = g.node("Expand", [last, batch], ["last_positions"])  # (B,)
+    (seqlens_k,) = g.node("Cast", [last], ["seqlens_k"], to=TensorProto.INT32)
+    (total,) = g.node("Reshape", [total, const("scalar_shape", [], np.int64)], ["total_scalar"])
+    (total,) = g.node("Cast", [total], ["total_sequence_length"], to=TensorProto.INT32)
+    (mask,) = g.node("Cast", ["attention_mask"], ["mask_f32"], to=TensorProto.FLOAT)  # (B, T)
+    (bias,) = g.node("Sub", [mask, const("one_f32", 1.0, np.float32)], ["mask_minus_one"])
+    (bias,) = g.node("Mul", [bias, const("mask_value", 10000.0, np.float32)], ["mask_bias_2d"])
+    (bias,) = g.node("Unsqueeze", [bias, const("axes_1_2", [1, 2], np.int64)], ["mask_bias_4d"])
+    (shape,) = g.node(
+        "Concat", [const("ones_2", [1, 1], np.int64), steps, one], ["bias_shape"], axis=0
+    )
+    (bias,) = g.node("Expand", [bias, shape], ["mask_bias"])  # (B, 1, S, T)
+    return seqlens_k, total, bias
+
+
 def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     """Write `model` (a `transformers.GPT2LMHeadModel`) as a lean ONNX decoder graph to `path`.
 
-    The file has optimum-onnx's GPT-2 interface (see the module docstring) and embeds its weights.
+    The file has optimum-onnx's GPT-2 input and output names (see the module docstring) and embeds
+    its weights.
     `opset` is the default-domain opset, ≥ 17. Raises ValueError for configs it cannot reproduce.
     """
     config = model.config
@@ -131,7 +171,6 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     inner = config.n_inner or 4 * width
     head_size = width // heads
     eps = float(config.layer_norm_epsilon)
-    split_arity = {"num_outputs": 3} if opset >= 18 else {}  # opset 18 made it an attribute
     g = _Graph(model.state_dict())
 
     past_dims = ["batch_size", heads, "past_sequence_length", head_size]
@@ -176,12 +215,7 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     (positions,) = g.node(
         "Gather", [g.weight("transformer.wpe.weight"), "position_ids"], ["pos_emb"], width
     )
-    (key_mask,) = g.node("Cast", ["attention_mask"], ["key_padding_mask"], to=TensorProto.INT32)
-    g.value_info.append(
-        helper.make_tensor_value_info(
-            key_mask, TensorProto.INT32, ["batch_size", "past_sequence_length + sequence_length"]
-        )
-    )
+    seqlens_k, total_length, mask_bias = _attention_inputs(g)
     normed, _, _, residual = g.node(
         "SkipLayerNormalization",
         [
@@ -200,25 +234,26 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
         (qkv,) = g.node(
             "MatMul", [normed, g.weight(p + "attn.c_attn.weight")], [f"h{i}.qkv"], 3 * width
         )
-        q, k, v = g.node(
-            "Split", [qkv], [f"h{i}.q", f"h{i}.k", f"h{i}.v"], width, axis=-1, **split_arity
-        )
+        (qkv,) = g.node("Add", [qkv, g.weight(p + "attn.c_attn.bias")], [f"h{i}.qkv_b"], 3 * width)
         attn, _, _ = g.node(
-            "MultiHeadAttention",
+            "GroupQueryAttention",
             [
-                q,
-                k,
-                v,
-                g.weight(p + "attn.c_attn.bias"),  # (3d,): q, k, v biases, added inside the op
-                key_mask,  # (B, past + S), 0 = padding
+                qkv,  # packed (B, S, 3d): q, k, v
+                "",
                 "",
                 f"past_key_values.{i}.key",
                 f"past_key_values.{i}.value",
+                seqlens_k,
+                total_length,
+                "",
+                "",
+                "",
+                mask_bias,
             ],
             [f"h{i}.attn", f"present.{i}.key", f"present.{i}.value"],
             width,
             num_heads=heads,
-            unidirectional=1,
+            kv_num_heads=heads,
         )
         (attn_out,) = g.node(
             "MatMul", [attn, g.weight(p + "attn.c_proj.weight")], [f"h{i}.attn_out"], width

@@ -169,14 +169,20 @@ def check_controls(controls: dict, tokenizer) -> dict:
 
 
 def graph_entry(file: str, path: Path) -> dict:
-    """{file, inputs, outputs} with the names read from the ONNX graph."""
+    """{file, inputs, outputs} with the names read from the ONNX graph, and `kv_cache`:
+    "shared-buffer" when its attention is GroupQueryAttention, whose past and present may be one
+    preallocated buffer (the runtime then appends to the cache in place), else "separate"."""
     import onnx
 
+    from runtime.models import SHARED_BUFFER
+
     model = onnx.load(str(path), load_external_data=False)
+    shared = any(node.op_type == "GroupQueryAttention" for node in model.graph.node)
     return {
         "file": file,
         "inputs": [node.name for node in model.graph.input],
         "outputs": [node.name for node in model.graph.output],
+        "kv_cache": SHARED_BUFFER if shared else "separate",
     }
 
 

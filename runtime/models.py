@@ -9,7 +9,11 @@
 
 `state` holds the KV cache and masks. On CPU the cache is numpy arrays; with IO binding (the
 default on CUDA) it stays in OrtValues on the device between steps and only logits come back to
-the host. This module does not pick tokens, apply processors or decode text.
+the host. A causal graph whose manifest entry says `"kv_cache": "shared-buffer"` (export/'s lean
+GPT-2 graph, built on GroupQueryAttention) keeps its cache in preallocated numpy buffers instead,
+bound as both `past` and `present` of each step: the step appends one position in place rather
+than copying the whole cache into a new `present` tensor. This module does not pick tokens, apply
+processors or decode text.
 """
 
 from __future__ import annotations
@@ -18,10 +22,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+SHARED_BUFFER = "shared-buffer"  # manifest `graphs.decoder.kv_cache`: past and present share memory
+_CACHE_HEADROOM = 128  # positions a shared buffer holds beyond the prompt before it must grow
+
 
 @dataclass(frozen=True)
 class CausalState:
-    past: tuple[np.ndarray, ...]  # per layer key, value: (N, H, T, D)
+    # Per layer key, value: (N, H, T, D); with a shared buffer (N, H, capacity >= T, D), of which
+    # positions [0, T) are valid. A step writes position T of its state's buffers in place, so
+    # each state is stepped at most once (`select` makes fresh buffers).
+    past: tuple[np.ndarray, ...]
     attention_mask: np.ndarray  # (N, T) int64, 0 on left padding
     next_position: np.ndarray  # (N,) int64, position id of the next token
 
@@ -96,26 +106,49 @@ class CausalLM:
         self.num_heads = manifest["num_heads"]
         self.head_size = manifest["head_size"]
         self.dtype = _past_dtype(session)
+        kv_cache = manifest["graphs"]["decoder"].get("kv_cache")
+        # Device buffers would need the same in-place binding on the device: CPU only.
+        self.shared_cache = kv_cache == SHARED_BUFFER and self.runner.device == "cpu"
 
     def _run(self, input_ids, attention_mask, positions, past):
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.uses_position_ids:
             feeds["position_ids"] = positions
+        if self.shared_cache:
+            logits = self._run_in_place(feeds, past)
+            return logits[:, -1, :].astype(np.float32, copy=False), past  # (N, V)
         feeds.update(zip(self.past_names, past))
         logits, *present = self.runner.run(["logits", *self.present_names], feeds)
         return logits[:, -1, :].astype(np.float32, copy=False), tuple(present)  # (N, V)
 
+    def _run_in_place(self, feeds: dict, buffers: tuple[np.ndarray, ...]) -> np.ndarray:
+        """Run with each buffer bound as both past and present; returns logits (N, S, V)."""
+        import onnxruntime as ort
+
+        binding = self.runner.session.io_binding()
+        binding.bind_output("logits")
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for past, present, buffer in zip(self.past_names, self.present_names, buffers):
+            value = ort.OrtValue.ortvalue_from_numpy(buffer)  # shares the numpy memory
+            binding.bind_ortvalue_input(past, value)
+            binding.bind_ortvalue_output(present, value)
+        self.runner.session.run_with_iobinding(binding)
+        return binding.get_outputs()[0].numpy()
+
+    def _empty_past(self, batch: int, capacity: int) -> tuple[np.ndarray, ...]:
+        shape = (batch, self.num_heads, capacity, self.head_size)  # (N, H, capacity, D)
+        if not self.shared_cache:
+            return (np.zeros(shape, dtype=self.dtype),) * len(self.past_names)
+        return tuple(np.zeros(shape, dtype=self.dtype) for _ in self.past_names)
+
     def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
-        batch = input_ids.shape[0]
-        empty = np.zeros(
-            (batch, self.num_heads, 0, self.head_size), dtype=self.dtype
-        )  # (N, H, 0, D)
+        batch, length = input_ids.shape
+        past = self._empty_past(batch, length + _CACHE_HEADROOM if self.shared_cache else 0)
         # Position ids count real tokens only: left-padded prompts start at 0 like unpadded ones.
         positions = np.cumsum(attention_mask, axis=1) - 1  # (N, T)
         positions = np.where(attention_mask == 0, 1, positions).astype(np.int64)
-        logits, past = self._run(
-            input_ids, attention_mask, positions, [empty] * len(self.past_names)
-        )
+        logits, past = self._run(input_ids, attention_mask, positions, past)
         state = CausalState(past, attention_mask, positions[:, -1] + 1)
         return logits, state
 
@@ -124,13 +157,23 @@ class CausalLM:
         mask = np.concatenate(
             [state.attention_mask, np.ones((batch, 1), dtype=np.int64)], axis=1
         )  # (N, T + 1)
+        past = state.past
+        if self.shared_cache and past[0].shape[2] < mask.shape[1]:
+            past = self._grown(past, valid=state.attention_mask.shape[1])
         logits, past = self._run(
             tokens.reshape(batch, 1).astype(np.int64),  # (N, 1)
             mask,
             state.next_position.reshape(batch, 1),  # (N, 1)
-            state.past,
+            past,
         )
         return logits, CausalState(past, mask, state.next_position + 1)
+
+    def _grown(self, past: tuple[np.ndarray, ...], valid: int) -> tuple[np.ndarray, ...]:
+        """Shared buffers with twice the capacity, holding the first `valid` positions."""
+        grown = self._empty_past(past[0].shape[0], 2 * past[0].shape[2])
+        for new, old in zip(grown, past):
+            new[:, :, :valid] = old[:, :, :valid]
+        return grown
 
     def select(self, state: CausalState, rows: np.ndarray) -> CausalState:
         return CausalState(

@@ -330,7 +330,8 @@ def test_export_report_records_optimizer_and_quantization(exported):
         assert optimizer["fused"][expected[arch]] > 0
         if arch == "gpt2":  # the lean graph: one fused attention node per layer
             assert optimizer["graph"] == "lean"
-            assert optimizer["fused"]["MultiHeadAttention"] == 2
+            assert optimizer["fused"]["GroupQueryAttention"] == 2
+            assert manifest["graphs"]["decoder"]["kv_cache"] == "shared-buffer"
             assert optimizer["nodes_after"] < optimizer["nodes_before"] / 5
     assert manifest["export"]["parameters"] > 10_000
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -149,7 +151,8 @@ def test_prefill_and_cached_steps_match_pytorch(model, session):
 
 
 def test_prefill_in_two_chunks_matches_one_call(model, session):
-    ids, mask, positions = _left_padded_batch(seed=2)
+    """Several new tokens after a non-empty past: GroupQueryAttention allows it at batch 1."""
+    ids, mask, positions = (x[:1] for x in _left_padded_batch(seed=2))  # (1, T), no padding
     split = 4
     _, past = _run(
         session, ids[:, :split], mask[:, :split], positions[:, :split], _empty_past(ids.shape[0])
@@ -195,8 +198,10 @@ def test_lm_head_is_one_matmul_and_graph_is_lean(graph_path):
     (head,) = [n for n in proto.graph.node if "logits" in n.output]
     assert head.op_type == "MatMul"
     assert weights[head.input[1]] == (WIDTH, VOCAB)
-    assert len(proto.graph.node) == 9 * LAYERS + 5  # 2 Gather, Cast, SkipLN, LM head
-    assert not {"Shape", "Reshape", "Transpose"} & {n.op_type for n in proto.graph.node}
+    ops = Counter(node.op_type for node in proto.graph.node)
+    assert ops["GroupQueryAttention"] == LAYERS and ops["MatMul"] == 4 * LAYERS + 1
+    # 9 per layer; 2 Gather, SkipLN, LM head; 14 make GroupQueryAttention's inputs from the mask
+    assert len(proto.graph.node) == 9 * LAYERS + 4 + 14
 
 
 @pytest.mark.parametrize("precision", ["int8", "int4"])
@@ -246,3 +251,32 @@ def test_unsupported_configs_raise(override, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         build_gpt2_graph(_tiny_model(**override), tmp_path / "model.onnx")
     assert not (tmp_path / "model.onnx").exists()
+
+
+@pytest.mark.parametrize("headroom", [2, 128])  # 2: the buffers grow twice over 6 steps
+def test_shared_buffer_cache_gives_the_same_logits_as_separate_tensors(
+    session, monkeypatch, headroom
+):
+    """runtime.models binds one buffer as past and present; steps append in place."""
+    from runtime import models
+
+    monkeypatch.setattr(models, "_CACHE_HEADROOM", headroom)
+    manifest = {"num_heads": HEADS, "head_size": HEAD_SIZE, "graphs": {"decoder": {}}}
+    separate = models.CausalLM(session, manifest)
+    manifest["graphs"]["decoder"]["kv_cache"] = models.SHARED_BUFFER
+    shared = models.CausalLM(session, manifest)
+    assert shared.shared_cache and not separate.shared_cache
+    ids, mask, _ = _left_padded_batch(seed=4)
+    (logits_a, state_a), (logits_b, state_b) = (m.start(ids, mask) for m in (separate, shared))
+    rng = np.random.default_rng(5)
+    for step in range(6):
+        np.testing.assert_allclose(logits_b, logits_a, atol=1e-5, rtol=0)
+        if step == 3:  # beams reorder rows: fresh buffers, same values
+            rows = np.array([2, 0, 0])
+            state_a, state_b = separate.select(state_a, rows), shared.select(state_b, rows)
+        tokens = rng.integers(1, VOCAB, ids.shape[0])
+        logits_a, state_a = separate.step(tokens, state_a)
+        logits_b, state_b = shared.step(tokens, state_b)
+    assert state_b.past[0].shape[2] >= state_b.attention_mask.shape[1]
+    assert (state_b.past[0].shape[2] > ids.shape[1] + headroom) == (headroom == 2)
+    np.testing.assert_allclose(logits_b, logits_a, atol=1e-5, rtol=0)
