@@ -26,12 +26,55 @@ SHARED_BUFFER = "shared-buffer"  # manifest `graphs.decoder.kv_cache`: past and 
 _CACHE_HEADROOM = 128  # positions a shared buffer holds beyond the prompt before it must grow
 
 
+class SharedCache:
+    """A causal graph's KV cache as preallocated buffers, each bound once as both the past and the
+    present of its layer; every call on it appends the new positions in place.
+
+    The IO binding is made once per set of buffers and reused by every step, so a step binds only
+    its three small inputs. Logits land in a preallocated buffer too.
+    """
+
+    def __init__(self, session, past_names, present_names, buffers, vocab: int):
+        import onnxruntime as ort
+
+        self.session = session
+        self.buffers = buffers  # per layer key, value: (N, H, capacity, D)
+        self.vocab = vocab
+        self.binding = session.io_binding()
+        # OrtValues over numpy memory (no copy); kept here so the memory outlives the binding.
+        self._values = [ort.OrtValue.ortvalue_from_numpy(buffer) for buffer in buffers]
+        for past, present, value in zip(past_names, present_names, self._values):
+            self.binding.bind_ortvalue_input(past, value)
+            self.binding.bind_ortvalue_output(present, value)
+        self._logits = None  # (N, S, V) buffer of the last call, and its OrtValue
+        self._logits_value = None
+
+    @property
+    def capacity(self) -> int:
+        return self.buffers[0].shape[2]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """One graph call; returns logits (N, S, V), overwritten by the next call."""
+        import onnxruntime as ort
+
+        batch, steps = feeds["input_ids"].shape
+        if self._logits is None or self._logits.shape[1] != steps:
+            self._logits = np.empty((batch, steps, self.vocab), dtype=np.float32)
+            self._logits_value = ort.OrtValue.ortvalue_from_numpy(self._logits)
+            self.binding.bind_ortvalue_output("logits", self._logits_value)
+        feeds = {name: np.ascontiguousarray(value) for name, value in feeds.items()}
+        for name, value in feeds.items():
+            self.binding.bind_cpu_input(name, value)
+        self.session.run_with_iobinding(self.binding)
+        return self._logits
+
+
 @dataclass(frozen=True)
 class CausalState:
-    # Per layer key, value: (N, H, T, D); with a shared buffer (N, H, capacity >= T, D), of which
-    # positions [0, T) are valid. A step writes position T of its state's buffers in place, so
-    # each state is stepped at most once (`select` makes fresh buffers).
-    past: tuple[np.ndarray, ...]
+    # Per layer key, value: (N, H, T, D); or a SharedCache whose buffers (N, H, capacity >= T, D)
+    # hold T valid positions. A step writes position T of a SharedCache in place, so each state
+    # is stepped at most once (`select` makes fresh buffers).
+    past: tuple[np.ndarray, ...] | SharedCache
     attention_mask: np.ndarray  # (N, T) int64, 0 on left padding
     next_position: np.ndarray  # (N,) int64, position id of the next token
 
@@ -109,38 +152,28 @@ class CausalLM:
         kv_cache = manifest["graphs"]["decoder"].get("kv_cache")
         # Device buffers would need the same in-place binding on the device: CPU only.
         self.shared_cache = kv_cache == SHARED_BUFFER and self.runner.device == "cpu"
+        self.vocab_size = manifest.get("vocab_size")
 
     def _run(self, input_ids, attention_mask, positions, past):
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.uses_position_ids:
             feeds["position_ids"] = positions
-        if self.shared_cache:
-            logits = self._run_in_place(feeds, past)
-            return logits[:, -1, :].astype(np.float32, copy=False), past  # (N, V)
+        if isinstance(past, SharedCache):
+            logits = past.run(feeds)
+            return logits[:, -1, :].copy(), past  # (N, V)
         feeds.update(zip(self.past_names, past))
         logits, *present = self.runner.run(["logits", *self.present_names], feeds)
         return logits[:, -1, :].astype(np.float32, copy=False), tuple(present)  # (N, V)
 
-    def _run_in_place(self, feeds: dict, buffers: tuple[np.ndarray, ...]) -> np.ndarray:
-        """Run with each buffer bound as both past and present; returns logits (N, S, V)."""
-        import onnxruntime as ort
-
-        binding = self.runner.session.io_binding()
-        binding.bind_output("logits")
-        for name, value in feeds.items():
-            binding.bind_cpu_input(name, np.ascontiguousarray(value))
-        for past, present, buffer in zip(self.past_names, self.present_names, buffers):
-            value = ort.OrtValue.ortvalue_from_numpy(buffer)  # shares the numpy memory
-            binding.bind_ortvalue_input(past, value)
-            binding.bind_ortvalue_output(present, value)
-        self.runner.session.run_with_iobinding(binding)
-        return binding.get_outputs()[0].numpy()
-
-    def _empty_past(self, batch: int, capacity: int) -> tuple[np.ndarray, ...]:
+    def _empty_past(self, batch: int, capacity: int) -> tuple[np.ndarray, ...] | SharedCache:
         shape = (batch, self.num_heads, capacity, self.head_size)  # (N, H, capacity, D)
         if not self.shared_cache:
             return (np.zeros(shape, dtype=self.dtype),) * len(self.past_names)
-        return tuple(np.zeros(shape, dtype=self.dtype) for _ in self.past_names)
+        return self._shared(tuple(np.zeros(shape, dtype=self.dtype) for _ in self.past_names))
+
+    def _shared(self, buffers: tuple[np.ndarray, ...]) -> SharedCache:
+        session = self.runner.session
+        return SharedCache(session, self.past_names, self.present_names, buffers, self.vocab_size)
 
     def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
         batch, length = input_ids.shape
@@ -158,7 +191,7 @@ class CausalLM:
             [state.attention_mask, np.ones((batch, 1), dtype=np.int64)], axis=1
         )  # (N, T + 1)
         past = state.past
-        if self.shared_cache and past[0].shape[2] < mask.shape[1]:
+        if isinstance(past, SharedCache) and past.capacity < mask.shape[1]:
             past = self._grown(past, valid=state.attention_mask.shape[1])
         logits, past = self._run(
             tokens.reshape(batch, 1).astype(np.int64),  # (N, 1)
@@ -168,16 +201,20 @@ class CausalLM:
         )
         return logits, CausalState(past, mask, state.next_position + 1)
 
-    def _grown(self, past: tuple[np.ndarray, ...], valid: int) -> tuple[np.ndarray, ...]:
-        """Shared buffers with twice the capacity, holding the first `valid` positions."""
-        grown = self._empty_past(past[0].shape[0], 2 * past[0].shape[2])
-        for new, old in zip(grown, past):
+    def _grown(self, cache: SharedCache, valid: int) -> SharedCache:
+        """New shared buffers with twice the capacity, holding the first `valid` positions."""
+        grown = self._empty_past(cache.buffers[0].shape[0], 2 * cache.capacity)
+        for new, old in zip(grown.buffers, cache.buffers):
             new[:, :, :valid] = old[:, :, :valid]
         return grown
 
     def select(self, state: CausalState, rows: np.ndarray) -> CausalState:
+        if isinstance(state.past, SharedCache):
+            past = self._shared(tuple(np.take(b, rows, axis=0) for b in state.past.buffers))
+        else:
+            past = tuple(self.runner.take(p, rows) for p in state.past)
         return CausalState(
-            tuple(self.runner.take(p, rows) for p in state.past),
+            past,
             np.take(state.attention_mask, rows, axis=0),
             np.take(state.next_position, rows, axis=0),
         )
