@@ -15,6 +15,8 @@ it also runs onnxruntime's profiler on each graph and prints where a cached step
 operator type.
 
 It measures only these bare loops (no runtime, no peers) and writes `--work`/lean_probe.json.
+Both graphs run plainly here, each step returning new `present` tensors; the runtime runs the lean
+graph with one shared cache buffer per layer instead (runtime/models.py, `SharedCache`).
 """
 
 from __future__ import annotations
