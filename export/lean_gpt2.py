@@ -239,16 +239,16 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
             "GroupQueryAttention",
             [
                 qkv,  # packed (B, S, 3d): q, k, v
-                "",
-                "",
+                "",  # key: packed in the query
+                "",  # value: packed in the query
                 f"past_key_values.{i}.key",
                 f"past_key_values.{i}.value",
                 seqlens_k,
                 total_length,
-                "",
-                "",
-                "",
-                mask_bias,
+                "",  # cos_cache: no rotary embedding
+                "",  # sin_cache
+                "",  # position_ids (rotary only)
+                mask_bias,  # attention_bias (B, 1, S, T)
             ],
             [f"h{i}.attn", f"present.{i}.key", f"present.{i}.value"],
             width,
