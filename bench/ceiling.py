@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import common
+
 
 def weights_only_graph(config, path: Path) -> None:
     """Write the fp32 graph of one step's weight MatMuls for a `transformers.GPT2Config`."""
@@ -53,8 +55,6 @@ def ceiling_runner(
     from transformers import GPT2Config
 
     from export.quantize import quantize_graph
-
-    from . import common
 
     fp32 = work / "weights-only-fp32" / "model.onnx"
     if not fp32.exists():

@@ -34,6 +34,8 @@ import onnx
 import onnxruntime as ort
 from tqdm import tqdm
 
+from . import common
+
 VOCAB = 50257
 # int8*: quantize_dynamic (int8 weights and activations; int8-uint8: unsigned weights);
 # int8-nbits: MatMulNBits with 8-bit weights (block 32, accuracy level 4); int4: MatMulNBits with
@@ -103,10 +105,7 @@ def _quantize(fp32: Path, precision: str, graph: str) -> Path:
 
 def _session(path: Path, threads: int, spinning: bool, profile: Path | None = None):
     """A CPU session as the runtime makes one; `profile` is a file prefix to profile into."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    options = common.ort_session_options(threads, spinning)
     if profile is not None:
         options.enable_profiling = True
         options.profile_file_prefix = str(profile)

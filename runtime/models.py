@@ -55,10 +55,10 @@ class SharedCache:
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         """One graph call; returns logits (N, S, V), overwritten by the next call."""
-        import onnxruntime as ort
-
         batch, steps = feeds["input_ids"].shape
         if self._logits is None or self._logits.shape[1] != steps:
+            import onnxruntime as ort
+
             self._logits = np.empty((batch, steps, self.vocab), dtype=np.float32)
             self._logits_value = ort.OrtValue.ortvalue_from_numpy(self._logits)
             self.binding.bind_ortvalue_output("logits", self._logits_value)
