@@ -38,7 +38,7 @@ def interleaved_medians(runs: dict, repeats: int = 5, warmup: int = 1) -> dict:
 
 
 def cache_name(engine: str, precision: str) -> str:
-    """Directory name of a cached export. int8 names carry export/'s weight format, and
+    """Directory name of a cached export. int8 and int4 names carry export/'s weight format, and
     Scriptorium's bundles a digest of export/'s source, so a change to either builds fresh
     graphs instead of timing stale ones.
 
@@ -46,10 +46,11 @@ def cache_name(engine: str, precision: str) -> str:
     'optimum-fp32'
     """
     name = f"{engine}-{precision}"
-    if precision == "int8":
-        from export.quantize import INT8_FORMAT
+    if precision in ("int8", "int4"):
+        from export.quantize import INT4_FORMAT, INT8_FORMAT
 
-        name += "-" + "-".join(INT8_FORMAT.replace(",", "").split())
+        weight_format = INT8_FORMAT if precision == "int8" else INT4_FORMAT
+        name += "-" + "-".join(weight_format.replace(",", "").split())
     if engine == "scriptorium":
         name += "-" + _export_source_digest()
     return name

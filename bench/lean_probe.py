@@ -3,8 +3,8 @@
 Builds a GPT-2-small-shaped model (GPT2Config() defaults, random weights, seed 0), writes
 optimum-onnx's `text-generation-with-past` export and `export.lean_gpt2`'s graph into `--work`,
 quantizes each (int8: `quantize_dynamic`, QInt8 weights per tensor and per channel, and QUInt8
-weights per tensor, export/'s int8 format; int4: `MatMulNBitsQuantizer`, block 32, symmetric,
-accuracy level 4, after rewriting optimum's Gemm nodes to MatMul + Add so that the quantizer
+weights per tensor, export/'s int8 format; int4: `MatMulNBitsQuantizer` in export/'s int4 format,
+after rewriting optimum's Gemm nodes to MatMul + Add so that the quantizer
 sees them), and times a bare numpy greedy loop around
 onnxruntime (batch 1, `--prompt` tokens, `--new-tokens` new tokens, median of `--runs`).
 Tokens per second count the new tokens over the whole call, prefill included (`best`: the
@@ -38,8 +38,8 @@ from . import common
 
 VOCAB = 50257
 # int8*: quantize_dynamic (int8 weights and activations; int8-uint8: unsigned weights);
-# int8-nbits: MatMulNBits with 8-bit weights (block 32, accuracy level 4); int4: MatMulNBits with
-# 4-bit weights.
+# int8-nbits: MatMulNBits with 8-bit weights; int4: MatMulNBits with 4-bit weights (both in
+# export/'s int4 block format).
 PRECISIONS = (
     "fp32", "int8", "int8-per-channel", "int8-uint8", "int8-fp32-head", "int8-nbits", "int4"
 )  # fmt: skip
@@ -77,7 +77,12 @@ def _quantize(fp32: Path, precision: str, graph: str) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from export.quantize import gemm_to_matmul
+    from export.quantize import (
+        INT4_ACCURACY_LEVEL,
+        INT4_BLOCK_SIZE,
+        INT4_SYMMETRIC,
+        gemm_to_matmul,
+    )
 
     if precision in ("int8", "int8-per-channel", "int8-uint8", "int8-fp32-head"):
         head = [n.name for n in onnx.load(str(fp32), load_external_data=False).graph.node
@@ -96,7 +101,11 @@ def _quantize(fp32: Path, precision: str, graph: str) -> Path:
             gemm_to_matmul(model)
         bits = 8 if precision == "int8-nbits" else 4
         quantizer = MatMulNBitsQuantizer(
-            model, bits=bits, block_size=32, is_symmetric=True, accuracy_level=4
+            model,
+            bits=bits,
+            block_size=INT4_BLOCK_SIZE,
+            is_symmetric=INT4_SYMMETRIC,
+            accuracy_level=INT4_ACCURACY_LEVEL,
         )
         quantizer.process()
         quantizer.model.save_model_to_file(str(out))
@@ -119,6 +128,7 @@ def _greedy(session, prompt: np.ndarray, new_tokens: int) -> tuple[float, float,
     heads, head_size = past_inputs[0].shape[1], past_inputs[0].shape[3]
     present = [o.name for o in session.get_outputs() if o.name.startswith("present")]
     names = [i.name for i in past_inputs]
+    wanted = {i.name for i in session.get_inputs()}
     empty = np.zeros((1, heads, 0, head_size), dtype=np.float32)  # (1, H, 0, D)
     length = prompt.shape[1]
     feeds = {
@@ -127,6 +137,11 @@ def _greedy(session, prompt: np.ndarray, new_tokens: int) -> tuple[float, float,
         "position_ids": np.arange(length, dtype=np.int64)[None],  # (1, T)
         **{name: empty for name in names},
     }
+    # The lean graph can skip the LM head of all but the last position; optimum's cannot.
+    keep_last = (
+        {"logits_to_keep": np.array(1, dtype=np.int64)} if "logits_to_keep" in wanted else {}
+    )
+    feeds.update(keep_last)
     steps = []
     start, cpu_start = time.perf_counter(), time.process_time()
     for step in range(new_tokens):
@@ -141,6 +156,7 @@ def _greedy(session, prompt: np.ndarray, new_tokens: int) -> tuple[float, float,
             "attention_mask": np.ones((1, total), dtype=np.int64),
             "position_ids": np.array([[total - 1]], dtype=np.int64),
             **dict(zip(names, past)),
+            **keep_last,
         }
     return time.perf_counter() - start, time.process_time() - cpu_start, steps
 

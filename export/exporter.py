@@ -45,7 +45,13 @@ from tqdm.auto import tqdm
 from . import manifest as mf
 from .optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
 from .parity import OnnxModel, Reference, check_bundle, logit_parity
-from .quantize import INT8_FORMAT, check_int4_available, merge_decoder_pair, quantize_graph
+from .quantize import (
+    INT4_FORMAT,
+    INT8_FORMAT,
+    check_int4_available,
+    merge_decoder_pair,
+    quantize_graph,
+)
 
 PRECISIONS = ("fp32", "int8", "int4")
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -392,7 +398,7 @@ def _quantize(graphs, precision, keep_lm_head, work: Path) -> tuple[dict[str, Pa
         quantized[role] = target
     method = {
         "int8": f"dynamic int8 ({INT8_FORMAT}, MatMul)",
-        "int4": "weight-only int4 MatMulNBits (block 32, asymmetric, accuracy level 4)",
+        "int4": f"weight-only int4 MatMulNBits ({INT4_FORMAT})",
     }[precision]
     head = "kept in float32" if keep_lm_head else "quantized"
     return quantized, {

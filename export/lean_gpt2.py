@@ -1,13 +1,18 @@
 """A lean ONNX decoder graph for GPT-2, built node by node from the PyTorch weights.
 
 `build_gpt2_graph(model, path)` writes one self-contained `.onnx` file (weights embedded) with
-the input and output names of optimum-onnx's `text-generation-with-past` GPT-2 export:
+the input and output names of optimum-onnx's `text-generation-with-past` GPT-2 export, plus one:
 
     inputs   input_ids (int64, [batch, seq]), past_key_values.{i}.key|value
              (float32, [batch, heads, past, head_size]; past may be 0), attention_mask
-             (int64, [batch, past + seq], 0 on left padding), position_ids (int64, [batch, seq])
-    outputs  logits (float32, [batch, seq, vocab]), present.{i}.key|value
+             (int64, [batch, past + seq], 0 on left padding), position_ids (int64, [batch, seq]),
+             logits_to_keep (int64 scalar k >= 0: logits of the last k positions; 0 = all)
+    outputs  logits (float32, [batch, k or seq, vocab]), present.{i}.key|value
              (float32, [batch, heads, past + seq, head_size])
+
+`logits_to_keep` is the one input optimum's graph lacks (transformers' argument of that name):
+generation reads only the last position's logits, so a prompt of T tokens need not pay for
+T rows of the LM head, which is a third of GPT-2 small's weights.
 
 Run plainly, it behaves like optimum's graph: each present is past plus the new positions. Its
 attention is GroupQueryAttention, which can also share one buffer between past and present: bind
@@ -19,8 +24,8 @@ non-empty past needs batch 1 (the runtime's steps are one token each).
 
 Optimum's graph spends most of its ~2,700 nodes (GPT-2 small) on shape arithmetic; once the
 weights are int8 or int4 the per-node overhead dominates a decoding step. This graph has 9 nodes
-per layer plus 14 that turn the mask into GroupQueryAttention's inputs once, and uses
-onnxruntime's contrib ops (domain `com.microsoft`):
+per layer, 4 for the LM head and 14 that turn the mask into GroupQueryAttention's inputs once,
+and uses onnxruntime's contrib ops (domain `com.microsoft`):
 
     mask         seqlens_k = past + seq - 1 per row, total_sequence_length = past + seq,
                  bias (batch, 1, seq, past + seq) = -10000 on padding, else 0
@@ -33,7 +38,8 @@ onnxruntime's contrib ops (domain `com.microsoft`):
                  MatMul(attn c_proj) -> SkipLayerNormalization(+ residual, + c_proj bias; ln_2)
                  MatMul(c_fc) -> FastGelu(+ c_fc bias) -> MatMul(mlp c_proj)
                  -> SkipLayerNormalization(+ residual, + c_proj bias; next ln_1, or ln_f)
-    LM head      MatMul(hidden, lm_head.weight^T): one [tokens, d] x [d, vocab] product
+    LM head      Slice(hidden, last logits_to_keep positions)
+                 MatMul(hidden, lm_head.weight^T): one [kept, d] x [d, vocab] product
 
 Every projection is a plain MatMul with a constant weight, so `quantize_dynamic` (int8) and
 `MatMulNBitsQuantizer` (int4) both quantize all of them, the LM head included. Padding is masked
@@ -104,6 +110,10 @@ class _Graph:
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
+    def const(self, name: str, value, dtype) -> str:
+        self.initializers.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
+        return name
+
     def node(
         self, op: str, inputs: list[str], outputs: list[str], width: int | None = None, **attrs
     ) -> list[str]:
@@ -131,11 +141,7 @@ def _attention_inputs(g: _Graph) -> tuple[str, str, str]:
     seqlens_k (B,) int32 = T - 1 for every row (each row's cache holds T positions), the scalar
     total_sequence_length T (int32), and an additive bias (B, 1, S, T): -10000 on padding, else 0.
     """
-
-    def const(name: str, value, dtype) -> str:
-        g.initializers.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
-        return name
-
+    const = g.const
     one = const("one_i64", [1], np.int64)
     (total,) = g.node("Shape", ["attention_mask"], ["total_length_1"], start=1, end=2)  # (1,)
     (batch,) = g.node("Shape", ["attention_mask"], ["batch_size_1"], start=0, end=1)  # (1,)
@@ -182,7 +188,7 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     ]
     outputs = [
         helper.make_tensor_value_info(
-            "logits", TensorProto.FLOAT, ["batch_size", "sequence_length", config.vocab_size]
+            "logits", TensorProto.FLOAT, ["batch_size", "kept", config.vocab_size]
         )
     ]
     for i in range(layers):
@@ -206,6 +212,7 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
         helper.make_tensor_value_info(
             "position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]
         ),
+        helper.make_tensor_value_info("logits_to_keep", TensorProto.INT64, []),
     ]
 
     # Embeddings, and ln_1 of layer 0 fused with their sum.  All activations are (B, S, d).
@@ -292,8 +299,17 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
             epsilon=eps,
         )
 
+    # Only the last `logits_to_keep` positions reach the LM head: Slice from -k, and -0 = 0
+    # keeps them all.
+    (start,) = g.node("Neg", ["logits_to_keep"], ["kept_start"])
+    (start,) = g.node("Unsqueeze", [start, g.const("axes_0", [0], np.int64)], ["kept_start_1"])
+    end, axis = g.const("end_of_sequence", [2**63 - 1], np.int64), g.const("axes_1", [1], np.int64)
+    (kept,) = g.node("Slice", [normed, start, end, axis], ["ln_f_kept"])
+    g.value_info.append(
+        helper.make_tensor_value_info(kept, TensorProto.FLOAT, ["batch_size", "kept", width])
+    )  # (B, k, d)
     # The LM head as (d, V) so that MatMul quantizers see a constant right-hand side.
-    g.node("MatMul", [normed, g.weight("lm_head.weight", transpose=True)], ["logits"])
+    g.node("MatMul", [kept, g.weight("lm_head.weight", transpose=True)], ["logits"])
 
     graph = helper.make_graph(
         g.nodes, "lean_gpt2", inputs, outputs, g.initializers, value_info=g.value_info

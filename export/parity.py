@@ -44,6 +44,7 @@ PERPLEXITY_SOURCE = (
 PERPLEXITY_TARGET = "At dawn the shepherd took his flock down from the hills to drink at the river."
 GREEDY_NEW_TOKENS = 32
 PERPLEXITY_MAX_TOKENS = 256
+_ALL_POSITIONS = np.array(0, dtype=np.int64)  # `logits_to_keep` feed (lean GPT-2 graph)
 
 
 @dataclass
@@ -98,7 +99,9 @@ class OnnxModel:
         self.output_names = [node.name for node in self.decoder.get_outputs()]
 
     def _run_decoder(self, feeds: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Logits and present.* outputs; drops feeds the graph does not take (position_ids)."""
+        """Logits at every position and present.* outputs; drops feeds the graph does not take
+        (position_ids, logits_to_keep)."""
+        feeds = {"logits_to_keep": _ALL_POSITIONS, **feeds}
         feeds = {k: v for k, v in feeds.items() if k in self.decoder_inputs}
         values = dict(zip(self.output_names, self.decoder.run(self.output_names, feeds)))
         present = {k: v for k, v in values.items() if k.startswith("present")}

@@ -2,9 +2,9 @@
 
 - int8: onnxruntime's dynamic quantization (`quantize_dynamic`, unsigned 8-bit weights with one
   scale and zero point per tensor; activations quantized on the fly). MatMul only.
-- int4: weight-only 4-bit MatMulNBits (`MatMulNBitsQuantizer`, block 32, asymmetric, accuracy
-  level 4: int8 activations inside the kernel). A result without MatMulNBits is an error, never a
-  silently unquantized "int4" graph.
+- int4: weight-only 4-bit MatMulNBits (`MatMulNBitsQuantizer`, `INT4_FORMAT`: blocks of 128
+  weights with a scale and zero point each, accuracy level 4: int8 activations inside the
+  kernel). A result without MatMulNBits is an error, never a silently unquantized "int4" graph.
 
 Both quantizers handle MatMul with a constant weight only, and GPT-2's Conv1D layers export as
 Gemm: `gemm_to_matmul` rewrites every Gemm with a constant weight into MatMul (+ Add for the bias)
@@ -34,8 +34,16 @@ from .optimize import op_counts
 INT8_WEIGHT_TYPE = "QUInt8"  # onnxruntime.quantization.QuantType member name
 INT8_PER_CHANNEL = False
 INT8_FORMAT = f"{INT8_WEIGHT_TYPE} weights, per {'channel' if INT8_PER_CHANNEL else 'tensor'}"
-INT4_BLOCK_SIZE = 32
+# Blocks of 128 weights per scale run GPT-2 small's MLP products about a fifth faster than blocks
+# of 32 here (2.3 against 2.9 ms a token); on 15k tokens of the Bible LM's test text the
+# perplexity change is +0.78 % against +0.61 % (the issue allows 3 %).
+INT4_BLOCK_SIZE = 128
+INT4_SYMMETRIC = False  # a zero point per block as well as a scale
 INT4_ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations
+INT4_FORMAT = (
+    f"block {INT4_BLOCK_SIZE}, {'symmetric' if INT4_SYMMETRIC else 'asymmetric'}, "
+    f"accuracy level {INT4_ACCURACY_LEVEL}"
+)
 # Operators that hold quantized weights or compute on quantized values, for reports and tests.
 QUANTIZED_OPS = (
     "MatMulInteger",
@@ -197,7 +205,7 @@ def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: boo
                 model,
                 bits=4,
                 block_size=INT4_BLOCK_SIZE,
-                is_symmetric=False,
+                is_symmetric=INT4_SYMMETRIC,
                 accuracy_level=INT4_ACCURACY_LEVEL,
                 nodes_to_exclude=exclude,
                 op_types_to_quantize=("MatMul",),

@@ -24,6 +24,7 @@ import numpy as np
 
 SHARED_BUFFER = "shared-buffer"  # manifest `graphs.decoder.kv_cache`: past and present share memory
 _CACHE_HEADROOM = 128  # positions a shared buffer holds beyond the prompt before it must grow
+_LAST_POSITION = np.array(1, dtype=np.int64)  # `logits_to_keep` feed: the last position only
 
 
 class SharedCache:
@@ -54,15 +55,18 @@ class SharedCache:
         return self.buffers[0].shape[2]
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        """One graph call; returns logits (N, S, V), overwritten by the next call."""
+        """One graph call; returns logits (N, S, V), or (N, k, V) for a `logits_to_keep` k > 0,
+        overwritten by the next call."""
         batch, steps = feeds["input_ids"].shape
+        if "logits_to_keep" in feeds:
+            steps = min(steps, int(feeds["logits_to_keep"])) or steps
         if self._logits is None or self._logits.shape[1] != steps:
             import onnxruntime as ort
 
             self._logits = np.empty((batch, steps, self.vocab), dtype=np.float32)
             self._logits_value = ort.OrtValue.ortvalue_from_numpy(self._logits)
             self.binding.bind_ortvalue_output("logits", self._logits_value)
-        feeds = {name: np.ascontiguousarray(value) for name, value in feeds.items()}
+        feeds = {name: np.asarray(value, order="C") for name, value in feeds.items()}
         for name, value in feeds.items():
             self.binding.bind_cpu_input(name, value)
         self.session.run_with_iobinding(self.binding)
@@ -107,7 +111,7 @@ class GraphRunner:
         for name, value in feeds.items():
             if not isinstance(value, ort.OrtValue):
                 value = ort.OrtValue.ortvalue_from_numpy(
-                    np.ascontiguousarray(value), self.device, 0
+                    np.asarray(value, order="C"), self.device, 0
                 )
             binding.bind_ortvalue_input(name, value)
         for name in outputs:
@@ -146,6 +150,9 @@ class CausalLM:
         self.past_names = [n for n in self.inputs if n.startswith("past_key_values")]
         self.present_names = [n for n in self.outputs if n.startswith("present")]
         self.uses_position_ids = "position_ids" in self.inputs
+        # Generation reads the last position only; graphs that can skip the others' LM head
+        # are asked to.
+        self.keeps_last_logits = "logits_to_keep" in self.inputs
         self.num_heads = manifest["num_heads"]
         self.head_size = manifest["head_size"]
         self.dtype = _past_dtype(session)
@@ -158,6 +165,8 @@ class CausalLM:
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.uses_position_ids:
             feeds["position_ids"] = positions
+        if self.keeps_last_logits:
+            feeds["logits_to_keep"] = _LAST_POSITION
         if isinstance(past, SharedCache):
             logits = past.run(feeds)
             return logits[:, -1, :].copy(), past  # (N, V)

@@ -180,8 +180,10 @@ def _empty_past(session, batch):
 
 
 def _run(session, feeds):
+    """Logits at every position (lean GPT-2 graphs take `logits_to_keep`; 0 keeps all)."""
     names = [node.name for node in session.get_outputs()]
     wanted = {node.name for node in session.get_inputs()}
+    feeds = {"logits_to_keep": np.array(0, dtype=np.int64), **feeds}
     values = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in wanted})))
     past = {
         k.replace("present", "past_key_values", 1): v for k, v in values.items() if k != "logits"

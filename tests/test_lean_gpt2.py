@@ -64,9 +64,14 @@ def _left_padded_batch(seed: int = 0):
     return ids, mask, positions
 
 
-def _run(session, ids, mask, positions, past):
+def _run(session, ids, mask, positions, past, logits_to_keep=0):
     """One graph call; `past` is a list of 2 × LAYERS arrays (N, H, P, D)."""
-    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+    feeds = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": positions,
+        "logits_to_keep": np.array(logits_to_keep, dtype=np.int64),
+    }
     for i in range(LAYERS):
         feeds[f"past_key_values.{i}.key"] = past[2 * i]
         feeds[f"past_key_values.{i}.value"] = past[2 * i + 1]
@@ -89,7 +94,7 @@ def test_interface_matches_optimum_names_and_dtypes(session):
     inputs = {i.name: i for i in session.get_inputs()}
     outputs = {o.name: o for o in session.get_outputs()}
     past = [f"past_key_values.{i}.{kind}" for i in range(LAYERS) for kind in ("key", "value")]
-    assert list(inputs) == ["input_ids", *past, "attention_mask", "position_ids"]
+    assert list(inputs) == ["input_ids", *past, "attention_mask", "position_ids", "logits_to_keep"]
     assert list(outputs) == ["logits"] + [
         f"present.{i}.{kind}" for i in range(LAYERS) for kind in ("key", "value")
     ]
@@ -101,7 +106,20 @@ def test_interface_matches_optimum_names_and_dtypes(session):
         "past_sequence_length",
         HEAD_SIZE,
     ]
-    assert outputs["logits"].shape == ["batch_size", "sequence_length", VOCAB]
+    assert inputs["logits_to_keep"].type == "tensor(int64)"
+    assert inputs["logits_to_keep"].shape == []
+    assert outputs["logits"].shape == ["batch_size", "kept", VOCAB]
+
+
+@pytest.mark.parametrize("keep", [1, 3, 7, 50])
+def test_logits_to_keep_returns_the_last_positions(session, keep):
+    ids, mask, positions = _left_padded_batch()
+    everything, past = _run(session, ids, mask, positions, _empty_past(ids.shape[0]))
+    kept, kept_past = _run(session, ids, mask, positions, _empty_past(ids.shape[0]), keep)
+    assert kept.shape == (ids.shape[0], min(keep, ids.shape[1]), VOCAB)
+    np.testing.assert_allclose(kept, everything[:, -keep:], atol=1e-5, rtol=0)
+    for ours, full in zip(kept_past, past):  # the cache never depends on it
+        np.testing.assert_array_equal(ours, full)
 
 
 def test_prefill_and_cached_steps_match_pytorch(model, session):
@@ -200,8 +218,9 @@ def test_lm_head_is_one_matmul_and_graph_is_lean(graph_path):
     assert weights[head.input[1]] == (WIDTH, VOCAB)
     ops = Counter(node.op_type for node in proto.graph.node)
     assert ops["GroupQueryAttention"] == LAYERS and ops["MatMul"] == 4 * LAYERS + 1
-    # 9 per layer; 2 Gather, SkipLN, LM head; 14 make GroupQueryAttention's inputs from the mask
-    assert len(proto.graph.node) == 9 * LAYERS + 4 + 14
+    # 9 per layer; 2 Gather and a SkipLN; 4 for the LM head (Neg, Unsqueeze, Slice, MatMul);
+    # 14 make GroupQueryAttention's inputs from the mask
+    assert len(proto.graph.node) == 9 * LAYERS + 3 + 4 + 14
 
 
 @pytest.mark.parametrize("precision", ["int8", "int4"])
@@ -285,3 +304,29 @@ def test_shared_buffer_cache_gives_the_same_logits_as_separate_tensors(
     assert state_b.past.capacity >= state_b.attention_mask.shape[1]
     assert (state_b.past.capacity > ids.shape[1] + headroom) == (headroom == 2)
     np.testing.assert_allclose(logits_b, logits_a, atol=1e-5, rtol=0)
+
+
+def test_runtime_computes_the_lm_head_for_the_last_position_only(session):
+    from runtime import models
+
+    class Recording:
+        """The session, recording the logits shape of every call."""
+
+        def __init__(self, session):
+            self.session, self.logits_shapes = session, []
+
+        def __getattr__(self, name):
+            return getattr(self.session, name)
+
+        def run(self, outputs, feeds):
+            values = self.session.run(outputs, feeds)
+            self.logits_shapes.append(values[0].shape)
+            return values
+
+    manifest = {"num_heads": HEADS, "head_size": HEAD_SIZE, "graphs": {"decoder": {}}}
+    recording = Recording(session)
+    ids, mask, positions = _left_padded_batch()
+    logits, _ = models.CausalLM(recording, manifest).start(ids, mask)
+    assert recording.logits_shapes == [(ids.shape[0], 1, VOCAB)]
+    everything, _ = _run(session, ids, mask, positions, _empty_past(ids.shape[0]))
+    np.testing.assert_allclose(logits, everything[:, -1], atol=1e-5, rtol=0)
