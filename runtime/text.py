@@ -11,27 +11,44 @@ REPLACEMENT = "\ufffd"  # what a byte-level decoder prints for an incomplete UTF
 
 
 class IncrementalDecoder:
-    """Turns a growing list of token ids into text increments that are always complete text."""
+    """Turns a growing list of token ids into text increments that are always complete text.
+
+    Each step decodes only a short window, so a long generation costs the same per token as a
+    short one: the tokens since the last released piece (`read`), plus the few before them
+    (from `prefix`), because decoders such as SentencePiece's drop a leading space at the start
+    of whatever they decode. The piece released is what the window decodes to beyond its prefix.
+    """
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.text = ""  # text released so far
+        self.prefix = 0  # ids[prefix:read] decode to the end of `text`
+        self.read = 0  # ids[read:] are not released yet
+
+    def _window(self) -> tuple[str, str]:
+        """(text of ids[prefix:read], text of ids[prefix:])."""
+        decode = self.tokenizer.decode
+        known = decode(self.ids[self.prefix : self.read], skip_special_tokens=True)
+        return known, decode(self.ids[self.prefix :], skip_special_tokens=True)
 
     def add(self, token_id: int) -> str:
         """Append a token; return the newly completed text ("" while a character is incomplete)."""
         self.ids.append(int(token_id))
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        if text.endswith(REPLACEMENT) or not text.startswith(self.text):
+        known, text = self._window()
+        if text.endswith(REPLACEMENT) or not text.startswith(known):
             return ""
-        piece, self.text = text[len(self.text) :], text
+        piece = text[len(known) :]
+        self.text += piece
+        self.prefix, self.read = self.read, len(self.ids)
         return piece
 
     def flush(self) -> str:
         """Whatever remains at the end (a truly invalid byte sequence shows as U+FFFD)."""
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        piece = text[len(self.text) :] if text.startswith(self.text) else ""
-        self.text = text
+        known, text = self._window()
+        piece = text[len(known) :] if text.startswith(known) else ""
+        self.text += piece
+        self.prefix, self.read = self.read, len(self.ids)
         return piece
 
 

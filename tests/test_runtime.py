@@ -21,6 +21,7 @@ from runtime.text import IncrementalDecoder
 from tests.tiny_models import PROMPTS, make_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / "models"
 SAMPLE = runtime.GenerationConfig(max_new_tokens=12, do_sample=True, top_k=50, top_p=0.95, seed=3)
 # Control values mapped to ordinary tokens of the tiny tokenizer, so the model knows their ids.
 CONTROLS = {
@@ -111,13 +112,24 @@ def test_stopping_the_stream_stops_the_work(gen, monkeypatch):
     assert len(calls) == 2  # two steps after the prefill, nothing after the consumer left
 
 
-def test_incremental_decoder_never_releases_broken_characters(exported):
-    tokenizer = Tokenizer.from_file(str(exported / "tokenizer.json"))
-    text = "Señor, ¿dónde está el café? 😀 naïve ½"
+@pytest.mark.parametrize("source", ["tiny byte-level BPE", "translator", "rewriter"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Señor, ¿dónde está el café? 😀 naïve ½",
+        "In the beginning God created the heaven and the earth.  Two  spaces, 'quotes' isn't.",
+        "😀😀 ½½ ¿¿",
+    ],
+)
+def test_incremental_decoder_releases_the_full_decoding_in_whole_characters(exported, source, text):
+    path = exported if source == "tiny byte-level BPE" else MODELS / source / "int8"
+    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    ids = tokenizer.encode(text, add_special_tokens=False).ids * 3  # a long-ish generation
     decoder = IncrementalDecoder(tokenizer)
-    pieces = [decoder.add(i) for i in tokenizer.encode(text).ids] + [decoder.flush()]
-    assert "".join(pieces) == text
+    pieces = [decoder.add(i) for i in ids] + [decoder.flush()]
+    assert "".join(pieces) == decoder.text == tokenizer.decode(ids, skip_special_tokens=True)
     assert not any("\ufffd" in piece for piece in pieces)
+    assert len(decoder.ids[decoder.prefix :]) < 10  # each step decodes a short window
 
 
 def test_stop_string_cuts_text_in_generate_and_stream(gen):
