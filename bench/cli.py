@@ -1,4 +1,4 @@
-"""`scriptorium bench decode|seq2seq|sampling|startup|all [ARGS…]`."""
+"""`scriptorium bench decode|seq2seq|sampling|startup|quality|all [ARGS…]`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ BENCHMARKS = {
     "seq2seq": "bench.seq2seq",
     "sampling": "bench.sampling",
     "startup": "bench.startup",
+    "quality": "bench.quality",
 }
 
 

@@ -12,7 +12,7 @@ The "matmuls only" rows time the same model's weight MatMuls alone, once per tok
 precision (bench/ceiling.py): the ceiling of any engine on onnxruntime's kernels on this machine.
 "of ceiling" is Scriptorium's speed as a share of it.
 Quality (perplexity change of int8/int4) is not measured here: random weights have no meaningful
-perplexity, so it comes from the export parity report of a trained model (`--quality DIR`).
+perplexity, so `python -m bench.quality` measures it on the trained Bible LM.
 """
 
 from __future__ import annotations
