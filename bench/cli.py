@@ -1,4 +1,4 @@
-"""`scriptorium bench decode|seq2seq|sampling|startup|quality|all [ARGS…]`."""
+"""`scriptorium bench decode|seq2seq|sampling|startup|quality|breakdown|all [ARGS…]`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ BENCHMARKS = {
     "sampling": "bench.sampling",
     "startup": "bench.startup",
     "quality": "bench.quality",
+    "breakdown": "bench.breakdown",
 }
 
 
