@@ -80,6 +80,13 @@ OPTIMUM_FILES = {
 # Optimized graphs may differ from PyTorch by up to twice the unoptimized graphs' max |Δlogit|, or
 # by this fraction of the largest |logit|, whichever is larger.
 OPTIMIZER_TOLERANCE = 1e-4
+# Architectures with a lean decoder graph, and the fused operators each one's report counts.
+LEAN_FUSED_OPS = {
+    "gpt2": ("GroupQueryAttention", "SkipLayerNormalization", "FastGelu"),
+    "bart": ("MultiHeadAttention", "SkipLayerNormalization", "BiasGelu"),
+    "mbart": ("MultiHeadAttention", "SkipLayerNormalization", "BiasGelu"),
+}
+LEAN_ARCHITECTURES = tuple(LEAN_FUSED_OPS)
 STEPS = ("export", "optimize", "quantize", "parity", "write")
 
 
@@ -269,36 +276,53 @@ def _assemble(graphs: dict[str, Path], task: str, target: Path) -> dict[str, Pat
 def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Path], dict]:
     """Optimized graphs if they pass the parity check, else the originals; plus a report.
 
-    GPT-2 gets the lean fused graph of export/lean_gpt2.py (attention fused, ~10 nodes per
-    layer); other architectures, and GPT-2 configs the lean graph does not cover, go through
-    onnxruntime's transformer optimizer.
+    GPT-2, BART and mBART decoders get the lean fused graphs of export/lean_gpt2.py and
+    export/lean_bart.py (attention fused, 9 to 14 nodes per layer); other architectures, configs
+    the lean graphs do not cover, and the seq2seq encoder go through onnxruntime's transformer
+    optimizer.
     """
     lean_note = None
-    if checkpoint.architecture == "gpt2":
-        lean, report = _lean_gpt2(graphs, ref, work)
+    if checkpoint.architecture in LEAN_ARCHITECTURES:
+        base, base_report = graphs, None
+        if checkpoint.task == "seq2seq":  # no lean encoder: the optimizer serves it
+            base, base_report = _ort_optimize(checkpoint, graphs, shape, ref, work)
+        lean, report = _lean(checkpoint, base, ref, work)
         if lean is not None:
+            if base_report:
+                report["encoder"] = base_report["summary"]
             return lean, report
         lean_note = report["summary"]
+        if base_report:
+            base_report["lean_graph"] = lean_note
+            return base, base_report
     optimized, report = _ort_optimize(checkpoint, graphs, shape, ref, work)
     if lean_note:
         report["lean_graph"] = lean_note
     return optimized, report
 
 
-def _lean_gpt2(graphs, ref, work: Path) -> tuple[dict[str, Path] | None, dict]:
-    """The lean GPT-2 graph if it builds and matches PyTorch as well as optimum's graph does."""
-    from .lean_gpt2 import build_gpt2_graph
-
-    path = work / "lean" / "model.onnx"
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _lean(checkpoint, graphs, ref, work: Path) -> tuple[dict[str, Path] | None, dict]:
+    """`graphs` with the lean decoder graph(s) in place of optimum's, if they build and match
+    PyTorch as well as optimum's do."""
+    target = work / "lean"
+    target.mkdir(parents=True, exist_ok=True)
+    lean = dict(graphs)
     try:
-        build_gpt2_graph(ref.model, path)
+        if checkpoint.architecture == "gpt2":
+            from .lean_gpt2 import build_gpt2_graph
+
+            lean["decoder"] = target / "model.onnx"
+            build_gpt2_graph(ref.model, lean["decoder"])
+        else:
+            from .lean_bart import build_bart_decoders
+
+            lean["decoder"] = target / "decoder_model.onnx"
+            lean["decoder_with_past"] = target / "decoder_with_past_model.onnx"
+            build_bart_decoders(ref.model, lean["decoder"], lean["decoder_with_past"])
         with _quiet():
-            before = logit_parity(
-                OnnxModel(_assemble(graphs, "causal-lm", work / "a"), ref.task), ref
-            )
-            after = logit_parity(OnnxModel({"decoder": path}, ref.task), ref)
-    except ValueError as error:  # a GPT-2 option the lean graph does not reproduce
+            before = logit_parity(OnnxModel(_assemble(graphs, ref.task, work / "a"), ref.task), ref)
+            after = logit_parity(OnnxModel(_assemble(lean, ref.task, work / "b"), ref.task), ref)
+    except ValueError as error:  # an option the lean graph does not reproduce
         return None, {"summary": f"not used: {error}"}
     worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
     baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
@@ -307,18 +331,20 @@ def _lean_gpt2(graphs, ref, work: Path) -> tuple[dict[str, Path] | None, dict]:
         return None, {"summary": f"not used: max |Δlogit| {worst:.3g} (optimum {baseline:.3g})"}
     import onnx
 
-    optimum_nodes = onnx.load(str(graphs["decoder"]), load_external_data=False).graph.node
-    lean_nodes = onnx.load(str(path), load_external_data=False).graph.node
-    fused_ops = ("GroupQueryAttention", "SkipLayerNormalization", "FastGelu")
-    return {"decoder": path}, {
+    # The graph that runs every step: the causal LM's, or the seq2seq decoder with past.
+    role = "decoder_with_past" if checkpoint.task == "seq2seq" else "decoder"
+    optimum_nodes = onnx.load(str(graphs[role]), load_external_data=False).graph.node
+    lean_nodes = onnx.load(str(lean[role]), load_external_data=False).graph.node
+    fused_ops = LEAN_FUSED_OPS[checkpoint.architecture]
+    return lean, {
         "applied": True,
         "graph": "lean",
         "fused": {op: sum(n.op_type == op for n in lean_nodes) for op in fused_ops},
         "nodes_before": len(optimum_nodes),
         "nodes_after": len(lean_nodes),
         "max_abs_logit_diff": {"unoptimized": baseline, "optimized": worst},
-        "summary": f"yes, lean GPT-2 graph (GroupQueryAttention, SkipLayerNormalization, "
-        f"FastGelu): {len(optimum_nodes)} → {len(lean_nodes)} nodes",
+        "summary": f"yes, lean {checkpoint.architecture} graph ({', '.join(fused_ops)}): "
+        f"{len(optimum_nodes)} → {len(lean_nodes)} nodes per step",
     }
 
 

@@ -60,13 +60,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from .graph_builder import GraphBuilder
 
 # FastGelu computes 0.5·x·(1 + tanh(0.797885·x + 0.035677·x³)), which is this formula.
 _TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
-_MAX_PROTO_BYTES = 2**31 - 1
-_MS = "com.microsoft"
 
 
 def _check_config(config) -> None:
@@ -94,49 +93,7 @@ def _check_config(config) -> None:
         )
 
 
-class _Graph:
-    """Collects nodes and initializers; names weights after their PyTorch parameters."""
-
-    def __init__(self, state: dict):
-        self.state = state
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.value_info: list[onnx.ValueInfoProto] = []
-
-    def weight(self, name: str, transpose: bool = False) -> str:
-        array = self.state[name].detach().to("cpu").float().numpy()
-        if transpose:
-            array = array.T
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
-        return name
-
-    def const(self, name: str, value, dtype) -> str:
-        self.initializers.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
-        return name
-
-    def node(
-        self, op: str, inputs: list[str], outputs: list[str], width: int | None = None, **attrs
-    ) -> list[str]:
-        """Add a node; `width` declares its float outputs as (batch, seq, width) activations.
-
-        onnx's shape inference does not know contrib ops, and quantize_dynamic needs the type of
-        every MatMul input, so the graph states them itself.
-        """
-        domain = _MS if op in ("GroupQueryAttention", "SkipLayerNormalization", "FastGelu") else ""
-        name = f"{op}_{len(self.nodes)}"
-        self.nodes.append(helper.make_node(op, inputs, outputs, name, domain=domain, **attrs))
-        if width is not None:
-            self.value_info += [
-                helper.make_tensor_value_info(
-                    output, TensorProto.FLOAT, ["batch_size", "sequence_length", width]
-                )
-                for output in outputs
-                if output and output != "logits" and not output.startswith("present.")
-            ]
-        return outputs
-
-
-def _attention_inputs(g: _Graph) -> tuple[str, str, str]:
+def _attention_inputs(g: GraphBuilder) -> tuple[str, str, str]:
     """GroupQueryAttention's view of `attention_mask` (B, T), T = past + S, left-padded rows:
     seqlens_k (B,) int32 = T - 1 for every row (each row's cache holds T positions), the scalar
     total_sequence_length T (int32), and an additive bias (B, 1, S, T): -10000 on padding, else 0.
@@ -177,7 +134,7 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     inner = config.n_inner or 4 * width
     head_size = width // heads
     eps = float(config.layer_norm_epsilon)
-    g = _Graph(model.state_dict())
+    g = GraphBuilder(model.state_dict())
 
     past_dims = ["batch_size", heads, "past_sequence_length", head_size]
     present_dims = ["batch_size", heads, "past_sequence_length + sequence_length", head_size]
@@ -311,20 +268,4 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     # The LM head as (d, V) so that MatMul quantizers see a constant right-hand side.
     g.node("MatMul", [kept, g.weight("lm_head.weight", transpose=True)], ["logits"])
 
-    graph = helper.make_graph(
-        g.nodes, "lean_gpt2", inputs, outputs, g.initializers, value_info=g.value_info
-    )
-    opsets = [helper.make_opsetid("", opset), helper.make_opsetid(_MS, 1)]
-    onnx_model = helper.make_model(
-        graph,
-        opset_imports=opsets,
-        producer_name="scriptorium.export.lean_gpt2",
-        # The oldest IR version that has these opsets: newer onnx writes IRs onnxruntime rejects.
-        ir_version=helper.find_min_ir_version_for(opsets, ignore_unknown=True),
-    )
-    if onnx_model.ByteSize() > _MAX_PROTO_BYTES:
-        raise ValueError(
-            f"the model must fit in one 2 GB protobuf, got {onnx_model.ByteSize()} bytes"
-        )
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(onnx_model, str(path))
+    g.save(path, "lean_gpt2", inputs, outputs, opset)

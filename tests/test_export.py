@@ -335,6 +335,11 @@ def test_export_report_records_optimizer_and_quantization(exported):
             assert optimizer["fused"]["GroupQueryAttention"] == 2
             assert manifest["graphs"]["decoder"]["kv_cache"] == "shared-buffer"
             assert optimizer["nodes_after"] < optimizer["nodes_before"] / 5
+        if arch == "bart":  # lean decoders: self- and cross-attention fused in every layer
+            assert optimizer["graph"] == "lean"
+            assert optimizer["fused"]["MultiHeadAttention"] == 2 * 2
+            assert optimizer["nodes_after"] < optimizer["nodes_before"] / 5
+            assert optimizer["encoder"].startswith("yes")  # onnxruntime's optimizer
     assert manifest["export"]["parameters"] > 10_000
 
 
