@@ -5,11 +5,14 @@ The steps, each shown as a progress step:
 1. export   - optimum-onnx's `main_export` with KV cache: `model.onnx` for a causal LM (past may
               have length 0 on the first step), or encoder, decoder and decoder-with-past
               for seq2seq.
-2. optimize - onnxruntime's transformer optimizer per graph where it has fusions for the
-              architecture (export/optimize.py). The optimized graphs are kept only if they load
-              and their logits agree with PyTorch at least as well as the unoptimized ones
-              (same argmax everywhere, max |Δlogit| within `OPTIMIZER_TOLERANCE` of the logit
-              scale); otherwise the unoptimized graphs are used and the reason is recorded.
+2. optimize - GPT-2, BART and mBART decoders are rebuilt as lean fused graphs with the same
+              interface (export/lean_gpt2.py, export/lean_bart.py); other graphs (the seq2seq
+              encoder, other architectures) go through onnxruntime's transformer optimizer
+              where it has fusions for the architecture (export/optimize.py). Either result is
+              kept only if it loads and its logits agree with PyTorch at least as well as
+              optimum's graphs (same argmax everywhere, max |Δlogit| within
+              `OPTIMIZER_TOLERANCE` of the logit scale); otherwise the graphs before it are
+              used and the reason is recorded.
 3. quantize - int8 / int4 per graph (export/quantize.py); seq2seq decoders are merged into
               `decoder_model_merged.onnx` after quantizing.
 4. parity   - logits, greedy tokens (through `runtime.load`) and perplexity against PyTorch
