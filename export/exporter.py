@@ -280,7 +280,7 @@ def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Pat
     """Optimized graphs if they pass the parity check, else the originals; plus a report.
 
     GPT-2, BART and mBART decoders get the lean fused graphs of export/lean_gpt2.py and
-    export/lean_bart.py (attention fused, 9 to 14 nodes per layer); other architectures, configs
+    export/lean_bart.py (attention fused, 9 to 15 nodes per layer); other architectures, configs
     the lean graphs do not cover, and the seq2seq encoder go through onnxruntime's transformer
     optimizer.
     """

@@ -16,12 +16,12 @@ merges them into one graph with `use_cache_branch` exactly as it merges optimum'
 The first graph projects the source once per layer into the cross-attention keys and values it
 returns; the second takes them back every step. Optimum's with-past graph for BART-base has ~750
 nodes, mostly shape arithmetic, which costs more than its weight products once they are int8.
-These graphs use onnxruntime's contrib ops (domain `com.microsoft`), 14 nodes per layer in the
+These graphs use onnxruntime's contrib ops (domain `com.microsoft`), 15 nodes per layer in the
 with-past graph:
 
     embeddings   Gather(embed_tokens · embed_scale) + Gather(embed_positions, offset 2 + past ...)
                  -> LayerNormalization(layernorm_embedding)
-    self         MatMul(q|k|v) -> Split -> MultiHeadAttention(+ q|k|v bias, past; causal)
+    self         MatMul(q), MatMul(k), MatMul(v) -> MultiHeadAttention(+ q|k|v bias, past; causal)
                  -> MatMul(out_proj) -> SkipLayerNormalization(+ residual, + out_proj bias)
     cross        MatMul(q) -> Add(bias) -> MultiHeadAttention(source keys and values; key padding
                  mask) -> MatMul(out_proj) -> SkipLayerNormalization
@@ -192,14 +192,17 @@ class _Decoder:
             (y,) = g.node("Add", [y, g.weight(name + ".bias")], [out + "_b"], width)
         return y
 
-    def _qkv(self, p: str) -> tuple[str, str]:
-        """One (d, 3d) weight for the self-attention's q|k|v projections, and their biases."""
+    def _qkv_bias(self, p: str) -> str:
+        """The self-attention's q|k|v biases in one (3d,) vector, as MultiHeadAttention takes them.
+
+        The projections stay three MatMuls: one weight per tensor keeps int8's per-tensor scale
+        per projection, as in optimum's graph.
+        """
         state = self.g.state
-        names = [f"{p}.self_attn.{x}_proj" for x in "qkv"]
-        weight = np.concatenate([state[n + ".weight"].float().numpy().T for n in names], axis=1)
-        bias = np.concatenate([state[n + ".bias"].float().numpy() for n in names])
-        w = self.g.const(f"{p}.self_attn.qkv.weight", weight, np.float32)  # (d, 3d)
-        return w, self.g.const(f"{p}.self_attn.qkv.bias", bias, np.float32)  # (3d,)
+        bias = np.concatenate(
+            [state[f"{p}.self_attn.{x}_proj.bias"].float().numpy() for x in "qkv"]
+        )
+        return self.g.const(f"{p}.self_attn.qkv.bias", bias, np.float32)  # (3d,)
 
     def _source_kv(self, p: str, i: int, kind: str, heads_shape: str) -> str:
         """The source's cross-attention keys or values, (B, heads, source, head_size)."""
@@ -239,13 +242,13 @@ class _Decoder:
             p = f"model.decoder.layers.{i}"
             nxt = f"model.decoder.layers.{i + 1}" if i + 1 < self.layers else None
             # Self-attention over past + new tokens, causal.
-            weight, bias = self._qkv(p)
-            (qkv,) = g.node("MatMul", [normed, weight], [f"h{i}.qkv"], 3 * width)
-            q, k, v = g.node("Split", [qkv], [f"h{i}.{x}" for x in "qkv"], width, axis=2)
+            q, k, v = (
+                self._linear(normed, f"{p}.self_attn.{x}_proj", f"h{i}.{x}", width) for x in "qkv"
+            )
             past = [f"past_key_values.{i}.decoder.key", f"past_key_values.{i}.decoder.value"]
             attn, _, _ = g.node(
                 "MultiHeadAttention",
-                [q, k, v, bias, "", "", *(past if self.with_past else ["", ""])],
+                [q, k, v, self._qkv_bias(p), "", "", *(past if self.with_past else ["", ""])],
                 [f"h{i}.self", f"present.{i}.decoder.key", f"present.{i}.decoder.value"],
                 width,
                 num_heads=self.heads,
