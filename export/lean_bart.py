@@ -95,8 +95,11 @@ class _Decoder:
         def tensor(name, dtype, dims):
             return helper.make_tensor_value_info(name, dtype, dims)
 
+        def cache(length: str) -> list:
+            return ["batch_size", self.heads, length, self.head_size]
+
         past = "past_decoder_sequence_length"
-        kv = ["batch_size", self.heads, None, self.head_size]
+        total = f"{past} + decoder_sequence_length" if self.with_past else "decoder_sequence_length"
         source = ["batch_size", "encoder_sequence_length"]
         inputs = [
             tensor("encoder_attention_mask", TensorProto.INT64, source),
@@ -104,36 +107,23 @@ class _Decoder:
         ]
         if not self.with_past:
             inputs.append(tensor("encoder_hidden_states", TensorProto.FLOAT, [*source, self.width]))
-        outputs = [
-            tensor(
-                "logits", TensorProto.FLOAT, ["batch_size", "decoder_sequence_length", self.vocab]
-            )
-        ]
-        total = f"{past} + decoder_sequence_length" if self.with_past else "decoder_sequence_length"
+        logits = ["batch_size", "decoder_sequence_length", self.vocab]
+        outputs = [tensor("logits", TensorProto.FLOAT, logits)]
         for i in range(self.layers):
             for kind in ("key", "value"):
                 if self.with_past:
-                    inputs.append(
-                        tensor(
-                            f"past_key_values.{i}.decoder.{kind}",
-                            TensorProto.FLOAT,
-                            [*kv[:2], past, kv[3]],
-                        )
-                    )
-                outputs.append(
-                    tensor(
-                        f"present.{i}.decoder.{kind}", TensorProto.FLOAT, [*kv[:2], total, kv[3]]
-                    )
-                )
+                    name = f"past_key_values.{i}.decoder.{kind}"
+                    inputs.append(tensor(name, TensorProto.FLOAT, cache(past)))
+                name = f"present.{i}.decoder.{kind}"
+                outputs.append(tensor(name, TensorProto.FLOAT, cache(total)))
             for kind in ("key", "value"):
-                encoder = [*kv[:2], "encoder_sequence_length", kv[3]]
+                on_source = cache("encoder_sequence_length")
                 if self.with_past:
-                    inputs.append(
-                        tensor(f"past_key_values.{i}.encoder.{kind}", TensorProto.FLOAT, encoder)
-                    )
+                    name = f"past_key_values.{i}.encoder.{kind}"
+                    inputs.append(tensor(name, TensorProto.FLOAT, on_source))
                 else:
                     outputs.append(
-                        tensor(f"present.{i}.encoder.{kind}", TensorProto.FLOAT, encoder)
+                        tensor(f"present.{i}.encoder.{kind}", TensorProto.FLOAT, on_source)
                     )
         return inputs, outputs
 
