@@ -1,4 +1,4 @@
-"""`scriptorium bench decode|seq2seq|sampling|startup|quality|breakdown|all [ARGS…]`."""
+"""`scriptorium bench decode|seq2seq|sampling|startup|quality|breakdown|attention|all [ARGS…]`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ BENCHMARKS = {
     "startup": "bench.startup",
     "quality": "bench.quality",
     "breakdown": "bench.breakdown",
+    "attention": "bench.attention",
 }
 
 
