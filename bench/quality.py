@@ -58,15 +58,15 @@ def perplexity(logits_of: Callable[[np.ndarray], np.ndarray], batches: np.ndarra
     >>> round(perplexity(uniform, np.zeros((3, 4), np.int64)), 6)
     50.0
     """
+    from export.parity import mean_nll
+
     total, count = 0.0, 0
     for start in range(0, batches.shape[0], BATCH):
         ids = batches[start : start + BATCH]  # (B, T)
-        logits = logits_of(ids).astype(np.float64)[:, :-1]  # (B, T - 1, V) predicts ids[:, 1:]
-        top = logits.max(axis=-1, keepdims=True)  # (B, T - 1, 1)
-        log_norm = top[..., 0] + np.log(np.exp(logits - top).sum(axis=-1))  # (B, T - 1)
-        chosen = np.take_along_axis(logits, ids[:, 1:, None], axis=-1)[..., 0]  # (B, T - 1)
-        total += float((log_norm - chosen).sum())
-        count += chosen.size
+        logits = logits_of(ids)[:, :-1]  # (B, T - 1, V): position t predicts ids[:, t + 1]
+        targets = ids[:, 1:].reshape(-1)  # (B·(T - 1),)
+        total += mean_nll(logits.reshape(targets.shape[0], -1), targets) * targets.shape[0]
+        count += targets.shape[0]
     return math.exp(total / count)
 
 

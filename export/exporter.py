@@ -284,12 +284,12 @@ def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Pat
     the lean graphs do not cover, and the seq2seq encoder go through onnxruntime's transformer
     optimizer.
     """
-    lean_note = None
+    lean_note, parities = None, {}
     if checkpoint.architecture in LEAN_ARCHITECTURES:
         base, base_report = graphs, None
         if checkpoint.task == "seq2seq":  # no lean encoder: the optimizer serves it
-            base, base_report = _ort_optimize(checkpoint, graphs, shape, ref, work)
-        lean, report = _lean(checkpoint, base, ref, work)
+            base, base_report = _ort_optimize(checkpoint, graphs, shape, ref, work, parities)
+        lean, report = _lean(checkpoint, base, ref, work, parities)
         if lean is not None:
             if base_report:
                 report["encoder"] = base_report["summary"]
@@ -298,13 +298,39 @@ def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Pat
         if base_report:
             base_report["lean_graph"] = lean_note
             return base, base_report
-    optimized, report = _ort_optimize(checkpoint, graphs, shape, ref, work)
+    optimized, report = _ort_optimize(checkpoint, graphs, shape, ref, work, parities)
     if lean_note:
         report["lean_graph"] = lean_note
     return optimized, report
 
 
-def _lean(checkpoint, graphs, ref, work: Path) -> tuple[dict[str, Path] | None, dict]:
+def _parity(graphs: dict[str, Path], ref, target: Path, parities: dict | None) -> dict:
+    """`logit_parity` of `graphs` assembled in `target`; `parities` keeps results by graph files,
+    so one export checks each set of graphs once."""
+    key = tuple(sorted((role, str(path)) for role, path in graphs.items()))
+    if parities is not None and key in parities:
+        return parities[key]
+    with _quiet():
+        result = logit_parity(OnnxModel(_assemble(graphs, ref.task, target), ref.task), ref)
+    if parities is not None:
+        parities[key] = result
+    return result
+
+
+def _parity_holds(before: dict, after: dict) -> tuple[bool, float, float]:
+    """Whether graphs with parity `after` match PyTorch at least as well as those with `before`:
+    no lower argmax agreement, and max |Δlogit| within twice `before`'s or `OPTIMIZER_TOLERANCE`
+    of the logit scale. Also returns both max |Δlogit|."""
+    worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
+    baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
+    allowed = max(2 * baseline, OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"]))
+    holds = after["argmax_agreement"] >= before["argmax_agreement"] and worst <= allowed
+    return holds, worst, baseline
+
+
+def _lean(
+    checkpoint, graphs, ref, work: Path, parities: dict
+) -> tuple[dict[str, Path] | None, dict]:
     """`graphs` with the lean decoder graph(s) in place of optimum's, if they build and match
     PyTorch as well as optimum's do."""
     target = work / "lean"
@@ -322,15 +348,12 @@ def _lean(checkpoint, graphs, ref, work: Path) -> tuple[dict[str, Path] | None, 
             lean["decoder"] = target / "decoder_model.onnx"
             lean["decoder_with_past"] = target / "decoder_with_past_model.onnx"
             build_bart_decoders(ref.model, lean["decoder"], lean["decoder_with_past"])
-        with _quiet():
-            before = logit_parity(OnnxModel(_assemble(graphs, ref.task, work / "a"), ref.task), ref)
-            after = logit_parity(OnnxModel(_assemble(lean, ref.task, work / "b"), ref.task), ref)
+        before = _parity(graphs, ref, work / "a", parities)
+        after = _parity(lean, ref, work / "b", parities)
     except ValueError as error:  # an option the lean graph does not reproduce
         return None, {"summary": f"not used: {error}"}
-    worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
-    baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
-    allowed = max(2 * baseline, OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"]))
-    if after["argmax_agreement"] < before["argmax_agreement"] or worst > allowed:
+    holds, worst, baseline = _parity_holds(before, after)
+    if not holds:
         return None, {"summary": f"not used: max |Δlogit| {worst:.3g} (optimum {baseline:.3g})"}
     import onnx
 
@@ -351,8 +374,11 @@ def _lean(checkpoint, graphs, ref, work: Path) -> tuple[dict[str, Path] | None, 
     }
 
 
-def _ort_optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Path], dict]:
-    """onnxruntime's transformer optimizer, kept only if parity holds."""
+def _ort_optimize(
+    checkpoint, graphs, shape, ref, work: Path, parities: dict | None = None
+) -> tuple[dict[str, Path], dict]:
+    """onnxruntime's transformer optimizer, kept only if parity holds (`parities`: see
+    `_parity`)."""
     architecture = checkpoint.architecture
     if architecture not in OPTIMIZER_MODEL_TYPES:
         summary = f"no (the optimizer has no fusions for {architecture})"
@@ -373,13 +399,8 @@ def _ort_optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str,
             nodes = [nodes[0] + info["nodes_before"], nodes[1] + info["nodes_after"]]
             for op, count in info["fused"].items():
                 fused[op] = fused.get(op, 0) + count
-        with _quiet():
-            before = logit_parity(
-                OnnxModel(_assemble(graphs, checkpoint.task, work / "a"), ref.task), ref
-            )
-            after = logit_parity(
-                OnnxModel(_assemble(optimized, checkpoint.task, work / "b"), ref.task), ref
-            )
+        before = _parity(graphs, ref, work / "a", parities)
+        after = _parity(optimized, ref, work / "b", parities)
     except Exception as error:  # optimizer bugs and graphs that fail to load come in many types
         reason = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
         return graphs, {
@@ -388,8 +409,7 @@ def _ort_optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str,
             "fallback": reason,
             "summary": f"no (fell back to the unoptimized graphs: {reason})",
         }
-    worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
-    baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
+    holds, worst, baseline = _parity_holds(before, after)
     report = {
         "model_type": OPTIMIZER_MODEL_TYPES[architecture],
         "fused": fused,
@@ -397,8 +417,7 @@ def _ort_optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str,
         "nodes_after": nodes[1],
         "max_abs_logit_diff": {"unoptimized": baseline, "optimized": worst},
     }
-    allowed = max(2 * baseline, OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"]))
-    if after["argmax_agreement"] < before["argmax_agreement"] or worst > allowed:
+    if not holds:
         reason = (
             f"parity got worse: max |Δlogit| {worst:.3g} (unoptimized {baseline:.3g}), "
             f"argmax agreement {after['argmax_agreement']:.3f} "

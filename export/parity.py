@@ -272,7 +272,7 @@ def _seq2seq_logit_parity(onnx: OnnxModel, ref: Reference, rows) -> dict:
     }
 
 
-def _nll(logits: np.ndarray, targets: np.ndarray) -> float:
+def mean_nll(logits: np.ndarray, targets: np.ndarray) -> float:
     """Mean negative log-likelihood of `targets` (T,) under `logits` (T, V), in float64."""
     logits = logits.astype(np.float64)
     top = logits.max(-1, keepdims=True)
@@ -304,8 +304,8 @@ def perplexity_parity(onnx: OnnxModel, ref: Reference) -> dict:
         expected = expected.numpy()[0]
         logits = onnx.seq2seq_first(decoder_ids, onnx.encode(ids, mask), mask)[0][0]  # (T, V)
         targets = np.array(labels, np.int64)
-    ppl_torch = math.exp(_nll(expected, targets))
-    ppl_onnx = math.exp(_nll(logits, targets))
+    ppl_torch = math.exp(mean_nll(expected, targets))
+    ppl_onnx = math.exp(mean_nll(logits, targets))
     return {
         "tokens": int(len(targets)),
         "pytorch": ppl_torch,

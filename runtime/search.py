@@ -27,7 +27,8 @@ NEG = np.float32(-1.0e9)  # transformers' "finished / impossible" score offset
 def log_normalizer(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-sum-exp of (N, V) float32 logits, (N, 1): log-softmax is logits minus it."""
     top = logits.max(axis=1, keepdims=True)  # (N, 1)
-    weights = np.exp(np.subtract(logits, top), dtype=np.float32)  # (N, V)
+    weights = np.subtract(logits, top, dtype=np.float32)  # (N, V)
+    np.exp(weights, out=weights)
     return top + np.log(weights.sum(axis=1, keepdims=True))
 
 
