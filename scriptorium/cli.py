@@ -1,4 +1,4 @@
-"""`scriptorium export|train|bench|app …`: dispatch to each layer's own command-line module.
+"""`scriptorium export|train|bench|app|serve …`: dispatch to each layer's own command-line module.
 
 Each subcommand module exposes `main(argv) -> int`; heavy imports (torch, gradio) happen only
 inside the chosen subcommand, so `scriptorium --help` stays fast.
@@ -14,6 +14,7 @@ COMMANDS = {
     "train": ("train.cli", "run a training recipe (data, tokenizer, models)"),
     "bench": ("bench.cli", "benchmarks against transformers and optimum-onnx"),
     "app": ("app", "start the Gradio app"),
+    "serve": ("serve.cli", "serve the models on Ray Serve with an OpenAI-compatible API"),
 }
 
 

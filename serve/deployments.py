@@ -1,0 +1,366 @@
+"""Ray Serve deployments: one `ModelServer` per model bundle, and the `Gateway` that fronts them.
+
+`build_app(specs)` returns the Serve application: a `ModelServer` deployment per `ModelSpec`
+(its replicas each load the bundle once with `runtime.load(path, threads=T)`, Ray reserving
+`cpus` per replica) and one `Gateway` ingress, a FastAPI app under `/v1` that speaks OpenAI's
+completions protocol (serve/api.py) and routes each request by its `model` to that model's
+deployment handle:
+
+- `GET /v1/models`: the model ids; `GET /v1/models/{id}`: one model, with its manifest;
+  `GET /v1/models/{id}/files/{name}`: a file the manifest lists (tokenizer.json, README.md,
+  embeddings.npy…), which is what the app's thin client (ui/remote.py) needs besides text.
+- `POST /v1/completions`: a JSON answer, or server-sent events with `"stream": true`.
+
+Generation runs in a worker thread of the replica; a streamed request that is cancelled (the
+client disconnected, so Serve cancels the request and its child requests) sets a flag the
+thread checks after every token, and the thread then closes the runtime's stream, which ends
+the decoding loop. Errors: bad input (`ValueError`, from serve/api.py or the runtime) → 400,
+unknown model or file → 404, a replica that died → one retry when nothing was sent yet, else
+503 (or, mid-stream, an error event); each as OpenAI's `{"error": {…}}`.
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations (`Request`)
+# after Serve has copied the routes with only the globals their code names.
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+import runtime
+
+from . import api
+
+RETRIES = 1  # extra attempts of a request whose replica died before it sent anything
+UNAVAILABLE = (RayActorError, ActorUnavailableError, DeploymentUnavailableError, BackPressureError)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    model_id: str  # the id clients name in `model` (e.g. "bible-lm/int8")
+    path: str  # bundle directory; on a multi-node cluster it must exist on every node
+    replicas: int = 1  # replicas when not autoscaling
+    threads: int = 1  # onnxruntime intra-op threads per replica
+    cpus: float | None = None  # CPUs Ray reserves per replica; None = `threads`
+    autoscaling: tuple[int, int] | None = None  # (min, max) replicas; None = fixed `replicas`
+    max_ongoing_requests: int = 4  # requests one replica runs at once (more wait in a queue)
+    loader: Callable = field(default=runtime.load)  # (path, threads=) -> Generator
+
+
+def deployment_name(model_id: str) -> str:
+    """A Ray deployment name for a model id ("bible-lm/int8" -> "model:bible-lm_int8").
+
+    >>> deployment_name("bible-lm/int8")
+    'model:bible-lm_int8'
+    """
+    return "model:" + re.sub(r"[^A-Za-z0-9._-]", "_", model_id)
+
+
+class ModelServer:
+    """One replica: a loaded generator, answering `complete` and `stream` for one model."""
+
+    def __init__(self, path: str, threads: int, loader: Callable = runtime.load):
+        self.generator = loader(path, threads=threads)
+        self._lock = threading.Lock()
+        self.running = 0  # streams generating now
+        self.cancelled = 0  # streams cancelled before they finished, since the replica started
+
+    def manifest(self) -> dict:
+        return self.generator.manifest
+
+    def file(self, name: str) -> bytes:
+        """A file the manifest lists, as bytes; FileNotFoundError for any other name."""
+        if name not in self.generator.manifest.get("files", {}):
+            raise FileNotFoundError(f"`{name}` is not a file of this model's bundle")
+        return (self.generator.directory / name).read_bytes()
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"running": self.running, "cancelled": self.cancelled}
+
+    async def complete(self, request: api.CompletionRequest) -> dict:
+        """The choices and usage of a non-streamed completion."""
+        return await asyncio.to_thread(self._complete, request)
+
+    def _complete(self, request: api.CompletionRequest) -> dict:
+        gen, copies = self.generator, request.config.num_return_sequences
+        tokenizer = gen.tokenizer
+        choices, prompt_tokens, completion_tokens = [], 0, 0
+        if request.logprobs:  # top logprobs come with the stream's per-token alternatives
+            for p, prompt in enumerate(request.prompts):
+                rows = _collect(gen.stream(prompt, request.config, request.controls), copies)
+                for row, (output, alternatives) in enumerate(rows):
+                    choice = api.output_choice(
+                        output, p * copies + row, tokenizer, request.logprobs, alternatives
+                    )
+                    choices.append(choice)
+                    completion_tokens += len(output.token_ids)
+                prompt_tokens += len(gen.encode_prompt(prompt, request.controls))
+        else:
+            outputs = gen.generate(list(request.prompts), request.config, request.controls)
+            for index, output in enumerate(outputs):
+                choices.append(api.output_choice(output, index, tokenizer, request.logprobs))
+                completion_tokens += len(output.token_ids)
+            prompt_tokens = sum(o.prompt_tokens for o in outputs[::copies])
+        return {"choices": choices, "usage": api.usage(prompt_tokens, completion_tokens)}
+
+    async def stream(self, request: api.CompletionRequest) -> AsyncIterator[dict]:
+        """Yield {"choice": …} per token of every prompt in turn, then {"usage": …}."""
+        gen, copies = self.generator, request.config.num_return_sequences
+        prompt_tokens = completion_tokens = 0
+        for p, prompt in enumerate(request.prompts):
+            prompt_tokens += len(gen.encode_prompt(prompt, request.controls))
+            events = gen.stream(prompt, request.config, request.controls)
+            async for event in self._in_thread(events):
+                if event.token_id is not None:
+                    completion_tokens += 1
+                else:  # beam search: a whole sequence at once
+                    completion_tokens += len(gen.tokenizer.encode(event.text).ids)
+                index = p * copies + event.index
+                yield {"choice": api.event_choice(event, index, gen.tokenizer, request.logprobs)}
+        yield {"usage": api.usage(prompt_tokens, completion_tokens)}
+
+    async def _in_thread(self, events) -> AsyncIterator:
+        """Run the runtime's (blocking) stream in a thread; stop and close it when cancelled."""
+        loop, queue, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
+        done = object()
+
+        def produce():
+            try:
+                for event in events:
+                    if stop.is_set():
+                        break
+                    loop.call_soon_threadsafe(queue.put_nowait, event)
+            except Exception as error:  # raised again in the replica's request, below
+                loop.call_soon_threadsafe(queue.put_nowait, error)
+            finally:
+                events.close()
+                loop.call_soon_threadsafe(queue.put_nowait, done)
+
+        with self._lock:
+            self.running += 1
+        thread = threading.Thread(target=produce, name="generate", daemon=True)
+        thread.start()
+        finished = False
+        try:
+            while (item := await queue.get()) is not done:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+            finished = True
+        finally:
+            stop.set()
+            with self._lock:
+                self.running -= 1
+                self.cancelled += not finished
+
+
+def _collect(events, copies: int) -> list[tuple[runtime.GenerationOutput, list]]:
+    """(output, per-token alternatives) per sequence of one prompt's stream."""
+    rows = [(runtime.GenerationOutput("", [], [], ""), []) for _ in range(copies)]
+    for event in events:
+        output, alternatives = rows[event.index]
+        output.text += event.text
+        if event.token_id is not None:
+            output.token_ids.append(event.token_id)
+            output.logprobs.append(event.logprob)
+            alternatives.append(event.alternatives)
+        if event.finish_reason:
+            output.finish_reason = event.finish_reason
+    return rows
+
+
+# ---- the HTTP ingress ------------------------------------------------------------------------
+
+http = FastAPI(title="Scriptorium", description="OpenAI-compatible completions over Scriptorium")
+
+
+def _error(status: int, message: str, kind="invalid_request_error", param=None, code=None):
+    return JSONResponse(api.error_body(message, kind, param, code), status_code=status)
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The replica's own exception inside a RayTaskError wrapper."""
+    return error.cause if isinstance(error, RayTaskError) and error.cause else error
+
+
+def _failure(error: BaseException, model: str) -> JSONResponse:
+    """An exception from a replica (or from parsing) as an OpenAI error response."""
+    error = _cause(error)
+    if isinstance(error, api.RequestError):
+        return _error(error.status, str(error), error.kind, error.param, error.code)
+    if isinstance(error, FileNotFoundError):
+        return _error(404, str(error), code="not_found")
+    if isinstance(error, ValueError):
+        return _error(400, str(error), param=api._param_named_in(str(error)))
+    if isinstance(error, UNAVAILABLE):
+        message = (
+            f"the replica of model {model!r} serving this request stopped or is overloaded "
+            f"({type(error).__name__}); retry the request"
+        )
+        return _error(503, message, "server_error", code="replica_unavailable")
+    raise error
+
+
+def _model_object(model: str, manifest: dict) -> dict:
+    return {
+        "id": model,
+        "object": "model",
+        "created": 0,
+        "owned_by": "scriptorium",
+        "task": manifest.get("task"),
+        "precision": manifest.get("precision"),
+        "context_length": manifest.get("context_length"),
+    }
+
+
+# `serve.ingress` copies the FastAPI app when the class is defined: the routes' helpers above
+# must already exist then.
+@serve.ingress(http)
+class Gateway:
+    """Routes OpenAI requests to the `ModelServer` deployment of their model."""
+
+    def __init__(self, models: dict):
+        self.models = models  # model id -> DeploymentHandle
+        self._manifests: dict[str, dict] = {}
+
+    def _handle(self, model):
+        if model not in self.models:
+            raise api.RequestError(
+                f"`model` must be one of {sorted(self.models)}, got {model!r}",
+                param="model",
+                status=404,
+                code="model_not_found",
+            )
+        return self.models[model]
+
+    async def _manifest(self, model: str) -> dict:
+        if model not in self._manifests:
+            self._manifests[model] = await self._handle(model).manifest.remote()
+        return self._manifests[model]
+
+    @http.get("/v1/models")
+    async def list_models(self) -> dict:
+        data = [_model_object(model, await self._manifest(model)) for model in self.models]
+        return {"object": "list", "data": data}
+
+    @http.get("/v1/models/{model:path}/files/{name}")
+    async def model_file(self, model: str, name: str):
+        try:
+            content = await self._handle(model).file.remote(name)
+        except Exception as error:
+            return _failure(error, model)
+        return Response(content, media_type="application/octet-stream")
+
+    @http.get("/v1/models/{model:path}")
+    async def model_info(self, model: str):
+        try:
+            manifest = await self._manifest(model)
+        except Exception as error:
+            return _failure(error, model)
+        return {**_model_object(model, manifest), "manifest": manifest}
+
+    @http.post("/v1/completions")
+    async def completions(self, raw: Request):
+        try:
+            body = json.loads(await raw.body())
+        except ValueError as error:
+            return _error(400, f"the request body must be JSON: {error}")
+        model = body.get("model") if isinstance(body, dict) else None
+        try:
+            request = api.parse_completion(body)
+            handle = self._handle(request.model)
+            if request.stream:
+                return await self._stream(handle, request)
+            for attempt in range(RETRIES + 1):
+                try:
+                    result = await handle.complete.remote(request)
+                    break
+                except UNAVAILABLE:
+                    if attempt == RETRIES:
+                        raise
+        except Exception as error:
+            return _failure(error, model)
+        return api.completion_response(
+            api.new_id(), request.model, result["choices"], result["usage"]
+        )
+
+    async def _stream(self, handle, request: api.CompletionRequest) -> StreamingResponse:
+        """Wait for the first event (so bad input still gets a 400), then stream SSE."""
+        for attempt in range(RETRIES + 1):
+            responses = handle.options(stream=True).stream.remote(request)
+            try:
+                first = await responses.__anext__()
+                break
+            except UNAVAILABLE:
+                if attempt == RETRIES:
+                    raise
+            except BaseException:
+                responses.cancel()
+                raise
+        request_id, created = api.new_id(), int(time.time())
+
+        def sse(item) -> str | None:
+            if "choice" in item:
+                chunk = api.stream_chunk(request_id, request.model, created, [item["choice"]])
+            elif request.include_usage:
+                chunk = api.stream_chunk(request_id, request.model, created, [], item["usage"])
+            else:
+                return None
+            return f"data: {json.dumps(chunk)}\n\n"
+
+        async def events():
+            finished = False
+            try:
+                if (line := sse(first)) is not None:
+                    yield line
+                async for item in responses:
+                    if (line := sse(item)) is not None:
+                        yield line
+                finished = True
+            except Exception as error:  # mid-stream: headers are sent, so an error event
+                body = json.loads(_failure(error, request.model).body)
+                yield f"data: {json.dumps(body)}\n\n"
+            finally:
+                if not finished:
+                    responses.cancel()
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def build_app(specs: list[ModelSpec]) -> serve.Application:
+    """The Serve application: a `ModelServer` deployment per spec behind one `Gateway`."""
+    if not specs:
+        raise ValueError("`models` must name at least one model bundle, got none")
+    handles = {}
+    for spec in specs:
+        options = {
+            "name": deployment_name(spec.model_id),
+            "ray_actor_options": {"num_cpus": spec.threads if spec.cpus is None else spec.cpus},
+            "max_ongoing_requests": spec.max_ongoing_requests,
+        }
+        if spec.autoscaling:
+            low, high = spec.autoscaling
+            options["num_replicas"] = "auto"
+            options["autoscaling_config"] = {
+                "min_replicas": low,
+                "max_replicas": high,
+                "target_ongoing_requests": max(1, spec.max_ongoing_requests // 2),
+            }
+        else:
+            options["num_replicas"] = spec.replicas
+        deployment = serve.deployment(ModelServer).options(**options)
+        handles[spec.model_id] = deployment.bind(spec.path, spec.threads, spec.loader)
+    gateway = serve.deployment(Gateway).options(
+        name="gateway", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000
+    )
+    return gateway.bind(handles)
