@@ -1,9 +1,9 @@
-"""Scriptorium's Gradio app: `python app.py [--models DIR] [--share] [--host H] [--port P]`.
+"""Scriptorium's Gradio app: `python app.py [--models DIR | --backend URL] [--share] [--host H]`.
 
-It finds every bundle under models/ (and any `--models` directories), assembles the tabs, which
-live in ui/ (one module each), and serves them with a bounded queue. docs/APP.md describes the
-tabs, their API endpoints and limits.
-"""
+It finds every bundle under models/ (and any `--models` directories), or with `--backend` the
+models of a `scriptorium serve` server, which then runs every generation (ui/remote.py). It
+assembles the tabs, which live in ui/ (one module each), and serves them with a bounded queue.
+docs/APP.md describes the tabs, their API endpoints and limits."""
 
 from __future__ import annotations
 
@@ -41,13 +41,21 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", action="append", default=[], help="extra model directory")
+    parser.add_argument(
+        "--backend", default=None, help="a `scriptorium serve` URL, e.g. http://HOST:8000/v1"
+    )
     parser.add_argument("--share", action="store_true", help="create a public share link")
     # None: Gradio's default (127.0.0.1:7860) unless GRADIO_SERVER_NAME/PORT say otherwise, as
     # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
     parser.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port to listen on (default 7860)")
     args = parser.parse_args(argv)
-    registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)])
+    if args.backend:
+        from ui.remote import RemoteRegistry
+
+        registry = RemoteRegistry(args.backend)
+    else:
+        registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)])
     demo = build(registry).queue(**queue_settings())
     demo.launch(
         server_name=args.host,

@@ -316,7 +316,11 @@ def output_choice(output, index: int, tokenizer, logprobs: int | None, alternati
         "index": index,
         "logprobs": None,
         "finish_reason": openai_finish_reason(output.finish_reason),
-        "scriptorium": {"token_ids": output.token_ids, "finish_reason": output.finish_reason},
+        "scriptorium": {
+            "token_ids": output.token_ids,
+            "finish_reason": output.finish_reason,
+            "score": output.score,
+        },
     }
     if logprobs is not None:
         tokens = [token_text(tokenizer, t) for t in output.token_ids]

@@ -207,7 +207,8 @@ def _failure(error: BaseException, model: str) -> JSONResponse:
             f"({type(error).__name__}); retry the request"
         )
         return _error(503, message, "server_error", code="replica_unavailable")
-    raise error
+    message = f"the server failed: {type(error).__name__}: {error}"  # a bug, not bad input
+    return _error(500, message, "server_error", code="internal_error")
 
 
 def _model_object(model: str, manifest: dict) -> dict:

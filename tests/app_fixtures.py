@@ -146,6 +146,14 @@ class SlowGenerator:
             self._count("open_streams", -1)
 
 
+def slow_load(path, threads=None, delay: float = 0.05) -> SlowGenerator:
+    """`runtime.load` whose generator streams one event per `delay` seconds (a loader for
+    serve.deployments.ModelSpec, so a test can stop a server-side generation midway)."""
+    import runtime
+
+    return SlowGenerator(runtime.load(path, threads=threads), delay)
+
+
 def serve(demo) -> str:
     """Launch `demo` (queue and look as `python app.py` has them) on a free local port without
     blocking; return its URL. Stop it with `demo.close()`."""

@@ -141,7 +141,8 @@ def decoding(
 
 
 def shown_to_user(fn):
-    """Wrap an event function so `ValueError`/`FileNotFoundError` reach the user as `gr.Error`.
+    """Wrap an event function so `ValueError`, `FileNotFoundError` and `ConnectionError` (a
+    `--backend` server that failed) reach the user as `gr.Error`.
 
     Works for plain functions and generator functions (streaming events); the wrapper keeps
     `fn`'s signature, from which Gradio names the API parameters.
@@ -154,7 +155,7 @@ def shown_to_user(fn):
         def streaming(*args, **kwargs):
             try:
                 yield from fn(*args, **kwargs)
-            except (ValueError, FileNotFoundError) as error:
+            except (ValueError, FileNotFoundError, ConnectionError) as error:
                 raise gr.Error(str(error)) from error
 
         return streaming
@@ -163,7 +164,7 @@ def shown_to_user(fn):
     def plain(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (ValueError, FileNotFoundError) as error:
+        except (ValueError, FileNotFoundError, ConnectionError) as error:
             raise gr.Error(str(error)) from error
 
     return plain

@@ -20,6 +20,8 @@ import re
 import threading
 from pathlib import Path
 
+import numpy as np
+
 import runtime
 from runtime.bundle import read_manifest
 
@@ -109,7 +111,11 @@ class ModelRegistry:
     def card(self, name: str) -> str:
         """The bundle's README.md (its model card), or a line saying it has none."""
         path = self.paths[self._check(name)] / "README.md"
-        return path.read_text() if path.exists() else f"*{name} has no model card (README.md).*"
+        return path.read_text() if path.exists() else self.no_card(name)
+
+    @staticmethod
+    def no_card(name: str) -> str:
+        return f"*{name} has no model card (README.md).*"
 
     # ---- what each model is for ---------------------------------------------------------------
 
@@ -167,8 +173,14 @@ class ModelRegistry:
         self._check(name)
         with self._lock:
             if name not in self._loaded:
-                self._loaded[name] = runtime.load(self.paths[name])
+                self._loaded[name] = self._load(name)
             return self._loaded[name]
+
+    def _load(self, name: str) -> runtime.Generator:
+        return runtime.load(self.paths[name])
+
+    def _embedding_matrix(self, name: str, gen) -> np.ndarray:
+        return load_matrix(self.paths[name], gen.manifest)
 
     def embedding_space(self, name: str, leading_space: bool = True) -> EmbeddingSpace:
         """The model's input embeddings with its tokenizer (ValueError if it ships none)."""
@@ -177,7 +189,7 @@ class ModelRegistry:
         with self._lock:
             if key not in self._spaces:
                 same = self._spaces.get((name, not leading_space))
-                matrix = same.matrix if same else load_matrix(self.paths[name], gen.manifest)
+                matrix = same.matrix if same else self._embedding_matrix(name, gen)
                 self._spaces[key] = EmbeddingSpace(matrix, gen.tokenizer, bool(leading_space))
             return self._spaces[key]
 

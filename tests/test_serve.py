@@ -1,0 +1,396 @@
+"""`scriptorium serve` on a real local Ray cluster: the OpenAI-compatible API and the thin app.
+
+One cluster (`ray.init(num_cpus=2)`) and one Serve application for the whole module: the shipped
+bible-lm int8 as "bible-lm/int8" (2 replicas × 1 thread) and the same bundle as "slow"
+(1 replica, one stream event per 50 ms, so a test can stop or kill a generation midway).
+Every text is compared with `runtime.generate` in this process for the same settings and seed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+import runtime
+from serve import api
+from serve.deployments import ModelSpec, deployment_name
+from tests.app_fixtures import free_port, slow_load
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / "models" / "bible-lm" / "int8"
+MODEL = "bible-lm/int8"
+PROMPT = "In the beginning"
+SAMPLING = dict(do_sample=True, temperature=0.8, top_k=40, top_p=0.9, seed=7)
+SAMPLING_BODY = dict(temperature=0.8, top_k=40, top_p=0.9, seed=7)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local two-CPU Ray cluster shared by every test that needs one."""
+    import ray
+    from ray import serve
+
+    from serve.cli import connect
+
+    connect(num_cpus=2)
+    yield ray
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def server(ray_cluster) -> str:
+    """The application's base URL ("http://127.0.0.1:PORT/v1")."""
+    from serve.cli import deploy
+
+    port = free_port()
+    specs = [
+        ModelSpec(MODEL, str(BUNDLE), replicas=2, threads=1, cpus=0.5),
+        ModelSpec(
+            "slow",
+            str(BUNDLE),
+            threads=1,
+            cpus=0.5,
+            loader=functools.partial(slow_load, delay=0.05),
+        ),
+    ]
+    deploy(specs, "127.0.0.1", port)
+    return f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture(scope="module")
+def local():
+    return runtime.load(BUNDLE, threads=1)
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server + "/", timeout=120) as http:
+        yield http
+
+
+def complete(client, **body) -> dict:
+    response = client.post("completions", json={"model": MODEL, "prompt": PROMPT, **body})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def sse(client, **body) -> list[dict]:
+    """The JSON chunks of a streamed completion (asserting the stream ends with [DONE])."""
+    chunks = []
+    body = {"model": MODEL, "prompt": PROMPT, "stream": True, **body}
+    with client.stream("POST", "completions", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]"
+    for line in lines[:-1]:
+        assert line.startswith("data: ")
+        chunks.append(json.loads(line[len("data: ") :]))
+    return chunks
+
+
+def stats(model: str) -> dict:
+    from ray import serve
+
+    handle = serve.get_deployment_handle(deployment_name(model), app_name="scriptorium")
+    return handle.stats.remote().result()
+
+
+# ---- the protocol, without Ray ------------------------------------------------------------------
+
+
+def test_openai_body_maps_onto_the_generation_config():
+    body = {"model": "m", "prompt": ["a", "b"], "max_tokens": 9, "n": 3, "stop": "\n"}
+    request = api.parse_completion({**body, **SAMPLING_BODY, "min_tokens": 2})
+    expected = runtime.GenerationConfig(
+        max_new_tokens=9, num_return_sequences=3, stop=("\n",), min_new_tokens=2, **SAMPLING
+    )
+    assert request.config == expected and request.prompts == ("a", "b")
+    greedy = api.parse_completion({"model": "m", "prompt": "a", "temperature": 0})
+    assert greedy.config == runtime.GenerationConfig(max_new_tokens=16)
+    beam = api.parse_completion({"model": "m", "prompt": "a", "temperature": 0, "num_beams": 4})
+    assert beam.config.mode == "beam"
+
+
+@pytest.mark.parametrize(
+    "body, param, message",
+    [
+        ({"top_p": 1.5}, "top_p", "`top_p` must be in (0, 1], got 1.5"),
+        ({"temperature": -1}, "temperature", "`temperature` must be a number >= 0, got -1"),
+        ({"max_tokens": 0}, "max_tokens", "`max_new_tokens` must be an int >= 1, got 0"),
+        ({"logprobs": 9}, "logprobs", "`logprobs` must be an int in [0, 5] or null, got 9"),
+        ({"echo": True}, "echo", "`echo` is not supported by this server, got True"),
+        ({"prompt": [1, 2]}, "prompt", "token-id prompts are not supported"),
+        ({"stop": ["a"] * 5}, "stop", "at most 4 strings"),
+        ({"best_off": 2}, "best_off", "`best_off` is not a completions parameter"),
+    ],
+)
+def test_bad_bodies_are_refused_with_the_parameter_named(body, param, message):
+    with pytest.raises(api.RequestError) as raised:
+        api.parse_completion({"model": "m", "prompt": "a", **body})
+    assert message in str(raised.value) and raised.value.param == param
+
+
+# ---- the server ---------------------------------------------------------------------------------
+
+
+def test_models_are_listed_with_their_manifests(client, local):
+    listed = client.get("models").json()
+    assert listed["object"] == "list"
+    assert sorted(m["id"] for m in listed["data"]) == [MODEL, "slow"]
+    info = client.get(f"models/{MODEL}").json()
+    assert info["id"] == MODEL and info["manifest"] == local.manifest
+    tokenizer = client.get(f"models/{MODEL}/files/tokenizer.json")
+    assert tokenizer.content == (BUNDLE / "tokenizer.json").read_bytes()
+    missing = client.get(f"models/{MODEL}/files/model.onnx.secret")
+    assert missing.status_code == 404 and "not a file" in missing.json()["error"]["message"]
+
+
+def test_greedy_completion_is_the_runtimes_text(client, local):
+    answer = complete(client, max_tokens=24, temperature=0)
+    expected = local.generate(PROMPT, runtime.GenerationConfig(max_new_tokens=24))[0]
+    choice = answer["choices"][0]
+    assert answer["object"] == "text_completion" and answer["model"] == MODEL
+    assert answer["id"].startswith("cmpl-") and isinstance(answer["created"], int)
+    assert choice["text"] == expected.text and choice["index"] == 0
+    assert choice["finish_reason"] == api.openai_finish_reason(expected.finish_reason)
+    assert choice["scriptorium"]["token_ids"] == expected.token_ids
+    assert answer["usage"] == api.usage(expected.prompt_tokens, len(expected.token_ids))
+
+
+def test_seeded_sampling_with_extras_is_the_runtimes_text(client, local):
+    prompts = [PROMPT, "And God said"]
+    answer = complete(client, prompt=prompts, max_tokens=20, n=2, **SAMPLING_BODY)
+    config = runtime.GenerationConfig(max_new_tokens=20, num_return_sequences=2, **SAMPLING)
+    expected = local.generate(prompts, config)
+    assert [c["text"] for c in answer["choices"]] == [o.text for o in expected]
+    assert [c["index"] for c in answer["choices"]] == [0, 1, 2, 3]
+    gospels = complete(client, max_tokens=20, controls={"section": "gospels"}, **SAMPLING_BODY)
+    config = runtime.GenerationConfig(max_new_tokens=20, **SAMPLING)
+    assert (
+        gospels["choices"][0]["text"]
+        == local.generate(PROMPT, config, controls={"section": "gospels"})[0].text
+    )
+
+
+def test_logprobs_are_the_models_own(client, local):
+    answer = complete(client, max_tokens=8, temperature=0, logprobs=2)
+    expected = local.generate(PROMPT, runtime.GenerationConfig(max_new_tokens=8))[0]
+    logprobs = answer["choices"][0]["logprobs"]
+    assert logprobs["token_logprobs"] == pytest.approx(expected.logprobs, abs=1e-5)
+    assert len(logprobs["tokens"]) == len(expected.token_ids) == len(logprobs["top_logprobs"])
+    assert "".join(logprobs["tokens"]) == answer["choices"][0]["text"]
+    for chosen, top in zip(logprobs["token_logprobs"], logprobs["top_logprobs"]):
+        assert len(top) == 2 and max(top.values()) == pytest.approx(chosen, abs=1e-4)  # greedy
+
+
+def test_stream_concatenates_to_the_same_text(client, local):
+    chunks = sse(client, max_tokens=24, n=2, **SAMPLING_BODY)
+    config = runtime.GenerationConfig(max_new_tokens=24, num_return_sequences=2, **SAMPLING)
+    expected = local.generate(PROMPT, config)
+    for index, output in enumerate(expected):
+        mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == index]
+        assert "".join(c["text"] for c in mine) == output.text
+        assert mine[-1]["finish_reason"] == api.openai_finish_reason(output.finish_reason)
+        assert all(c["finish_reason"] is None for c in mine[:-1])
+    assert {c["object"] for c in chunks} == {"text_completion"} and len(
+        {c["id"] for c in chunks}
+    ) == 1
+    with_usage = sse(client, max_tokens=5, temperature=0, stream_options={"include_usage": True})
+    assert with_usage[-1]["choices"] == [] and with_usage[-1]["usage"]["completion_tokens"] == 5
+
+
+def test_the_openai_client_gets_the_same_text(server, local):
+    import openai
+
+    client = openai.OpenAI(base_url=server, api_key="unused")
+    config = runtime.GenerationConfig(max_new_tokens=20, **SAMPLING)
+    expected = local.generate(PROMPT, config)[0].text
+    answer = client.completions.create(
+        model=MODEL,
+        prompt=PROMPT,
+        max_tokens=20,
+        temperature=0.8,
+        top_p=0.9,
+        seed=7,
+        extra_body={"top_k": 40},
+    )
+    assert answer.choices[0].text == expected and answer.usage.completion_tokens > 0
+    stream = client.completions.create(
+        model=MODEL,
+        prompt=PROMPT,
+        max_tokens=20,
+        temperature=0.8,
+        top_p=0.9,
+        seed=7,
+        extra_body={"top_k": 40},
+        stream=True,
+    )
+    assert "".join(chunk.choices[0].text for chunk in stream) == expected
+    assert [m.id for m in client.models.list()] == [MODEL, "slow"]
+    with pytest.raises(openai.BadRequestError, match="must be in"):
+        client.completions.create(model=MODEL, prompt=PROMPT, top_p=2.0)
+    with pytest.raises(openai.NotFoundError, match="must be one of"):
+        client.completions.create(model="gpt-4", prompt=PROMPT)
+
+
+@pytest.mark.parametrize(
+    "body, status, param, message",
+    [
+        ({"top_p": 1.5}, 400, "top_p", "`top_p` must be in (0, 1], got 1.5"),
+        ({"model": "nope"}, 404, "model", "`model` must be one of"),
+        ({"prompt": "word " * 300}, 400, "prompt", "the model's context is 128 tokens"),
+        ({"n": 2, "temperature": 0}, 400, "n", "`num_return_sequences` must be 1 for greedy"),
+        ({"controls": {"section": "psalms"}}, 400, None, "psalms"),
+        ({"stream": True, "repetition_penalty": 0}, 400, "repetition_penalty", "must be > 0"),
+        ({"stream": True, "prompt": "word " * 300}, 400, "prompt", "context is 128 tokens"),
+    ],
+)
+def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(
+    client, body, status, param, message
+):
+    response = client.post("completions", json={"model": MODEL, "prompt": PROMPT, **body})
+    error = response.json()["error"]
+    assert response.status_code == status and message in error["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    if param:
+        assert error["param"] == param
+    assert complete(client, max_tokens=2)["choices"][0]["text"]
+
+
+def test_a_body_that_is_not_json_is_a_400(client):
+    response = client.post("completions", content=b"{not json")
+    assert response.status_code == 400 and "must be JSON" in response.json()["error"]["message"]
+
+
+def test_sixteen_concurrent_clients_are_all_served(client, local):
+    def one(seed):
+        return complete(client, max_tokens=16, temperature=0.9, seed=seed)["choices"][0]["text"]
+
+    with ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(one, range(16)))
+    for seed, text in enumerate(texts):
+        config = runtime.GenerationConfig(max_new_tokens=16, do_sample=True, temperature=0.9)
+        assert text == local.generate(PROMPT, config.replace(seed=seed))[0].text
+
+
+def test_a_client_disconnect_cancels_the_generation(client):
+    before = stats("slow")["cancelled"]
+    body = {"model": "slow", "prompt": PROMPT, "max_tokens": 100, "temperature": 0, "stream": True}
+    with client.stream("POST", "completions", json=body) as response:
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+    deadline = time.monotonic() + 30  # 100 tokens at 50 ms each would take 5 s
+    while stats("slow")["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    now = stats("slow")
+    assert now["cancelled"] == before + 1 and now["running"] == 0
+
+
+def test_the_app_is_a_thin_client_with_the_same_output(server, local):
+    from gradio_client import Client
+
+    import app
+    from tests.app_fixtures import serve as serve_app
+    from ui import limits
+    from ui.remote import RemoteRegistry
+
+    registry = RemoteRegistry(server)
+    assert registry.generators()[:1] == [MODEL] and "Bible" in registry.card(MODEL)
+    demo = app.build(registry)
+    url = serve_app(demo)
+    try:
+        gradio = Client(url, verbose=False)
+        settings = dict(model=MODEL, prompt=PROMPT, api_name="/generate")
+        decoding = dict(
+            max_new_tokens=20,
+            temperature=0.8,
+            top_k=40,
+            top_p=0.9,
+            min_p=0.0,
+            repetition_penalty=1.2,
+            no_repeat_ngram_size=0,
+            num_beams=2,
+            samples=1,
+            seed=5,
+        )
+        for mode in ("greedy", "beam search", "sampling"):
+            shown = gradio.predict(mode=mode, **settings, **decoding)
+            config = limits.decoding(mode, **decoding)
+            assert shown[0] == local.generate(PROMPT, config)[0].text
+        sampled = shown
+        assert 'class="tok p' in sampled[1]  # the token view got the alternatives
+
+        before = stats("slow")["cancelled"]
+        slow = {**settings, **decoding, "model": "slow", "max_new_tokens": 100}
+        job = gradio.submit(mode="greedy", **slow)
+        deadline = time.monotonic() + 60
+        while len(job.outputs()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stats("slow")["running"] == 1
+        job.cancel()  # the Stop button
+        while stats("slow")["cancelled"] == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stats("slow") == {"running": 0, "cancelled": before + 1}
+    finally:
+        demo.close()
+
+
+def test_a_killed_replica_fails_clearly_or_is_retried_and_comes_back(ray_cluster, client, local):
+    """Kill the slow model's only replica while 4 requests run on it."""
+    from ray import serve
+    from ray.util.state import list_actors
+
+    body = {"model": "slow", "prompt": PROMPT, "max_tokens": 60, "temperature": 0}
+    expected = local.generate(PROMPT, runtime.GenerationConfig(max_new_tokens=60))[0].text
+
+    def one(streamed: bool):
+        if not streamed:
+            response = client.post("completions", json=body)
+            return response.status_code, response.json()
+        chunks = sse(client, **body)
+        errors = [c for c in chunks if "error" in c]
+        return (503 if errors else 200), (errors[0] if errors else chunks)
+
+    replicas = [
+        actor
+        for actor in list_actors(filters=[("state", "=", "ALIVE")])
+        if actor.class_name.startswith("ServeReplica:scriptorium:" + deployment_name("slow"))
+    ]
+    assert len(replicas) == 1
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(one, streamed) for streamed in (False, True, False, True)]
+        deadline = time.monotonic() + 30
+        while stats("slow")["running"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ray_cluster.kill(ray_cluster.get_actor(replicas[0].name, namespace="serve"))
+        outcomes = [future.result(timeout=120) for future in futures]
+    for status, answer in outcomes:
+        if status == 200 and isinstance(answer, dict):
+            assert answer["choices"][0]["text"] == expected  # retried on the new replica
+        elif status == 200:
+            assert "".join(c["choices"][0]["text"] for c in answer) == expected
+        else:
+            assert status == 503 and answer["error"]["code"] == "replica_unavailable"
+            assert "stopped" in answer["error"]["message"]
+    assert any(status == 503 for status, _ in outcomes)  # the streams that were cut say so
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = serve.status().applications["scriptorium"].deployments[deployment_name("slow")]
+        if status.status == "HEALTHY":
+            break
+        time.sleep(0.5)
+    assert status.status == "HEALTHY"
+    answer = client.post("completions", json={**body, "max_tokens": 5}).json()
+    assert (
+        answer["choices"][0]["text"]
+        == local.generate(PROMPT, runtime.GenerationConfig(max_new_tokens=5))[0].text
+    )

@@ -1,0 +1,201 @@
+"""The app as a thin client of a `scriptorium serve` server (`python app.py --backend URL`).
+
+`RemoteRegistry` lists the server's models (`GET /v1/models`, each manifest from
+`GET /v1/models/{id}`) and hands out `RemoteGenerator`s, which implement what the tabs use of a
+`runtime.Generator` — `generate`, `stream`, `manifest`, `controls`, `tokenizer`, `eos_token_id` —
+over the OpenAI-compatible completions API (serve/api.py), so every generation runs on the
+server. Only the tokenizer (tokenizer.json, for counting tokens), the model card and the input
+embeddings are downloaded (`GET /v1/models/{id}/files/{name}`). Settings travel as request
+fields that map back onto the same `runtime.GenerationConfig`, so a seed gives the same text as
+the in-process app. Closing a stream closes its HTTP response, which makes the server cancel
+the generation (the Stop button). Errors: the server's 4xx answers raise `ValueError` with its
+message, anything else (5xx, an unreachable server) `ConnectionError`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+from tokenizers import Tokenizer
+
+import runtime
+
+from .registry import ModelRegistry
+
+STREAM_LOGPROBS = 5  # top alternatives per token the token view shows
+
+
+def completion_body(model, prompt, config: runtime.GenerationConfig, controls=None, **extra):
+    """The completions request for `config`: OpenAI's fields plus our extras (serve/api.py
+    maps them back onto an equal GenerationConfig; temperature 0 means greedy)."""
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": config.max_new_tokens,
+        "temperature": config.temperature if config.do_sample else 0,
+        "top_p": config.top_p,
+        "n": config.num_return_sequences,
+        "seed": config.seed,
+        "stop": list(config.stop) or None,
+        "top_k": config.top_k,
+        "min_p": config.min_p,
+        "typical_p": config.typical_p,
+        "repetition_penalty": config.repetition_penalty,
+        "no_repeat_ngram_size": config.no_repeat_ngram_size,
+        "min_tokens": config.min_new_tokens,
+        "num_beams": config.num_beams,
+        "length_penalty": config.length_penalty,
+        "early_stopping": config.early_stopping,
+        "controls": controls or {},
+        **extra,
+    }
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    response.read()
+    try:
+        message = response.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = response.text
+    if response.status_code < 500:
+        raise ValueError(message)
+    raise ConnectionError(f"the backend answered {response.status_code}: {message}")
+
+
+class RemoteGenerator:
+    """A model served by the backend, with the part of `runtime.Generator`'s interface the tabs
+    use."""
+
+    # Read from the manifest alone, exactly as the runtime's own generator reads them.
+    name = runtime.Generator.name
+    task = runtime.Generator.task
+    controls = runtime.Generator.controls
+
+    def __init__(self, client: httpx.Client, model: str, manifest: dict, tokenizer: Tokenizer):
+        self.client = client
+        self.model = model  # the server's model id
+        self.manifest = manifest
+        self.tokenizer = tokenizer
+        self.eos_token_id = manifest.get("special_tokens", {}).get("eos_token_id")
+        self.defaults = runtime.GenerationConfig.from_dict(
+            manifest.get("generation_defaults", {})
+        )
+
+    def _post(self, body: dict, stream: bool):
+        try:
+            request = self.client.build_request("POST", "completions", json=body)
+            response = self.client.send(request, stream=stream)
+        except httpx.HTTPError as error:
+            raise ConnectionError(f"the backend {self.client.base_url} failed: {error}") from error
+        try:
+            _raise_for(response)
+        except BaseException:
+            response.close()
+            raise
+        return response
+
+    def generate(self, prompts, config=None, controls=None) -> list[runtime.GenerationOutput]:
+        """One request for all prompts; outputs in the server's order (prompt-major)."""
+        config = config or self.defaults
+        body = completion_body(self.model, prompts, config, controls, logprobs=0)
+        answer = self._post(body, stream=False).json()
+        copies = config.num_return_sequences
+        return [
+            runtime.GenerationOutput(
+                text=choice["text"],
+                token_ids=choice["scriptorium"]["token_ids"],
+                logprobs=choice["logprobs"]["token_logprobs"],
+                finish_reason=choice["scriptorium"]["finish_reason"],
+                prompt_index=choice["index"] // copies,
+                score=choice["scriptorium"].get("score"),
+            )
+            for choice in sorted(answer["choices"], key=lambda c: c["index"])
+        ]
+
+    def stream(self, prompt: str, config=None, controls=None) -> Iterator[runtime.StreamEvent]:
+        """Server-sent events as `runtime.StreamEvent`s; closing this closes the response."""
+        config = config or self.defaults
+        body = completion_body(
+            self.model, prompt, config, controls, stream=True, logprobs=STREAM_LOGPROBS
+        )
+        response = self._post(body, stream=True)
+        try:
+            for line in response.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = line[len("data: ") :]
+                if data == "[DONE]":
+                    return
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise ConnectionError(chunk["error"]["message"])
+                for choice in chunk["choices"]:
+                    yield _event(choice)
+        except httpx.HTTPError as error:
+            raise ConnectionError(f"the backend stream broke off: {error}") from error
+        finally:
+            response.close()
+
+
+def _event(choice: dict) -> runtime.StreamEvent:
+    extra = choice["scriptorium"]
+    ids = extra["token_ids"]
+    logprobs = choice.get("logprobs") or {}
+    return runtime.StreamEvent(
+        text=choice["text"],
+        token_id=ids[0] if ids else None,
+        logprob=(logprobs.get("token_logprobs") or [None])[0],
+        alternatives=[(text, prob) for text, prob in extra.get("alternatives", [])],
+        index=choice["index"],
+        finish_reason=extra["finish_reason"],
+    )
+
+
+class RemoteRegistry(ModelRegistry):
+    """The backend's models, named by their server ids, each a `RemoteGenerator`."""
+
+    def __init__(self, base_url: str, timeout: float = 300.0):
+        super().__init__({})
+        self.client = httpx.Client(base_url=base_url.rstrip("/") + "/", timeout=timeout)
+        for model in self._json("models")["data"]:
+            self._manifests[model["id"]] = self._json(f"models/{model['id']}")["manifest"]
+            self.paths[model["id"]] = Path(model["id"])  # a name only: nothing is on disk here
+
+    def _fetch(self, path: str) -> httpx.Response:
+        try:
+            response = self.client.get(path)
+        except httpx.HTTPError as error:
+            raise ConnectionError(f"the backend {self.client.base_url} failed: {error}") from error
+        _raise_for(response)
+        return response
+
+    def _json(self, path: str) -> dict:
+        return self._fetch(path).json()
+
+    def _file(self, name: str, file: str) -> bytes:
+        return self._fetch(f"models/{name}/files/{file}").content
+
+    def card(self, name: str) -> str:
+        if "README.md" not in self.manifest(name).get("files", {}):
+            return self.no_card(name)
+        return self._file(name, "README.md").decode()
+
+    def _load(self, name: str) -> RemoteGenerator:
+        tokenizer = Tokenizer.from_str(self._file(name, "tokenizer.json").decode())
+        return RemoteGenerator(self.client, name, self.manifest(name), tokenizer)
+
+    def _embedding_matrix(self, name: str, gen) -> np.ndarray:
+        file = self.manifest(name).get("embeddings")
+        if not file:
+            raise ValueError(f"model {name!r} has no embeddings.npy (manifest key `embeddings`)")
+        matrix = np.load(io.BytesIO(self._file(name, file)), allow_pickle=False)
+        if matrix.ndim != 2:
+            raise ValueError(f"{file} must be a [vocab, hidden] matrix, got shape {matrix.shape}")
+        return matrix.astype(np.float32)  # (V, D)
