@@ -84,9 +84,7 @@ class RemoteGenerator:
         self.manifest = manifest
         self.tokenizer = tokenizer
         self.eos_token_id = manifest.get("special_tokens", {}).get("eos_token_id")
-        self.defaults = runtime.GenerationConfig.from_dict(
-            manifest.get("generation_defaults", {})
-        )
+        self.defaults = runtime.GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
 
     def _post(self, body: dict, stream: bool):
         try:
