@@ -1,4 +1,4 @@
-"""`scriptorium bench decode|seq2seq|sampling|startup|quality|breakdown|attention|all [ARGS…]`."""
+"""`scriptorium bench NAME|all [ARGS…]`: run one benchmark (names below) or all of them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ BENCHMARKS = {
     "quality": "bench.quality",
     "breakdown": "bench.breakdown",
     "attention": "bench.attention",
+    "serve": "bench.serve",
 }
 
 
