@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODELS = ROOT / "models"
 
 
-def model_specs(roots, replicas=1, threads=1, cpus=None, autoscale=None, max_ongoing=4):
+def model_specs(
+    roots, replicas=1, threads=1, cpus=None, autoscale=None, concurrency=4, max_ongoing=64
+):
     """A `ModelSpec` per bundle under `roots`; ids are paths relative to their root
     ("bible-lm/int8"), as ui/registry.py's `find_bundles` names them."""
     from ui.registry import find_bundles
@@ -33,6 +35,7 @@ def model_specs(roots, replicas=1, threads=1, cpus=None, autoscale=None, max_ong
             threads=threads,
             cpus=cpus,
             autoscaling=autoscale,
+            concurrency=concurrency,
             max_ongoing_requests=max_ongoing,
         )
         for _, relative, path in find_bundles(roots)
@@ -48,9 +51,32 @@ def parse_autoscale(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     low, sep, high = text.partition(":")
-    if not (sep and low.isdigit() and high.isdigit() and 0 <= int(low) <= int(high) >= 1):
-        raise ValueError(f"`--autoscale` must be MIN:MAX with 0 <= MIN <= MAX, got {text!r}")
+    valid = sep and low.isdigit() and high.isdigit() and int(low) <= int(high) and int(high) >= 1
+    if not valid:
+        raise ValueError(
+            f"`--autoscale` must be MIN:MAX with 0 <= MIN <= MAX and MAX >= 1, got {text!r}"
+        )
     return int(low), int(high)
+
+
+def application(args: dict):
+    """A Serve application builder, for `serve run` / a Serve config file / a KubeRay
+    RayService: `import_path: serve.cli:application` with `args` named like this command's
+    flags, e.g. {"models": ["/models"], "replicas": 2, "threads_per_replica": 1}."""
+    from .deployments import build_app
+
+    roots = [Path(p) for p in args.get("models", [DEFAULT_MODELS])]
+    autoscale = parse_autoscale(args.get("autoscale"))
+    specs = model_specs(
+        roots,
+        int(args.get("replicas", 1)),
+        int(args.get("threads_per_replica", 1)),
+        args.get("cpus_per_replica"),
+        autoscale,
+        int(args.get("concurrency", 4)),
+        int(args.get("max_ongoing", 64)),
+    )
+    return build_app(specs)
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -76,7 +102,7 @@ def deploy(specs, host: str = "127.0.0.1", port: int = 8000):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="scriptorium serve", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--models", action="append", default=None, help="model directory (repeatable)"
     )
@@ -89,14 +115,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--autoscale", default=None, help="MIN:MAX replicas, instead of --replicas")
     parser.add_argument(
-        "--max-ongoing", type=int, default=4, help="requests one replica runs at once"
+        "--concurrency", type=int, default=4, help="generations one replica runs at once"
+    )
+    parser.add_argument(
+        "--max-ongoing", type=int, default=64, help="requests one replica accepts (others queue)"
     )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address (0.0.0.0: all)")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
     parser.add_argument("--address", default=None, help="join this Ray cluster (e.g. auto)")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local cluster")
     args = parser.parse_args(argv)
-    for name in ("replicas", "threads_per_replica", "max_ongoing"):
+    for name in ("replicas", "threads_per_replica", "concurrency", "max_ongoing"):
         if getattr(args, name) < 1:
             parser.error(f"`--{name.replace('_', '-')}` must be >= 1, got {getattr(args, name)}")
     try:
@@ -110,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         args.threads_per_replica,
         args.cpus_per_replica,
         autoscale,
+        args.concurrency,
         args.max_ongoing,
     )
     if not specs:

@@ -27,6 +27,7 @@ import re
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
@@ -51,7 +52,8 @@ class ModelSpec:
     threads: int = 1  # onnxruntime intra-op threads per replica
     cpus: float | None = None  # CPUs Ray reserves per replica; None = `threads`
     autoscaling: tuple[int, int] | None = None  # (min, max) replicas; None = fixed `replicas`
-    max_ongoing_requests: int = 4  # requests one replica runs at once (more wait in a queue)
+    concurrency: int = 4  # generations one replica runs at once (the app's limit, ui/limits.py)
+    max_ongoing_requests: int = 64  # requests a replica accepts; those beyond `concurrency` queue
     loader: Callable = field(default=runtime.load)  # (path, threads=) -> Generator
 
 
@@ -67,8 +69,11 @@ def deployment_name(model_id: str) -> str:
 class ModelServer:
     """One replica: a loaded generator, answering `complete` and `stream` for one model."""
 
-    def __init__(self, path: str, threads: int, loader: Callable = runtime.load):
+    def __init__(self, path: str, threads: int, concurrency: int, loader: Callable = runtime.load):
         self.generator = loader(path, threads=threads)
+        # Requests wait here, in arrival order, rather than in Serve's router, which retries a
+        # full replica with backoff (up to 1 s a try) and so would add seconds under load.
+        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="generate")
         self._lock = threading.Lock()
         self.running = 0  # streams generating now
         self.cancelled = 0  # streams cancelled before they finished, since the replica started
@@ -88,7 +93,7 @@ class ModelServer:
 
     async def complete(self, request: api.CompletionRequest) -> dict:
         """The choices and usage of a non-streamed completion."""
-        return await asyncio.to_thread(self._complete, request)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._complete, request)
 
     def _complete(self, request: api.CompletionRequest) -> dict:
         gen, copies = self.generator, request.config.num_return_sequences
@@ -135,6 +140,8 @@ class ModelServer:
 
         def produce():
             try:
+                if stop.is_set():  # cancelled while waiting for a free slot
+                    return
                 for event in events:
                     if stop.is_set():
                         break
@@ -147,8 +154,7 @@ class ModelServer:
 
         with self._lock:
             self.running += 1
-        thread = threading.Thread(target=produce, name="generate", daemon=True)
-        thread.start()
+        self.pool.submit(produce)
         finished = False
         try:
             while (item := await queue.get()) is not done:
@@ -355,12 +361,14 @@ def build_app(specs: list[ModelSpec]) -> serve.Application:
             options["autoscaling_config"] = {
                 "min_replicas": low,
                 "max_replicas": high,
-                "target_ongoing_requests": max(1, spec.max_ongoing_requests // 2),
+                "target_ongoing_requests": spec.concurrency,
             }
         else:
             options["num_replicas"] = spec.replicas
         deployment = serve.deployment(ModelServer).options(**options)
-        handles[spec.model_id] = deployment.bind(spec.path, spec.threads, spec.loader)
+        handles[spec.model_id] = deployment.bind(
+            spec.path, spec.threads, spec.concurrency, spec.loader
+        )
     gateway = serve.deployment(Gateway).options(
         name="gateway", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000
     )

@@ -57,6 +57,7 @@ def server(ray_cluster) -> str:
             str(BUNDLE),
             threads=1,
             cpus=0.5,
+            autoscaling=(1, 1),  # the autoscaling path, with a fixed replica count
             loader=functools.partial(slow_load, delay=0.05),
         ),
     ]
@@ -136,6 +137,21 @@ def test_bad_bodies_are_refused_with_the_parameter_named(body, param, message):
     with pytest.raises(api.RequestError) as raised:
         api.parse_completion({"model": "m", "prompt": "a", **body})
     assert message in str(raised.value) and raised.value.param == param
+
+
+def test_the_command_line_finds_every_bundle_and_checks_its_flags():
+    from serve.cli import application, main, model_specs, parse_autoscale
+
+    specs = {s.model_id: s for s in model_specs([ROOT / "models"], replicas=3, threads=2)}
+    assert MODEL in specs and "bible-lm/fp32" in specs
+    assert specs[MODEL].path == str(BUNDLE)
+    assert (specs[MODEL].replicas, specs[MODEL].threads) == (3, 2)
+    assert parse_autoscale("0:4") == (0, 4)
+    with pytest.raises(ValueError, match="`--autoscale` must be MIN:MAX"):
+        parse_autoscale("4:1")
+    with pytest.raises(SystemExit):
+        main(["--replicas", "0"])
+    assert type(application({"models": [str(BUNDLE)], "replicas": "2"})).__name__ == "Application"
 
 
 # ---- the server ---------------------------------------------------------------------------------
@@ -345,20 +361,30 @@ def test_the_app_is_a_thin_client_with_the_same_output(server, local):
 
 
 def test_a_killed_replica_fails_clearly_or_is_retried_and_comes_back(ray_cluster, client, local):
-    """Kill the slow model's only replica while 4 requests run on it."""
+    """Kill the slow model's only replica while two streams and two plain requests use it."""
+    import threading
+
     from ray import serve
     from ray.util.state import list_actors
 
     body = {"model": "slow", "prompt": PROMPT, "max_tokens": 60, "temperature": 0}
     expected = local.generate(PROMPT, runtime.GenerationConfig(max_new_tokens=60))[0].text
+    streaming = threading.Semaphore(0)  # released once per stream that got its first chunk
 
-    def one(streamed: bool):
-        if not streamed:
-            response = client.post("completions", json=body)
-            return response.status_code, response.json()
-        chunks = sse(client, **body)
+    def plain():
+        response = client.post("completions", json=body)
+        return response.status_code, response.json()
+
+    def streamed():
+        chunks = []
+        with client.stream("POST", "completions", json={**body, "stream": True}) as response:
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    chunks.append(json.loads(line[len("data: ") :]))
+                    if len(chunks) == 1:
+                        streaming.release()
         errors = [c for c in chunks if "error" in c]
-        return (503 if errors else 200), (errors[0] if errors else chunks)
+        return (503, errors[0]) if errors else (200, chunks)
 
     replicas = [
         actor
@@ -367,21 +393,17 @@ def test_a_killed_replica_fails_clearly_or_is_retried_and_comes_back(ray_cluster
     ]
     assert len(replicas) == 1
     with ThreadPoolExecutor(4) as pool:
-        futures = [pool.submit(one, streamed) for streamed in (False, True, False, True)]
-        deadline = time.monotonic() + 30
-        while stats("slow")["running"] < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        streams = [pool.submit(streamed) for _ in range(2)]
+        plains = [pool.submit(plain) for _ in range(2)]
+        assert all(streaming.acquire(timeout=60) for _ in streams)  # both mid-stream
         ray_cluster.kill(ray_cluster.get_actor(replicas[0].name, namespace="serve"))
-        outcomes = [future.result(timeout=120) for future in futures]
-    for status, answer in outcomes:
-        if status == 200 and isinstance(answer, dict):
-            assert answer["choices"][0]["text"] == expected  # retried on the new replica
-        elif status == 200:
-            assert "".join(c["choices"][0]["text"] for c in answer) == expected
-        else:
-            assert status == 503 and answer["error"]["code"] == "replica_unavailable"
-            assert "stopped" in answer["error"]["message"]
-    assert any(status == 503 for status, _ in outcomes)  # the streams that were cut say so
+        stream_outcomes = [future.result(timeout=120) for future in streams]
+        plain_outcomes = [future.result(timeout=120) for future in plains]
+    for status, answer in stream_outcomes:  # 60 tokens take 3 s: both were cut, and say so
+        assert status == 503 and answer["error"]["code"] == "replica_unavailable"
+        assert "stopped" in answer["error"]["message"] and answer["error"]["type"] == "server_error"
+    for status, answer in plain_outcomes:  # done before the kill, or retried on the new replica
+        assert status == 200 and answer["choices"][0]["text"] == expected
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         status = serve.status().applications["scriptorium"].deployments[deployment_name("slow")]
