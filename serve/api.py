@@ -141,7 +141,7 @@ def parse_completion(body) -> CompletionRequest:
     try:
         config = runtime.GenerationConfig(**settings).validate()
     except (ValueError, TypeError) as error:
-        raise RequestError(str(error), param=_param_named_in(str(error))) from error
+        raise RequestError(str(error), param=param_named_in(str(error))) from error
     logprobs = body.get("logprobs")
     if logprobs is not None and (
         not isinstance(logprobs, int)
@@ -221,7 +221,7 @@ def _settings(body: dict) -> dict:
 OPENAI_NAMES = {"max_new_tokens": "max_tokens", "num_return_sequences": "n"}
 
 
-def _param_named_in(message: str) -> str | None:
+def param_named_in(message: str) -> str | None:
     """The request parameter a runtime message is about (its first `name`), in OpenAI's words."""
     if message.count("`") < 2:
         return None

@@ -92,10 +92,18 @@ class ModelServer:
             return {"running": self.running, "cancelled": self.cancelled}
 
     async def complete(self, request: api.CompletionRequest) -> dict:
-        """The choices and usage of a non-streamed completion."""
+        """The choices and usage of a non-streamed completion, or {"error": message} for a
+        setting or prompt the runtime refuses (a value, not an exception: bad input is not a
+        replica failure for Serve to log)."""
         return await asyncio.get_running_loop().run_in_executor(self.pool, self._complete, request)
 
     def _complete(self, request: api.CompletionRequest) -> dict:
+        try:
+            return self._completion(request)
+        except ValueError as error:
+            return {"error": str(error)}
+
+    def _completion(self, request: api.CompletionRequest) -> dict:
         gen, copies = self.generator, request.config.num_return_sequences
         tokenizer = gen.tokenizer
         choices, prompt_tokens, completion_tokens = [], 0, 0
@@ -118,19 +126,26 @@ class ModelServer:
         return {"choices": choices, "usage": api.usage(prompt_tokens, completion_tokens)}
 
     async def stream(self, request: api.CompletionRequest) -> AsyncIterator[dict]:
-        """Yield {"choice": …} per token of every prompt in turn, then {"usage": …}."""
+        """Yield {"choice": …} per token of every prompt in turn, then {"usage": …}; or
+        {"error": message} when the runtime refuses a setting or prompt."""
         gen, copies = self.generator, request.config.num_return_sequences
         prompt_tokens = completion_tokens = 0
-        for p, prompt in enumerate(request.prompts):
-            prompt_tokens += len(gen.encode_prompt(prompt, request.controls))
-            events = gen.stream(prompt, request.config, request.controls)
-            async for event in self._in_thread(events):
-                if event.token_id is not None:
-                    completion_tokens += 1
-                else:  # beam search: a whole sequence at once
-                    completion_tokens += len(gen.tokenizer.encode(event.text).ids)
-                index = p * copies + event.index
-                yield {"choice": api.event_choice(event, index, gen.tokenizer, request.logprobs)}
+        try:
+            for p, prompt in enumerate(request.prompts):
+                prompt_tokens += len(gen.encode_prompt(prompt, request.controls))
+                events = gen.stream(prompt, request.config, request.controls)
+                async for event in self._in_thread(events):
+                    if event.token_id is not None:
+                        completion_tokens += 1
+                    else:  # beam search: a whole sequence at once
+                        completion_tokens += len(gen.tokenizer.encode(event.text).ids)
+                    choice = api.event_choice(
+                        event, p * copies + event.index, gen.tokenizer, request.logprobs
+                    )
+                    yield {"choice": choice}
+        except ValueError as error:
+            yield {"error": str(error)}
+            return
         yield {"usage": api.usage(prompt_tokens, completion_tokens)}
 
     async def _in_thread(self, events) -> AsyncIterator:
@@ -193,6 +208,11 @@ def _error(status: int, message: str, kind="invalid_request_error", param=None, 
     return JSONResponse(api.error_body(message, kind, param, code), status_code=status)
 
 
+def _refused(message: str) -> JSONResponse:
+    """A 400 for input the runtime refused, naming the parameter its message is about."""
+    return _error(400, message, param=api.param_named_in(message))
+
+
 def _cause(error: BaseException) -> BaseException:
     """The replica's own exception inside a RayTaskError wrapper."""
     return error.cause if isinstance(error, RayTaskError) and error.cause else error
@@ -206,7 +226,7 @@ def _failure(error: BaseException, model: str) -> JSONResponse:
     if isinstance(error, FileNotFoundError):
         return _error(404, str(error), code="not_found")
     if isinstance(error, ValueError):
-        return _error(400, str(error), param=api._param_named_in(str(error)))
+        return _refused(str(error))
     if isinstance(error, UNAVAILABLE):
         message = (
             f"the replica of model {model!r} serving this request stopped or is overloaded "
@@ -296,6 +316,8 @@ class Gateway:
                         raise
         except Exception as error:
             return _failure(error, model)
+        if "error" in result:
+            return _refused(result["error"])
         return api.completion_response(
             api.new_id(), request.model, result["choices"], result["usage"]
         )
@@ -313,10 +335,15 @@ class Gateway:
             except BaseException:
                 responses.cancel()
                 raise
+        if "error" in first:
+            return _refused(first["error"])
         request_id, created = api.new_id(), int(time.time())
 
         def sse(item) -> str | None:
-            if "choice" in item:
+            if "error" in item:
+                message = item["error"]
+                chunk = api.error_body(message, param=api.param_named_in(message))
+            elif "choice" in item:
                 chunk = api.stream_chunk(request_id, request.model, created, [item["choice"]])
             elif request.include_usage:
                 chunk = api.stream_chunk(request_id, request.model, created, [], item["usage"])
