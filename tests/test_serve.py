@@ -317,7 +317,10 @@ def test_the_app_is_a_thin_client_with_the_same_output(server, local):
     import app
     from tests.app_fixtures import serve as serve_app
     from ui import limits
+    from ui.compare_tab import preset_config
+    from ui.embeddings import EmbeddingSpace, load_matrix
     from ui.remote import RemoteRegistry
+    from ui.streaming import SAMPLE_SEPARATOR
 
     registry = RemoteRegistry(server)
     assert registry.generators()[:1] == [MODEL] and "Bible" in registry.card(MODEL)
@@ -343,6 +346,32 @@ def test_the_app_is_a_thin_client_with_the_same_output(server, local):
             config = limits.decoding(mode, **decoding)
             assert shown[0] == local.generate(PROMPT, config)[0].text
         sampled = shown
+        *columns, _ = gradio.predict(
+            prompt=PROMPT,
+            columns=2,
+            max_new_tokens=12,
+            samples=2,
+            seed=3,
+            model_1=MODEL,
+            preset_1="top-p 0.95",
+            model_2=MODEL,
+            preset_2="beam 5",
+            api_name="/compare",
+        )
+        for column, preset in zip(columns, ("top-p 0.95", "beam 5")):
+            outputs = local.generate(PROMPT, preset_config(preset, 12, 2, 3))
+            assert column == outputs[0].text + SAMPLE_SEPARATOR.format(n=2) + outputs[1].text
+        neighbours = gradio.predict(
+            model=MODEL,
+            word="Lord",
+            k=5,
+            words_only=True,
+            leading_space=True,
+            api_name="/nearest_neighbours",
+        )
+        space = EmbeddingSpace(load_matrix(BUNDLE, local.manifest), local.tokenizer, True)
+        expected = [token for token, _ in space.neighbours("Lord", 5, True)]
+        assert [row[1] for row in neighbours["data"]] == expected
         assert 'class="tok p' in sampled[1]  # the token view got the alternatives
 
         before = stats("slow")["cancelled"]
