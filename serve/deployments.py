@@ -11,12 +11,14 @@ deployment handle:
   embeddings.npy…), which is what the app's thin client (ui/remote.py) needs besides text.
 - `POST /v1/completions`: a JSON answer, or server-sent events with `"stream": true`.
 
-Generation runs in a worker thread of the replica; a streamed request that is cancelled (the
-client disconnected, so Serve cancels the request and its child requests) sets a flag the
-thread checks after every token, and the thread then closes the runtime's stream, which ends
-the decoding loop. Errors: bad input (`ValueError`, from serve/api.py or the runtime) → 400,
+Generation runs in the replica's pool of `concurrency` threads (later requests wait there, in
+arrival order). A streamed request that is cancelled (the client disconnected, so Serve cancels
+the request and its child requests) sets a flag the thread checks after every token, and the
+thread then closes the runtime's stream, which ends the decoding loop; an unstreamed request
+runs to its end. Errors, each as OpenAI's `{"error": {…}}`: bad input → 400 (serve/api.py's
+checks in the gateway; the runtime's `ValueError`s come back from the replica as a value),
 unknown model or file → 404, a replica that died → one retry when nothing was sent yet, else
-503 (or, mid-stream, an error event); each as OpenAI's `{"error": {…}}`.
+503 (mid-stream: an error event).
 """
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations (`Request`)
@@ -170,18 +172,19 @@ class ModelServer:
         with self._lock:
             self.running += 1
         self.pool.submit(produce)
-        finished = False
+        cancelled = True  # until the stream ends by itself or fails
         try:
             while (item := await queue.get()) is not done:
                 if isinstance(item, Exception):
+                    cancelled = False
                     raise item
                 yield item
-            finished = True
+            cancelled = False
         finally:
             stop.set()
             with self._lock:
                 self.running -= 1
-                self.cancelled += not finished
+                self.cancelled += cancelled
 
 
 def _collect(events, copies: int) -> list[tuple[runtime.GenerationOutput, list]]:
