@@ -34,6 +34,7 @@ import runtime
 
 MAX_LOGPROBS = 5  # OpenAI's legacy limit, and the number of alternatives the runtime streams
 MAX_STOP_STRINGS = 4  # OpenAI's limit
+MAX_SEQUENCES = 64  # prompts × n in one request, so one request cannot hold a replica for long
 OPENAI_DEFAULT_MAX_TOKENS = 16
 
 # Extras in the request body, each a GenerationConfig field of the same name unless mapped here.
@@ -142,6 +143,12 @@ def parse_completion(body) -> CompletionRequest:
         config = runtime.GenerationConfig(**settings).validate()
     except (ValueError, TypeError) as error:
         raise RequestError(str(error), param=param_named_in(str(error))) from error
+    sequences = len(prompts) * config.num_return_sequences
+    if sequences > MAX_SEQUENCES:
+        raise RequestError(
+            f"`prompt` × `n` must be at most {MAX_SEQUENCES} sequences, got {sequences}",
+            param="n",
+        )
     logprobs = body.get("logprobs")
     if logprobs is not None and (
         not isinstance(logprobs, int)

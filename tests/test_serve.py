@@ -131,6 +131,7 @@ def test_openai_body_maps_onto_the_generation_config():
         ({"prompt": [1, 2]}, "prompt", "token-id prompts are not supported"),
         ({"stop": ["a"] * 5}, "stop", "at most 4 strings"),
         ({"best_off": 2}, "best_off", "`best_off` is not a completions parameter"),
+        ({"prompt": ["a"] * 9, "n": 8, "seed": 1}, "n", "must be at most 64 sequences, got 72"),
     ],
 )
 def test_bad_bodies_are_refused_with_the_parameter_named(body, param, message):
