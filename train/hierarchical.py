@@ -1,0 +1,546 @@
+"""Seed 003's hierarchical character-level language model, its training data and its recipes.
+
+    characters ─► word encoder ─► sentence encoder (2 layers, GRU | Transformer | SARAh)
+              ─► one sentence vector per layer (attention pooling)
+              ─► sentence decoder (same kind, each layer's input + that layer's sentence vector)
+              ─► word decoder (GRU over the word's previous characters + feed-forward) ─► next char
+
+Task: given a WEB verse, predict the next verse of the same chapter, character by character, word
+by word, ending with the end-of-sentence word. The autoencoder recipe freezes everything but the
+sentence decoder (and the projection to the word decoder that belongs to it) and trains it to
+reconstruct its input (seed 003 §4.3). The style recipe continues training on another corpus.
+Metric: nits per character = summed cross-entropy / predicted characters, where every character of
+a target word, its end-of-word symbol and the end-of-sentence word count as characters.
+
+Sizes are the seed's scaled down for two shared CPU cores (the seed's value in each comment);
+docs/PARAPHRASE.md says why. Layers keep the seed's structure.
+
+Does not cover: ONNX export (export/hierarchical.py), generation (runtime/hierarchical.py), the
+Spurgeon corpus (train/spurgeon.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from runtime import hierarchical_text as ht
+from train import common, data
+
+KINDS = ("gru", "transformer", "sarah")
+CONFIG_FILE = "hierarchical.json"  # model config + character set beside the checkpoint
+
+
+@dataclass
+class HierarchicalConfig:
+    kind: str = "sarah"  # sentence encoder/decoder kind: gru | transformer | sarah
+    charset: list[str] = field(default_factory=list)  # model characters (specials come first)
+    char_dim: int = 32  # character embedding width (seed: 32)
+    word_chars: int = ht.WORD_CHARS  # characters per word incl. end-of-word (seed: 20)
+    word_dim: int = 256  # word encoder FF width = word vector size (seed: 512)
+    word_layers: int = 3  # word encoder FF GELU layers (seed: 3)
+    value_dim: int = 256  # V: value size, = sentence vector size per layer (seed: 512)
+    key_dim: int = 128  # Q: key / query size (seed: 256)
+    gru_dim: int = 256  # GRU sentence layer width (seed: 512)
+    layers: int = 2  # sentence encoder and decoder layers (seed: 2)
+    max_positions: int = ht.MAX_WORDS + 2  # Transformer positions: words + BOS/EOS words
+    partial_dim: int = 256  # word decoder GRU and partial-word width (seed: 256 GRU, 512 FF)
+    head_dims: tuple[int, ...] = (256, 256, 128)  # word decoder MLP (seed: 512, 512, 256)
+    dropout: float = 0.1  # on every FF layer and recurrent output (seed: 0.1)
+
+    @property
+    def n_chars(self) -> int:
+        return len(ht.SPECIALS) + len(self.charset)
+
+    @property
+    def layer_dim(self) -> int:
+        """Output width of one sentence layer."""
+        return self.gru_dim if self.kind == "gru" else self.value_dim + self.key_dim
+
+
+def attend(query, keys, values, mask=None):
+    """Scaled dot-product attention. query [..., Q], keys [..., T, Q], values [..., T, V],
+    mask [..., T] (True = visible) → [..., V]."""
+    scores = (keys @ query.unsqueeze(-1)).squeeze(-1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -1e9)
+    return (scores.softmax(-1).unsqueeze(-2) @ values).squeeze(-2)
+
+
+def ff(d_in: int, d_out: int, dropout: float) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(d_in, d_out), nn.GELU(), nn.Dropout(dropout))
+
+
+class GRULayer(nn.Module):
+    """One GRU layer. State: hidden [B, H]."""
+
+    def __init__(self, d_in: int, config: HierarchicalConfig):
+        super().__init__()
+        self.gru = nn.GRU(d_in, config.gru_dim, batch_first=True)
+        self.drop = nn.Dropout(config.dropout)
+        self.out_dim = config.gru_dim
+
+    def forward(self, x, mask, causal):  # x [B, T, D_in] → [B, T, H] (always causal)
+        return self.drop(self.gru(x)[0])
+
+    def initial_state(self, batch: int, like):
+        return like.new_zeros(batch, self.out_dim)
+
+    def step(self, x, state, position):  # x [B, D_in], state [B, H] → y [B, H], state
+        y = self.gru(x.unsqueeze(1), state.unsqueeze(0))[0].squeeze(1)
+        return y, y
+
+
+class SARAhLayer(nn.Module):
+    """Self Attentive Recurrent Array (seed 003 §2.4.3). The input splits into a value (first V)
+    and a query (last Q); the query attends over the array of previous states (keys = last Q,
+    values = first V of each state); value + summary goes through a GELU FF to the new state
+    [V + Q], which is the output and is appended to the array. The array starts with one learned
+    state so that attention is never empty. State: the array [B, t, V + Q]."""
+
+    def __init__(self, d_in: int, config: HierarchicalConfig):
+        super().__init__()
+        self.v, self.q = config.value_dim, config.key_dim
+        self.initial = nn.Parameter(torch.randn(self.v + self.q) * 0.02)
+        self.mlp = ff(self.v, self.v + self.q, config.dropout)
+        self.out_dim = self.v + self.q
+
+    def _new_state(self, x, history):  # x [B, D_in], history [B, t, V+Q] → [B, V+Q]
+        summary = attend(x[:, -self.q :], history[..., -self.q :], history[..., : self.v])
+        return self.mlp(x[:, : self.v] + summary)
+
+    def forward(self, x, mask, causal):  # x [B, T, D_in] → [B, T, V+Q]
+        history = self.initial_state(x.shape[0], x)
+        outputs = []
+        for t in range(x.shape[1]):
+            y = self._new_state(x[:, t], history)
+            outputs.append(y)
+            history = torch.cat([history, y.unsqueeze(1)], 1)
+        return torch.stack(outputs, 1)
+
+    def initial_state(self, batch: int, like):
+        return self.initial.to(like.dtype).expand(batch, 1, -1)
+
+    def step(self, x, state, position):
+        y = self._new_state(x, state)
+        return y, torch.cat([state, y.unsqueeze(1)], 1)
+
+
+class TransformerLayer(nn.Module):
+    """Seed 003 §2.4.2: input + position embedding → GELU FF projections to query [Q], key [Q],
+    value [V]; attention over the sequence (the encoder sees all words, the decoder the ones up to
+    its own); value + attended → GELU FF to [V + Q] (the same output width as SARAh). One learned
+    key/value pair is always visible, so padded rows never attend to nothing. State: cached
+    keys and values [B, t, Q + V]."""
+
+    def __init__(self, d_in: int, config: HierarchicalConfig):
+        super().__init__()
+        self.v, self.q = config.value_dim, config.key_dim
+        self.position = nn.Embedding(config.max_positions, d_in)
+        self.query = ff(d_in, self.q, config.dropout)
+        self.key = ff(d_in, self.q, config.dropout)
+        self.value = ff(d_in, self.v, config.dropout)
+        self.initial = nn.Parameter(torch.randn(self.q + self.v) * 0.02)
+        self.mlp = ff(self.v, self.v + self.q, config.dropout)
+        self.out_dim = self.v + self.q
+
+    def forward(self, x, mask, causal):  # x [B, T, D_in], mask [B, T] → [B, T, V+Q]
+        batch, length = x.shape[:2]
+        x = x + self.position.weight[:length]
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        initial = self.initial_state(batch, x)  # [B, 1, Q+V]
+        keys = torch.cat([initial[..., : self.q], k], 1)  # [B, 1+T, Q]
+        values = torch.cat([initial[..., self.q :], v], 1)  # [B, 1+T, V]
+        visible = torch.cat([mask.new_ones(batch, 1), mask], 1).unsqueeze(1)  # [B, 1, 1+T]
+        visible = visible.expand(batch, length, length + 1)
+        if causal:
+            later = torch.ones(length, length + 1, dtype=torch.bool, device=x.device).triu(2)
+            visible = visible & ~later
+        attended = attend(q, keys.unsqueeze(1), values.unsqueeze(1), visible)  # [B, T, V]
+        return self.mlp(v + attended)
+
+    def initial_state(self, batch: int, like):
+        return self.initial.to(like.dtype).expand(batch, 1, -1)
+
+    def step(self, x, state, position):  # x [B, D_in], state [B, t, Q+V], position [B]
+        x = x + self.position(position)
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        state = torch.cat([state, torch.cat([k, v], -1).unsqueeze(1)], 1)
+        attended = attend(q, state[..., : self.q], state[..., self.q :])
+        return self.mlp(v + attended), state
+
+
+LAYERS = {"gru": GRULayer, "transformer": TransformerLayer, "sarah": SARAhLayer}
+
+
+class WordEncoder(nn.Module):
+    """Spelling [N, word_chars] ids → concatenated embeddings → 3 GELU FF layers → [N, word_dim]."""
+
+    def __init__(self, config: HierarchicalConfig, embedding: nn.Embedding):
+        super().__init__()
+        self.embedding = embedding
+        widths = [config.char_dim * config.word_chars] + [config.word_dim] * config.word_layers
+        self.mlp = nn.Sequential(*(ff(a, b, config.dropout) for a, b in zip(widths, widths[1:])))
+
+    def forward(self, chars):
+        return self.mlp(self.embedding(chars).flatten(-2))
+
+
+class SentenceEncoder(nn.Module):
+    """Word vectors [B, T, W] + mask [B, T] → sentence vectors [B, layers, V]: each layer's outputs
+    pooled by attention (query: GELU FF of the layer's masked mean output; keys: last Q, values:
+    first V of each output)."""
+
+    def __init__(self, config: HierarchicalConfig):
+        super().__init__()
+        self.config = config
+        dims = [config.word_dim] + [config.layer_dim] * config.layers
+        self.layers = nn.ModuleList(LAYERS[config.kind](d, config) for d in dims[:-1])
+        self.queries = nn.ModuleList(
+            ff(config.layer_dim, config.key_dim, 0.0) for _ in range(config.layers)
+        )
+
+    def forward(self, words, mask):
+        q, v = self.config.key_dim, self.config.value_dim
+        vectors, x = [], words
+        weights = mask.unsqueeze(-1).to(words.dtype)
+        for layer, query in zip(self.layers, self.queries):
+            x = layer(x, mask, causal=False)
+            mean = (x * weights).sum(1) / weights.sum(1).clamp(min=1)
+            vectors.append(attend(query(mean), x[..., -q:], x[..., :v], mask))
+        return torch.stack(vectors, 1)
+
+
+def condition(x, sentence_vector):
+    """Add a layer's sentence vector [B, V] to the first V features of its input [B, (T,) D]."""
+    v = sentence_vector.shape[-1]
+    if x.dim() == 3:
+        sentence_vector = sentence_vector.unsqueeze(1)
+    return torch.cat([x[..., :v] + sentence_vector, x[..., v:]], -1)
+
+
+class SentenceDecoder(nn.Module):
+    """The encoder's kind without pooling; layer l's input gets sentence vector l added; the last
+    layer's output is projected to the word decoder's width (one conditioning vector per word)."""
+
+    def __init__(self, config: HierarchicalConfig):
+        super().__init__()
+        dims = [config.word_dim] + [config.layer_dim] * config.layers
+        self.layers = nn.ModuleList(LAYERS[config.kind](d, config) for d in dims[:-1])
+        self.project = nn.Linear(config.layer_dim, config.partial_dim)
+
+    def forward(self, words, mask, sentence_vectors):  # [B, T, W] → [B, T, P]
+        x = words
+        for index, layer in enumerate(self.layers):
+            x = layer(condition(x, sentence_vectors[:, index]), mask, causal=True)
+        return self.project(x)
+
+    def initial_state(self, batch: int, like):
+        return torch.stack([layer.initial_state(batch, like) for layer in self.layers])
+
+    def step(self, word, sentence_vectors, state, position):
+        """word [B, W], sentence_vectors [B, L, V], state [L, B, ...] → [B, P], new state."""
+        x, states = word, []
+        for index, layer in enumerate(self.layers):
+            x, layer_state = layer.step(condition(x, sentence_vectors[:, index]), state[index], position)
+            states.append(layer_state)
+        return self.project(x), torch.stack(states)
+
+
+class WordDecoder(nn.Module):
+    """GRU over the previous characters' embeddings → GELU FF = partial-word vector; + the
+    sentence decoder's vector → GELU FF layers → logits over characters."""
+
+    def __init__(self, config: HierarchicalConfig, embedding: nn.Embedding):
+        super().__init__()
+        self.embedding = embedding
+        self.gru = nn.GRU(config.char_dim, config.partial_dim, batch_first=True)
+        self.partial = ff(config.partial_dim, config.partial_dim, config.dropout)
+        widths = [config.partial_dim, *config.head_dims]
+        self.head = nn.Sequential(*(ff(a, b, config.dropout) for a, b in zip(widths, widths[1:])))
+        self.out = nn.Linear(widths[-1], config.n_chars)
+
+    def forward(self, previous, conditioning):  # [N, C] ids, [N, P] → logits [N, C, chars]
+        hidden = self.gru(self.embedding(previous))[0]
+        return self.out(self.head(self.partial(hidden) + conditioning.unsqueeze(1)))
+
+    def step(self, previous, hidden, conditioning):  # [B] ids, [B, P], [B, P] → [B, chars], [B, P]
+        hidden = self.gru(self.embedding(previous).unsqueeze(1), hidden.unsqueeze(0))[0].squeeze(1)
+        return self.out(self.head(self.partial(hidden) + conditioning)), hidden
+
+
+class HierarchicalLM(nn.Module):
+    def __init__(self, config: HierarchicalConfig):
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.n_chars, config.char_dim, padding_idx=ht.PAD)
+        self.word_encoder = WordEncoder(config, self.embedding)
+        self.sentence_encoder = SentenceEncoder(config)
+        self.sentence_decoder = SentenceDecoder(config)
+        self.word_decoder = WordDecoder(config, self.embedding)
+
+    def encode(self, source, source_mask):
+        """source [B, S, C] ids, source_mask [B, S] → sentence vectors [B, layers, V]."""
+        return self.sentence_encoder(self.word_encoder(source), source_mask)
+
+    def forward(self, source, source_mask, target, target_mask):
+        """Summed cross-entropy (nits) and the number of predicted characters.
+
+        target [B, T, C]: the target words (end-of-sentence word last), target_mask [B, T]."""
+        vectors = self.encode(source, source_mask)
+        begin = torch.full_like(target[:, :1], ht.PAD)
+        begin[:, 0, 0], begin[:, 0, 1] = ht.BEGIN_SENTENCE, ht.END_OF_WORD
+        inputs = torch.cat([begin, target[:, :-1]], 1)  # previous word at each position
+        conditioning = self.sentence_decoder(self.word_encoder(inputs), target_mask, vectors)
+        words = target[target_mask]  # [N, C]
+        length = int((words != ht.PAD).sum(1).max())
+        words = words[:, :length]
+        previous = torch.cat([torch.full_like(words[:, :1], ht.BEGIN_WORD), words[:, :-1]], 1)
+        logits = self.word_decoder(previous, conditioning[target_mask])
+        labels = words.masked_fill(words == ht.PAD, -100)
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum",
+                               ignore_index=-100)
+        return loss, int((labels != -100).sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+
+
+def spell_sentence(vocab: ht.CharVocab, words: list[str], end: bool) -> list[list[int]]:
+    """Rows of char ids, one per word (+ the end-of-sentence word when `end`), unknown → <unk>."""
+    rows = [vocab.spell(w, strict=False) for w in words]
+    if end:
+        rows.append([ht.END_OF_SENTENCE, ht.END_OF_WORD])
+    return rows
+
+
+def encodable(words: list[str]) -> bool:
+    return 0 < len(words) <= ht.MAX_WORDS and all(len(w) < ht.WORD_CHARS for w in words)
+
+
+def verse_pairs(rows: list[dict], split: str) -> list[tuple[list[str], list[str]]]:
+    """(verse, next verse of the same chapter) word lists, WEB, one split; both must fit."""
+    pairs = []
+    for a, b in zip(rows, rows[1:]):
+        if a["split"] != split or b["split"] != split or not a["web"] or not b["web"]:
+            continue
+        if (a["book"], a["chapter"]) != (b["book"], b["chapter"]) or b["verse"] != a["verse"] + 1:
+            continue
+        source, target = ht.split_words(a["web"]), ht.split_words(b["web"])
+        if encodable(source) and encodable(target):
+            pairs.append((source, target))
+    return pairs
+
+
+def collate(vocab, pairs, word_chars: int) -> dict:
+    """Padded id tensors for the model; `labels` counts predicted characters for the loop."""
+    sources = [spell_sentence(vocab, s, end=False) for s, _ in pairs]
+    targets = [spell_sentence(vocab, t, end=True) for _, t in pairs]
+
+    def pad(sentences):
+        ids = torch.zeros(len(sentences), max(map(len, sentences)), word_chars, dtype=torch.long)
+        for i, sentence in enumerate(sentences):
+            for j, word in enumerate(sentence):
+                ids[i, j, : len(word)] = torch.tensor(word)
+        return ids, ids[..., 0] != ht.PAD
+
+    source, source_mask = pad(sources)
+    target, target_mask = pad(targets)
+    labels = target.masked_fill(target == ht.PAD, -100)
+    return {"source": source, "source_mask": source_mask, "target": target,
+            "target_mask": target_mask, "labels": labels}
+
+
+class PairTask(common.Task):
+    """Shuffled batches of (source, target) pairs; validation = nits/char on a fixed subset."""
+
+    def __init__(self, vocab, train_pairs, validation_pairs, batch_size: int, seed: int,
+                 word_chars: int):
+        self.vocab, self.train_pairs, self.batch_size = vocab, train_pairs, batch_size
+        self.seed, self.word_chars = seed, word_chars
+        self.validation = batches_of(vocab, validation_pairs, 64, word_chars)
+
+    def batches(self, epoch: int) -> list[dict]:
+        order = list(range(len(self.train_pairs)))
+        random.Random(self.seed * 1000 + epoch).shuffle(order)
+        return [
+            collate(self.vocab, [self.train_pairs[i] for i in order[k : k + self.batch_size]],
+                    self.word_chars)
+            for k in range(0, len(order), self.batch_size)
+        ]
+
+    def loss(self, model, batch: dict) -> torch.Tensor:
+        total, count = model(batch["source"], batch["source_mask"], batch["target"],
+                             batch["target_mask"])
+        return total / count
+
+    def validation_loss(self, model) -> float:
+        return nits_per_char(model, self.validation)
+
+
+def batches_of(vocab, pairs, size: int, word_chars: int) -> list[dict]:
+    return [collate(vocab, pairs[k : k + size], word_chars) for k in range(0, len(pairs), size)]
+
+
+@torch.no_grad()
+def nits_per_char(model, batches: list[dict]) -> float:
+    """Summed cross-entropy / predicted characters over `batches` (eval mode)."""
+    was_training = model.training
+    model.eval()
+    total = count = 0
+    for batch in batches:
+        loss, n = model(batch["source"], batch["source_mask"], batch["target"],
+                        batch["target_mask"])
+        total, count = total + float(loss), count + n
+    model.train(was_training)
+    return total / count
+
+
+# ---------------------------------------------------------------------------------------------
+# Recipes
+
+
+def save_run(model: HierarchicalLM, out: Path) -> None:
+    """The model's config and weights for export (out/hierarchical.json, out/model.pt)."""
+    common.write_json(out / CONFIG_FILE, asdict(model.config))
+    torch.save(model.state_dict(), out / "model.pt")
+
+
+def load_run(run: Path) -> HierarchicalLM:
+    saved = json.loads((run / CONFIG_FILE).read_text())
+    saved["head_dims"] = tuple(saved["head_dims"])
+    model = HierarchicalLM(HierarchicalConfig(**saved))
+    model.load_state_dict(torch.load(run / "model.pt", map_location="cpu"))
+    return model.eval()
+
+
+def web_pairs(verses: Path) -> dict[str, list]:
+    rows = data.load_verses(verses)
+    return {split: verse_pairs(rows, split) for split in data.SPLITS}, rows
+
+
+def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: str) -> dict:
+    """Train with common.train, then save the model and its test nits/char into out/."""
+    out = args.out
+    config = common.TrainConfig(
+        steps=args.steps, lr=args.lr, warmup=min(50, args.steps // 10), min_lr_ratio=0.1,
+        weight_decay=0.01, clip=5.0, log_every=10 if args.steps >= 50 else 1,
+        eval_every=(100 if args.steps >= 200 else 10) if args.steps >= 50 else 1,
+        checkpoint_every=50, seed=args.seed,
+    )
+    vocab = ht.CharVocab(model.config.charset)
+    task = PairTask(vocab, train_pairs, validation_pairs, args.batch_size, args.seed,
+                    model.config.word_chars)
+    state = common.train(model, task, config, out, resume=args.resume, progress=not args.quiet,
+                         describe=describe, threads=args.threads, max_minutes=args.max_minutes)
+    common.plot_losses(out / common.LOSS_CSV, out / common.LOSS_PNG, describe)
+    if not state["finished"]:
+        print(f"stopped at step {state['step']} of {config.steps}; continue with --resume")
+        return {}
+    save_run(model, out)
+    result = {
+        "kind": model.config.kind,
+        "parameters": common.count_parameters(model),
+        "steps": state["step"],
+        "train_seconds": round(state["train_seconds"], 1),
+        "train_pairs": len(train_pairs),
+        "test_pairs": len(test_pairs),
+        "validation_nits_per_char": round(nits_per_char(model, task.validation), 4),
+        "test_nits_per_char": round(
+            nits_per_char(model, batches_of(vocab, test_pairs, 64, model.config.word_chars)), 4
+        ),
+        "threads": args.threads,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+    }
+    common.write_json(out / "result.json", result)
+    print(json.dumps(result))
+    return result
+
+
+def run_lm(args) -> dict:
+    """Next-verse prediction on the WEB with one sentence-encoder kind."""
+    common.seed_everything(args.seed)
+    pairs, rows = web_pairs(args.verses)
+    config = HierarchicalConfig(kind=args.kind, charset=ht.default_charset(r["web"] for r in rows))
+    if args.tiny:
+        config = tiny_config(config)
+    model = HierarchicalLM(config)
+    return train_run(model, pairs["train"], pairs["validation"][:512], pairs["test"], args,
+                     f"hierarchical-{args.kind}")
+
+
+def tiny_config(config: HierarchicalConfig) -> HierarchicalConfig:
+    config.word_dim = config.value_dim = config.gru_dim = config.partial_dim = 32
+    config.key_dim, config.head_dims = 16, (32, 16)
+    return config
+
+
+def run_autoencoder(args) -> dict:
+    """Seed 003 §4.3: freeze all but the sentence decoder, train it to reconstruct the input."""
+    common.seed_everything(args.seed)
+    pairs, _ = web_pairs(args.verses)
+    model = load_run(args.init)
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad = name.startswith("sentence_decoder.")
+    model.embedding.weight.requires_grad = False
+
+    def itself(split_pairs):
+        return [(s, s) for s, _ in split_pairs]
+
+    return train_run(model, itself(pairs["train"]), itself(pairs["validation"])[:512],
+                     itself(pairs["test"]), args, "hierarchical-autoencoder")
+
+
+def run_style(args) -> dict:
+    """Next-sentence prediction on an author's sentences (train/spurgeon.py's JSON), from
+    `--init` (fine-tune) or from scratch with the WEB run's character set and sizes."""
+    common.seed_everything(args.seed)
+    corpus = json.loads(args.corpus.read_text())
+    if args.init:
+        model = load_run(args.init)
+    else:
+        reference = json.loads((args.like / CONFIG_FILE).read_text())
+        reference["head_dims"] = tuple(reference["head_dims"])
+        model = HierarchicalLM(HierarchicalConfig(**reference))
+    return train_run(model, corpus["train"], corpus["validation"][:512], corpus["test"], args,
+                     "hierarchical-style")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.hierarchical", description=__doc__)
+    parser.add_argument("recipe", choices=("lm", "autoencoder", "style"))
+    parser.add_argument("--kind", choices=KINDS, default="sarah")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--init", type=Path, help="run to start from (autoencoder, style)")
+    parser.add_argument("--like", type=Path, help="run whose config a from-scratch style run copies")
+    parser.add_argument("--corpus", type=Path, help="style corpus JSON (train/spurgeon.py)")
+    parser.add_argument("--verses", type=Path, default=data.DEFAULT_OUT)
+    parser.add_argument("--tiny", action="store_true", help="tiny widths on the fixture verses")
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-minutes", type=float)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    if args.tiny and args.verses == data.DEFAULT_OUT:
+        args.verses = data.FIXTURE
+    {"lm": run_lm, "autoencoder": run_autoencoder, "style": run_style}[args.recipe](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
