@@ -100,6 +100,22 @@ class GRULayer(nn.Module):
         return y, y
 
 
+@torch.jit.script_if_tracing
+def sarah_scan(x: torch.Tensor, initial: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+               v: int, q: int) -> torch.Tensor:
+    """SARAhLayer's forward without dropout: x [B, T, D_in] → states [B, T, V+Q]."""
+    history = initial.unsqueeze(0).unsqueeze(0).expand(x.size(0), 1, initial.size(0))
+    for t in range(x.size(1)):
+        step = x[:, t]
+        query = step[:, step.size(1) - q :]
+        keys = history[:, :, history.size(2) - q :]
+        scores = torch.matmul(keys, query.unsqueeze(-1)).squeeze(-1) / math.sqrt(q)
+        summary = torch.matmul(scores.softmax(-1).unsqueeze(1), history[:, :, :v]).squeeze(1)
+        state = F.gelu(F.linear(step[:, :v] + summary, weight, bias))
+        history = torch.cat([history, state.unsqueeze(1)], 1)
+    return history[:, 1:]
+
+
 class SARAhLayer(nn.Module):
     """Self Attentive Recurrent Array (seed 003 §2.4.3). The input splits into a value (first V)
     and a query (last Q); the query attends over the array of previous states (keys = last Q,
@@ -119,6 +135,9 @@ class SARAhLayer(nn.Module):
         return self.mlp(x[:, : self.v] + summary)
 
     def forward(self, x, mask, causal):  # x [B, T, D_in] → [B, T, V+Q]
+        if not self.training:  # one scripted loop: exports as an ONNX Loop over any length
+            linear = self.mlp[0]
+            return sarah_scan(x, self.initial, linear.weight, linear.bias, self.v, self.q)
         history = self.initial_state(x.shape[0], x)
         outputs = []
         for t in range(x.shape[1]):
@@ -404,6 +423,95 @@ def nits_per_char(model, batches: list[dict]) -> float:
         total, count = total + float(loss), count + n
     model.train(was_training)
     return total / count
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding (the PyTorch reference of runtime/hierarchical.py's loop)
+
+FORBIDDEN_OUTPUTS = (ht.PAD, ht.BEGIN_WORD, ht.BEGIN_SENTENCE, ht.UNKNOWN)
+
+
+def allowed_mask(n_chars: int, position: int, word_chars: int) -> torch.Tensor:
+    """Characters the word decoder may emit at `position` of a word: never a special input
+    symbol; end-of-sentence only as a word's first character, end-of-word never as the first
+    (no empty words) and always at the last position."""
+    allowed = torch.ones(n_chars, dtype=torch.bool)
+    allowed[list(FORBIDDEN_OUTPUTS)] = False
+    allowed[ht.END_OF_WORD if position == 0 else ht.END_OF_SENTENCE] = False
+    if position == word_chars - 1:
+        allowed[:] = False
+        allowed[ht.END_OF_WORD] = True
+    return allowed
+
+
+def encode_texts(model, vocab, texts: list[str]) -> torch.Tensor:
+    """Sentence vectors [B, layers, V] of `texts` (ValueError for text the model cannot take)."""
+    words = [vocab.check_sentence(t) for t in texts]
+    batch = collate(vocab, [(w, w) for w in words], model.config.word_chars)
+    return model.encode(batch["source"], batch["source_mask"])
+
+
+@torch.no_grad()
+def decode(model, vocab, texts: list[str], temperatures=None, noise=None, seed: int = 0,
+           keep_logits: bool = False, vectors=None) -> list[dict]:
+    """Decode one sentence per text from its (optionally noised) sentence vectors.
+
+    `temperatures` [B] (0 = greedy argmax); `noise` [B, layers, V] is added to the sentence
+    vectors. Each result: text, chars, costs (nits under the untempered distribution), sampled
+    (False where the chosen character was the argmax), logits (raw, when `keep_logits`).
+    """
+    model.eval()
+    config = model.config
+    if vectors is None:
+        vectors = encode_texts(model, vocab, texts)
+    batch = vectors.shape[0]
+    if noise is not None:
+        vectors = vectors + noise
+    temperatures = torch.zeros(batch) if temperatures is None else torch.as_tensor(temperatures)
+    generator = torch.Generator().manual_seed(seed)
+    results = [{"text": "", "chars": [], "costs": [], "sampled": [], "logits": []}
+               for _ in range(batch)]
+    state = model.sentence_decoder.initial_state(batch, vectors)
+    previous = torch.zeros(batch, config.word_chars, dtype=torch.long)
+    previous[:, 0], previous[:, 1] = ht.BEGIN_SENTENCE, ht.END_OF_WORD
+    done = torch.zeros(batch, dtype=torch.bool)
+    for position in range(ht.MAX_WORDS + 1):
+        conditioning, state = model.sentence_decoder.step(
+            model.word_encoder(previous), vectors, state, torch.full((batch,), position)
+        )
+        hidden = conditioning.new_zeros(batch, config.partial_dim)
+        char = torch.full((batch,), ht.BEGIN_WORD)
+        word_done = done.clone()
+        spelled = torch.zeros(batch, config.word_chars, dtype=torch.long)
+        for index in range(config.word_chars):
+            logits, hidden = model.word_decoder.step(char, hidden, conditioning)
+            masked = logits.masked_fill(~allowed_mask(config.n_chars, index, config.word_chars),
+                                        -float("inf"))
+            best = masked.argmax(-1)
+            scaled = masked / temperatures.clamp(min=1e-6).unsqueeze(-1)
+            drawn = torch.multinomial(scaled.softmax(-1), 1, generator=generator).squeeze(-1)
+            char = torch.where(temperatures > 0, drawn, best)
+            costs = -logits.log_softmax(-1).gather(-1, char.unsqueeze(-1)).squeeze(-1)
+            spelled[:, index] = char.masked_fill(word_done, ht.PAD)
+            for row in torch.nonzero(~word_done).flatten().tolist():
+                c = int(char[row])
+                if keep_logits:
+                    results[row]["logits"].append(logits[row].numpy())
+                if c in (ht.END_OF_WORD, ht.END_OF_SENTENCE):
+                    word_done[row] = True
+                    done[row] |= c == ht.END_OF_SENTENCE
+                    continue
+                results[row]["chars"].append(vocab.char(c))
+                results[row]["costs"].append(float(costs[row]))
+                results[row]["sampled"].append(c != int(best[row]))
+            if bool(word_done.all()):
+                break
+        previous = spelled
+        if bool(done.all()):
+            break
+    for result in results:
+        result["text"] = "".join(result["chars"])
+    return results
 
 
 # ---------------------------------------------------------------------------------------------
