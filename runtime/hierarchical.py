@@ -89,6 +89,27 @@ def _check_range(name: str, value) -> tuple[float, float]:
     return low, high
 
 
+class CharTokenizer:
+    """The character vocabulary behind the `tokenizers`-style calls the app makes."""
+
+    @dataclass
+    class Encoding:
+        ids: list[int]
+
+    def __init__(self, vocab: ht.CharVocab):
+        self.vocab = vocab
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> CharTokenizer.Encoding:
+        """Character ids of `text` (unknown characters become <unk>)."""
+        return self.Encoding([self.vocab.ids.get(c, ht.UNKNOWN) for c in text])
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        """The text of `ids`; special symbols are dropped or shown as <name>."""
+        if skip_special_tokens:
+            return "".join(self.vocab.char(int(i)) for i in ids)
+        return "".join(self.vocab.char(int(i)) or ht.SPECIALS[int(i)] for i in ids)
+
+
 class HierarchicalGenerator:
     """A loaded "hierarchical-lm" bundle; `runtime.load` returns one for such a manifest."""
 
@@ -106,6 +127,7 @@ class HierarchicalGenerator:
         }
         self.inputs = {role: {i.name for i in s.get_inputs()} for role, s in self.sessions.items()}
         self.vocab = ht.CharVocab(manifest["charset"])
+        self.tokenizer = CharTokenizer(self.vocab)
         self.word_chars = manifest["word_chars"]
         self.max_words = manifest["max_words"]
         self.initial_states = {
@@ -302,31 +324,27 @@ class HierarchicalGenerator:
         ]
 
     def stream(self, prompt: str, config: GenerationConfig | None = None, controls=None):
-        """Yield one StreamEvent per character of the next sentence (top-5 alternatives)."""
+        """Yield one StreamEvent per character (top-5 alternatives) and one when a sequence
+        ends (the end-of-sentence symbol, text ""); `index` is the sequence."""
         from .generator import StreamEvent
 
         config = self._settings(config)
-        vectors = self.encode([prompt])
-        rng = np.random.default_rng(config.seed)
-        choose = self._chooser(config, rng)
-        last = None
-        for _, char, logits, _, finish in self._steps(vectors, "sentence_decoder", choose,
-                                                      max_chars=config.max_new_tokens):
-            if char in (ht.END_OF_WORD, None) and not finish:
+        vectors = np.repeat(self.encode([prompt]), config.num_return_sequences, axis=0)
+        choose = self._chooser(config, np.random.default_rng(config.seed))
+        steps = self._steps(vectors, "sentence_decoder", choose, max_chars=config.max_new_tokens)
+        for row, char, logits, _, finish in steps:
+            if char is None:  # out of words
+                yield StreamEvent("", None, None, [], int(row), finish)
                 continue
-            if char is None or char == ht.END_OF_SENTENCE:
-                yield StreamEvent("", None, None, [], 0, finish)
-                return
+            if char == ht.END_OF_WORD:
+                continue
             logprobs = logits - _logsumexp(logits)
             top = np.argsort(-logprobs)[:5]
-            last = StreamEvent(
+            yield StreamEvent(
                 self.vocab.char(char), char, float(logprobs[char]),
-                [(self.vocab.char(int(i)) or ht.SPECIALS[int(i)], float(np.exp(logprobs[i])))
-                 for i in top], 0, finish,
+                [(self.tokenizer.decode([int(i)], False), float(np.exp(logprobs[i]))) for i in top],
+                int(row), finish,
             )
-            yield last
-            if finish:
-                return
 
     # ---- paraphrase --------------------------------------------------------------------------
 

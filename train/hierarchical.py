@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import random
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -625,11 +626,172 @@ def run_style(args) -> dict:
                      "hierarchical-style")
 
 
+# ---------------------------------------------------------------------------------------------
+# Shipping
+
+RECONSTRUCTION_SENTENCES = (
+    "Jesus wept.",
+    "In the beginning, God created the heavens and the earth.",
+    "The Lord is my shepherd; I shall not lack.",
+    "Blessed are the poor in spirit, for theirs is the Kingdom of Heaven.",
+    "Now faith is assurance of things hoped for, proof of things not seen.",
+    "The cat sat on the mat and looked at the dog.",
+)
+
+
+def comparison_plot(results: dict, path: Path) -> None:
+    """Seed 003's figure 3.2 for our runs: test nits/char against parameters, one point a kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for kind, result in results.items():
+        ax.scatter(result["parameters"] / 1e6, result["test_nits_per_char"], s=60)
+        ax.annotate(kind, (result["parameters"] / 1e6, result["test_nits_per_char"]),
+                    textcoords="offset points", xytext=(6, 4))
+    ax.set_xlabel("parameters (millions)")
+    ax.set_ylabel("test nits / character")
+    ax.set_title("Sentence encoder kinds, same step budget")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def ship(args) -> int:
+    """Export the best WEB kind (+ autoencoder) to models/paraphraser/fp32 and the Spurgeon
+    fine-tune to models/paraphraser-spurgeon/fp32, each with its model card."""
+    from export import hierarchical as eh
+    from runtime.hierarchical import HierarchicalGenerator
+
+    runs = args.runs
+    results = {k: common.read_json(runs / f"lm-{k}" / "result.json") for k in KINDS
+               if (runs / f"lm-{k}" / "result.json").exists()}
+    best = min(results, key=lambda k: results[k]["test_nits_per_char"])
+    autoencoder = common.read_json(runs / "ae" / "result.json")
+    style = {name: common.read_json(runs / f"style-{name}" / "result.json")
+             for name in ("finetune", "scratch") if (runs / f"style-{name}" / "result.json").exists()}
+    corpus = json.loads((runs / "spurgeon.json").read_text()) if style else {}
+    encoders = {k: {"parameters": r["parameters"], "test_nits_per_char": r["test_nits_per_char"]}
+                for k, r in results.items()}
+    table = common.markdown_table(
+        ("sentence encoder", "parameters", "test nits/char", "validation nits/char", "steps",
+         "minutes (1 thread, shared host)"),
+        [(k, f"{r['parameters']:,}", r["test_nits_per_char"], r["validation_nits_per_char"],
+          r["steps"], round(r["train_seconds"] / 60, 1)) for k, r in results.items()],
+    )
+    style_table = common.markdown_table(
+        ("Spurgeon model", "steps", "held-out Spurgeon nits/char"),
+        [(("WEB-pretrained, fine-tuned" if n == "finetune" else "from scratch on the slice"),
+          r["steps"], r["test_nits_per_char"]) for n, r in style.items()],
+    ) if style else "Not trained."
+    common_sections = (
+        "## Training\n\n"
+        f"Next-verse prediction on consecutive WEB verses ({results[best]['train_pairs']:,} "
+        "training pairs: both verses ≤ 30 words of ≤ 19 characters; train / validation / test "
+        f"books as every Scriptorium model; split {common.split_description()}). Batch "
+        f"{results[best]['batch_size']}, AdamW, peak lr {results[best]['lr']}, one torch thread "
+        "on a shared 2-core host. Nits per character count every character of a target word, its "
+        "end-of-word symbol and the end-of-sentence word. Sizes are seed 003's scaled down: "
+        "docs/PARAPHRASE.md.\n\n"
+        f"## Sentence encoders (seed 003, figure 3.2)\n\n{table}\n\n"
+        "![test nits per character against parameters](sentence_encoders.png)\n\n"
+        + "".join(f"![{k} training curve](loss-{k}.png)\n" for k in results)
+        + f"\n## Style fine-tuning: Spurgeon\n\n{style_table}\n\n"
+    )
+    if corpus:
+        common_sections += (
+            "Corpus: C. H. Spurgeon's own EXPOSITION sections of *The Treasury of David* (SWORD "
+            f"TDavid), quoted writers dropped; {corpus['words']['train']:,} training words "
+            f"(Psalms {corpus['psalms']['train'][0]}-{corpus['psalms']['train'][1]}), held-out "
+            f"test Psalms {corpus['psalms']['test'][0]}-{corpus['psalms']['test'][1]} "
+            f"({corpus['words']['test']:,} words).\n"
+        )
+    out = args.models_dir / "paraphraser" / "fp32"
+    manifest = eh.export_bundle(
+        runs / f"lm-{best}", out, "paraphraser", runs / "ae",
+        card={"description": "", "metrics": {
+            "sentence_encoders": encoders, "kind": best,
+            "test_nits_per_char": results[best]["test_nits_per_char"],
+            "autoencoder_test_nits_per_char": autoencoder["test_nits_per_char"],
+            "spurgeon": {n: r["test_nits_per_char"] for n, r in style.items()}},
+            "training_data": {"corpus": "World English Bible (WEB), consecutive verses",
+                              "split": common.split_description()}},
+    )
+    generator = HierarchicalGenerator.open(out)
+    rows = []
+    for sentence in RECONSTRUCTION_SENTENCES:
+        result = generator.reconstruction(sentence)
+        rows.append((sentence, result.text, round(result.nits_per_char, 3)))
+    reconstruction = common.markdown_table(("sentence", "greedy reconstruction", "nits/char"), rows)
+    examples = generator.paraphrase(RECONSTRUCTION_SENTENCES[1], 40, seed=0)[:4]
+    example_rows = [(round(c.distance, 3), round(c.temperature, 2), round(c.noise, 2), c.text)
+                    for c in examples]
+    readme = (
+        f"# paraphraser\n\nSeed 003's hierarchical character-level model with a **{best}** "
+        "sentence encoder and decoder (the best of three at the same budget), trained to predict "
+        "the next WEB verse, plus its autoencoder (the sentence decoder fine-tuned to reconstruct "
+        "its input, everything else frozen) for unsupervised paraphrase. Task "
+        "`hierarchical-lm`, run by `runtime/hierarchical.py` (numpy + onnxruntime).\n\n"
+        f"Test nits/char (next verse): **{results[best]['test_nits_per_char']}**; autoencoder "
+        f"(reconstruction) test nits/char: **{autoencoder['test_nits_per_char']}** after "
+        f"{autoencoder['steps']} steps.\n\n"
+        "## Parity with PyTorch\n\n"
+        f"Greedy decoding: {manifest['parity']['greedy']['identical']} of "
+        f"{manifest['parity']['greedy']['compared']} sentences identical, max |Δlogit| "
+        f"{manifest['parity']['greedy']['max_abs_logit_diff']}; per graph max |Δ| "
+        f"{manifest['parity']['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
+        f"## Reconstruction cost (seed 003, table 4.2)\n\n{reconstruction}\n\n"
+        "## Paraphrase example (40 candidates, seed 0, closest 4)\n\n"
+        + common.markdown_table(("distance", "T", "noise w", "candidate"), example_rows)
+        + "\n\n" + common_sections
+        + "\n## Licence\n\nPublic domain: trained only on public-domain text.\n"
+    )
+    _finish_bundle(out, manifest, readme, results, runs)
+    print(f"shipped {out}")
+    if "finetune" in style:
+        out = args.models_dir / "paraphraser-spurgeon" / "fp32"
+        manifest = eh.export_bundle(
+            runs / "style-finetune", out, "paraphraser-spurgeon",
+            card={"metrics": {"spurgeon_test_nits_per_char": style["finetune"]["test_nits_per_char"],
+                              "from_scratch_test_nits_per_char":
+                                  style.get("scratch", {}).get("test_nits_per_char"),
+                              "kind": best},
+                  "training_data": {"corpus": "WEB (pretraining), then Spurgeon's Treasury of "
+                                              "David exposition (fine-tuning)"}},
+        )
+        readme = (
+            "# paraphraser-spurgeon\n\nThe `paraphraser`'s next-sentence model (WEB-pretrained, "
+            f"{best}) fine-tuned on C. H. Spurgeon's own exposition in *The Treasury of David*: "
+            "the app's second style for the next sentence (Generate and Compare tabs). It has no "
+            "autoencoder, so it does not paraphrase.\n\n" + common_sections
+            + "\n## Licence\n\nPublic domain text (WEB; Spurgeon, 1869-1885).\n"
+        )
+        _finish_bundle(out, manifest, readme, results, runs)
+        print(f"shipped {out}")
+    return 0
+
+
+def _finish_bundle(out: Path, manifest: dict, readme: str, results: dict, runs: Path) -> None:
+    from export.manifest import file_entries
+
+    comparison_plot(results, out / "sentence_encoders.png")
+    for kind in results:
+        shutil.copy(runs / f"lm-{kind}" / common.LOSS_PNG, out / f"loss-{kind}.png")
+    (out / "README.md").write_text(readme)
+    manifest["files"] = file_entries(out)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.hierarchical", description=__doc__)
-    parser.add_argument("recipe", choices=("lm", "autoencoder", "style"))
+    parser.add_argument("recipe", choices=("lm", "autoencoder", "style", "ship"))
+    parser.add_argument("--runs", type=Path, default=Path("checkpoints/hier"),
+                        help="ship: directory of the lm-<kind>, ae and style-* runs")
+    parser.add_argument("--models-dir", type=Path, default=Path("models"))
     parser.add_argument("--kind", choices=KINDS, default="sarah")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="run directory (not for ship)")
     parser.add_argument("--init", type=Path, help="run to start from (autoencoder, style)")
     parser.add_argument("--like", type=Path, help="run whose config a from-scratch style run copies")
     parser.add_argument("--corpus", type=Path, help="style corpus JSON (train/spurgeon.py)")
@@ -646,6 +808,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tiny and args.verses == data.DEFAULT_OUT:
         args.verses = data.FIXTURE
+    if args.recipe == "ship":
+        return ship(args)
+    if args.out is None:
+        parser.error("--out is required")
     {"lm": run_lm, "autoencoder": run_autoencoder, "style": run_style}[args.recipe](args)
     return 0
 
