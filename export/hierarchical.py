@@ -90,8 +90,14 @@ def _export(module, args, path: Path, inputs, outputs, axes) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            module, args, str(path), input_names=inputs, output_names=outputs,
-            dynamic_axes=axes, opset_version=OPSET, dynamo=False,
+            module,
+            args,
+            str(path),
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
         )
 
 
@@ -104,14 +110,28 @@ def export_graphs(model: hm.HierarchicalLM, out: Path, autoencoder=None) -> dict
     config = model.config
     batch, length = 2, 3
     chars = torch.randint(len(ht.SPECIALS), config.n_chars, (batch, config.word_chars))
-    _export(_WordEncoder(model), (chars,), out / "word_encoder.onnx", ["chars"],
-            ["word_vectors"], {"chars": {0: "words"}, "word_vectors": {0: "words"}})
+    _export(
+        _WordEncoder(model),
+        (chars,),
+        out / "word_encoder.onnx",
+        ["chars"],
+        ["word_vectors"],
+        {"chars": {0: "words"}, "word_vectors": {0: "words"}},
+    )
     vectors = torch.randn(batch, length, config.word_dim)
     mask = torch.ones(batch, length, dtype=torch.bool)
-    _export(_SentenceEncoder(model), (vectors, mask), out / "sentence_encoder.onnx",
-            ["word_vectors", "mask"], ["sentence_vectors"],
-            {"word_vectors": {0: "batch", 1: "words"}, "mask": {0: "batch", 1: "words"},
-             "sentence_vectors": {0: "batch"}})
+    _export(
+        _SentenceEncoder(model),
+        (vectors, mask),
+        out / "sentence_encoder.onnx",
+        ["word_vectors", "mask"],
+        ["sentence_vectors"],
+        {
+            "word_vectors": {0: "batch", 1: "words"},
+            "mask": {0: "batch", 1: "words"},
+            "sentence_vectors": {0: "batch"},
+        },
+    )
     graphs = {"word_encoder": "word_encoder.onnx", "sentence_encoder": "sentence_encoder.onnx"}
     decoders = {"sentence_decoder": model}
     if autoencoder is not None:
@@ -123,23 +143,42 @@ def export_graphs(model: hm.HierarchicalLM, out: Path, autoencoder=None) -> dict
             state = torch.cat([state, torch.randn_like(state)], 2)  # a state with history
         _export(
             _DecoderStep(source.sentence_decoder),
-            (vectors[:, 0], torch.randn(batch, config.layers, config.value_dim), state,
-             torch.ones(batch, dtype=torch.long)),
+            (
+                vectors[:, 0],
+                torch.randn(batch, config.layers, config.value_dim),
+                state,
+                torch.ones(batch, dtype=torch.long),
+            ),
             out / f"{role}.onnx",
             ["word_vector", "sentence_vectors", "state", "position"],
             ["conditioning", "new_state"],
-            {"word_vector": {0: "batch"}, "sentence_vectors": {0: "batch"}, "state": axes,
-             "position": {0: "batch"}, "conditioning": {0: "batch"}, "new_state": axes},
+            {
+                "word_vector": {0: "batch"},
+                "sentence_vectors": {0: "batch"},
+                "state": axes,
+                "position": {0: "batch"},
+                "conditioning": {0: "batch"},
+                "new_state": axes,
+            },
         )
         graphs[role] = f"{role}.onnx"
     _export(
         _WordDecoderStep(model),
-        (chars[:, 0], torch.randn(batch, config.partial_dim), torch.randn(batch, config.partial_dim)),
+        (
+            chars[:, 0],
+            torch.randn(batch, config.partial_dim),
+            torch.randn(batch, config.partial_dim),
+        ),
         out / "word_decoder.onnx",
         ["previous_char", "hidden", "conditioning"],
         ["logits", "new_hidden"],
-        {"previous_char": {0: "batch"}, "hidden": {0: "batch"}, "conditioning": {0: "batch"},
-         "logits": {0: "batch"}, "new_hidden": {0: "batch"}},
+        {
+            "previous_char": {0: "batch"},
+            "hidden": {0: "batch"},
+            "conditioning": {0: "batch"},
+            "logits": {0: "batch"},
+            "new_hidden": {0: "batch"},
+        },
     )
     graphs["word_decoder"] = "word_decoder.onnx"
     for role, source in decoders.items():
@@ -168,30 +207,37 @@ def _run(session, feeds):
 def graph_parity(model, out: Path, graphs: dict[str, str], decoders: dict) -> dict:
     """max |Δ| of each graph against PyTorch over batch sizes 1, 3, 7 and lengths 1, 4, 9."""
     config = model.config
-    sessions = {role: ort.InferenceSession(str(out / f), providers=["CPUExecutionProvider"])
-                for role, f in graphs.items()}
+    sessions = {
+        role: ort.InferenceSession(str(out / f), providers=["CPUExecutionProvider"])
+        for role, f in graphs.items()
+    }
     generator = torch.Generator().manual_seed(0)
     worst = {role: 0.0 for role in graphs}
     for batch, length in ((1, 1), (3, 4), (7, 9)):
-        chars = torch.randint(len(ht.SPECIALS), config.n_chars, (batch, config.word_chars),
-                              generator=generator)
+        chars = torch.randint(
+            len(ht.SPECIALS), config.n_chars, (batch, config.word_chars), generator=generator
+        )
         got = _run(sessions["word_encoder"], {"chars": chars.numpy()})[0]
-        worst["word_encoder"] = max(worst["word_encoder"],
-                                    _diff(got, model.word_encoder(chars)))
+        worst["word_encoder"] = max(worst["word_encoder"], _diff(got, model.word_encoder(chars)))
         words = torch.randn(batch, length, config.word_dim, generator=generator)
         mask = torch.ones(batch, length, dtype=torch.bool)
         mask[0, length // 2 + 1 :] = False
-        got = _run(sessions["sentence_encoder"], {"word_vectors": words.numpy(),
-                                                  "mask": mask.numpy()})[0]
-        worst["sentence_encoder"] = max(worst["sentence_encoder"],
-                                        _diff(got, model.sentence_encoder(words, mask)))
+        got = _run(
+            sessions["sentence_encoder"], {"word_vectors": words.numpy(), "mask": mask.numpy()}
+        )[0]
+        worst["sentence_encoder"] = max(
+            worst["sentence_encoder"], _diff(got, model.sentence_encoder(words, mask))
+        )
         sentence = torch.randn(batch, config.layers, config.value_dim, generator=generator)
         for role, source in decoders.items():
             state = source.sentence_decoder.initial_state(batch, words)
             for position in range(length):
-                feeds = {"word_vector": words[:, position].numpy(),
-                         "sentence_vectors": sentence.numpy(), "state": state.numpy(),
-                         "position": np.full(batch, position, dtype=np.int64)}
+                feeds = {
+                    "word_vector": words[:, position].numpy(),
+                    "sentence_vectors": sentence.numpy(),
+                    "state": state.numpy(),
+                    "position": np.full(batch, position, dtype=np.int64),
+                }
                 got_out, got_state = _run(sessions[role], feeds)
                 want, state = source.sentence_decoder.step(
                     words[:, position], sentence, state, torch.full((batch,), position)
@@ -200,12 +246,16 @@ def graph_parity(model, out: Path, graphs: dict[str, str], decoders: dict) -> di
         hidden = torch.zeros(batch, config.partial_dim)
         conditioning = torch.randn(batch, config.partial_dim, generator=generator)
         for position in range(length):
-            feeds = {"previous_char": chars[:, position].numpy(), "hidden": hidden.numpy(),
-                     "conditioning": conditioning.numpy()}
+            feeds = {
+                "previous_char": chars[:, position].numpy(),
+                "hidden": hidden.numpy(),
+                "conditioning": conditioning.numpy(),
+            }
             got_logits, got_hidden = _run(sessions["word_decoder"], feeds)
             logits, hidden = model.word_decoder.step(chars[:, position], hidden, conditioning)
-            worst["word_decoder"] = max(worst["word_decoder"], _diff(got_logits, logits),
-                                        _diff(got_hidden, hidden))
+            worst["word_decoder"] = max(
+                worst["word_decoder"], _diff(got_logits, logits), _diff(got_hidden, hidden)
+            )
     return {role: float(f"{value:.3g}") for role, value in worst.items()}
 
 
@@ -236,8 +286,9 @@ def greedy_parity(bundle: Path, model, autoencoder) -> dict:
     return report
 
 
-def export_bundle(run: Path, out: Path, name: str, autoencoder_run: Path | None = None,
-                  card: dict | None = None) -> dict:
+def export_bundle(
+    run: Path, out: Path, name: str, autoencoder_run: Path | None = None, card: dict | None = None
+) -> dict:
     """Export the run (and its autoencoder) into bundle directory `out`; return the manifest.
 
     `card` adds `description`, `metrics`, `training_data`, `license` and `readme` (the model
@@ -246,8 +297,9 @@ def export_bundle(run: Path, out: Path, name: str, autoencoder_run: Path | None 
     autoencoder = hm.load_run(autoencoder_run) if autoencoder_run else None
     if autoencoder is not None:
         shared = [k for k in model.state_dict() if not k.startswith("sentence_decoder.")]
-        changed = [k for k in shared if not torch.equal(model.state_dict()[k],
-                                                        autoencoder.state_dict()[k])]
+        changed = [
+            k for k in shared if not torch.equal(model.state_dict()[k], autoencoder.state_dict()[k])
+        ]
         if changed:
             raise ValueError(f"the autoencoder changed frozen weights: {changed[:3]}")
     if out.exists():
@@ -257,10 +309,14 @@ def export_bundle(run: Path, out: Path, name: str, autoencoder_run: Path | None 
     decoders = {"sentence_decoder": model}
     if autoencoder is not None:
         decoders["autoencoder_decoder"] = autoencoder
-    parity = {"graphs_max_abs_diff": graph_parity(model, out, graphs, decoders),
-              "gru_linear_before_reset": {role: gru_linear_before_reset(out / f)
-                                          for role, f in graphs.items()
-                                          if gru_linear_before_reset(out / f)}}
+    parity = {
+        "graphs_max_abs_diff": graph_parity(model, out, graphs, decoders),
+        "gru_linear_before_reset": {
+            role: gru_linear_before_reset(out / f)
+            for role, f in graphs.items()
+            if gru_linear_before_reset(out / f)
+        },
+    }
     card = card or {}
     config = model.config
     manifest = {
@@ -269,9 +325,14 @@ def export_bundle(run: Path, out: Path, name: str, autoencoder_run: Path | None 
         "task": TASK,
         "architecture": f"hierarchical-{config.kind}",
         "precision": "fp32",
-        "graphs": {role: {"file": f, "inputs": [i.name for i in onnx.load(str(out / f)).graph.input],
-                          "outputs": [o.name for o in onnx.load(str(out / f)).graph.output]}
-                   for role, f in graphs.items()},
+        "graphs": {
+            role: {
+                "file": f,
+                "inputs": [i.name for i in onnx.load(str(out / f)).graph.input],
+                "outputs": [o.name for o in onnx.load(str(out / f)).graph.output],
+            }
+            for role, f in graphs.items()
+        },
         "initial_states": {role: f"{role}_initial_state.npy" for role in decoders},
         "kind": config.kind,
         "charset": config.charset,
@@ -289,9 +350,12 @@ def export_bundle(run: Path, out: Path, name: str, autoencoder_run: Path | None 
         "metrics": card.get("metrics", {}),
         "training_data": card.get("training_data", {}),
         "license": card.get("license", "Public domain: trained only on public-domain text"),
-        "export": {"description": card.get("description", ""),
-                   "parameters": sum(p.numel() for p in model.parameters()),
-                   "source": str(run), "autoencoder_source": str(autoencoder_run or "")},
+        "export": {
+            "description": card.get("description", ""),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "source": str(run),
+            "autoencoder_source": str(autoencoder_run or ""),
+        },
     }
     _write(out, manifest, card.get("readme", f"# {name}\n"))
     manifest["parity"]["greedy"] = greedy_parity(out, model, autoencoder)

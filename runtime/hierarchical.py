@@ -4,11 +4,12 @@ sentence, and unsupervised paraphrase (numpy + onnxruntime, no torch).
 Decoding, word by word: the sentence decoder graph turns the previous word's vector (the
 begin-sentence word first) and the sentence vectors into a conditioning vector; the word decoder
 graph then spells a word one character per step until end-of-word; a word starting with the
-end-of-sentence symbol ends the sentence; after 31 words it ends with finish reason "length". Rules of every step: special
-input symbols are never emitted, end-of-sentence only as a word's first character, end-of-word
-never first and always at a word's 20th character. A character's cost is its nits under the
-model's own (untempered, unfiltered) distribution; it was "sampled" when it is not the argmax of
-the allowed characters. Exactly train.hierarchical.decode's rules (export's parity check).
+end-of-sentence symbol ends the sentence (after 31 words: finish reason "length"). Rules of
+every step: special input symbols are never emitted, end-of-sentence only as a word's first
+character, end-of-word never first and always at a word's 20th character. A character's cost is
+its nits under the model's own (untempered, unfiltered) distribution; it was "sampled" when it
+is not the argmax of the allowed characters. These are train.hierarchical.decode's rules
+(export's parity check compares the two).
 
 - `generate(text, config)` / `stream(...)`: the next sentence; GenerationConfig's do_sample,
   temperature, top-k, top-p, min-p, typical-p and seed apply to characters through
@@ -113,16 +114,18 @@ class CharTokenizer:
 class HierarchicalGenerator:
     """A loaded "hierarchical-lm" bundle; `runtime.load` returns one for such a manifest."""
 
-    def __init__(self, directory: Path, manifest: dict, threads: int | None = None,
-                 providers=None):
+    def __init__(self, directory: Path, manifest: dict, threads: int | None = None, providers=None):
         self.directory, self.manifest = Path(directory), manifest
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or 1
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.sessions = {
-            role: ort.InferenceSession(str(self.directory / graph["file"]), sess_options=options,
-                                       providers=providers or ["CPUExecutionProvider"])
+            role: ort.InferenceSession(
+                str(self.directory / graph["file"]),
+                sess_options=options,
+                providers=providers or ["CPUExecutionProvider"],
+            )
             for role, graph in manifest["graphs"].items()
         }
         self.inputs = {role: {i.name for i in s.get_inputs()} for role, s in self.sessions.items()}
@@ -131,7 +134,8 @@ class HierarchicalGenerator:
         self.word_chars = manifest["word_chars"]
         self.max_words = manifest["max_words"]
         self.initial_states = {
-            role: np.load(self.directory / file) for role, file in manifest["initial_states"].items()
+            role: np.load(self.directory / file)
+            for role, file in manifest["initial_states"].items()
         }
         self.defaults = GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
         self.eos_token_id = ht.END_OF_SENTENCE
@@ -227,15 +231,20 @@ class HierarchicalGenerator:
         for position in range(self.max_words + 1):
             word_vectors = self._run("word_encoder", chars=previous)[0]
             conditioning, state = self._run(
-                role, word_vector=word_vectors, sentence_vectors=vectors, state=state,
-                position=np.full(batch, position, dtype=np.int64))
+                role,
+                word_vector=word_vectors,
+                sentence_vectors=vectors,
+                state=state,
+                position=np.full(batch, position, dtype=np.int64),
+            )
             hidden = np.zeros((batch, self.manifest["partial_size"]), dtype=np.float32)
             chars = np.full(batch, ht.BEGIN_WORD, dtype=np.int64)
             word_done = done.copy()
             previous = np.zeros((batch, self.word_chars), dtype=np.int64)
             for index in range(self.word_chars):
-                logits, hidden = self._run("word_decoder", previous_char=chars, hidden=hidden,
-                                           conditioning=conditioning)
+                logits, hidden = self._run(
+                    "word_decoder", previous_char=chars, hidden=hidden, conditioning=conditioning
+                )
                 masked = np.where(self._allowed[index], logits, -np.inf).astype(np.float32)
                 best = masked.argmax(-1)
                 chars = choose(masked, index)
@@ -280,8 +289,9 @@ class HierarchicalGenerator:
             result.text = "".join(s.char for s in result.steps)
         return results
 
-    def decode_batch(self, texts: list[str], role: str = "sentence_decoder",
-                     keep_logits: bool = False) -> list[Decoded]:
+    def decode_batch(
+        self, texts: list[str], role: str = "sentence_decoder", keep_logits: bool = False
+    ) -> list[Decoded]:
         """Greedy decoding of each text's sentence vectors with the decoder graph `role`."""
         vectors = self.encode(texts)
         return self._collect(vectors, role, lambda masked, _: masked.argmax(-1), keep_logits)
@@ -291,8 +301,9 @@ class HierarchicalGenerator:
     def _chooser(self, config: GenerationConfig, rng):
         if not config.do_sample:
             return lambda masked, _: masked.argmax(-1)
-        sampler = Sampler(config.temperature, config.top_k, config.top_p, config.min_p,
-                          config.typical_p)
+        sampler = Sampler(
+            config.temperature, config.top_k, config.top_p, config.min_p, config.typical_p
+        )
         return lambda masked, _: sampler(masked, rng)
 
     def _settings(self, config: GenerationConfig | None) -> GenerationConfig:
@@ -312,12 +323,16 @@ class HierarchicalGenerator:
         copies = config.num_return_sequences
         vectors = np.repeat(self.encode(prompts), copies, axis=0)
         rng = np.random.default_rng(config.seed)
-        decoded = self._collect(vectors, "sentence_decoder", self._chooser(config, rng),
-                                max_chars=config.max_new_tokens)
+        decoded = self._collect(
+            vectors, "sentence_decoder", self._chooser(config, rng), max_chars=config.max_new_tokens
+        )
         return [
             GenerationOutput(
-                text=d.text, token_ids=d.ids, logprobs=[-s.nits for s in d.steps],
-                finish_reason=d.finish_reason, prompt_index=i // copies,
+                text=d.text,
+                token_ids=d.ids,
+                logprobs=[-s.nits for s in d.steps],
+                finish_reason=d.finish_reason,
+                prompt_index=i // copies,
                 prompt_tokens=sum(map(len, ht.split_words(prompts[i // copies]))),
             )
             for i, d in enumerate(decoded)
@@ -341,20 +356,31 @@ class HierarchicalGenerator:
             logprobs = logits - _logsumexp(logits)
             top = np.argsort(-logprobs)[:5]
             yield StreamEvent(
-                self.vocab.char(char), char, float(logprobs[char]),
+                self.vocab.char(char),
+                char,
+                float(logprobs[char]),
                 [(self.tokenizer.decode([int(i)], False), float(np.exp(logprobs[i]))) for i in top],
-                int(row), finish,
+                int(row),
+                finish,
             )
 
     # ---- paraphrase --------------------------------------------------------------------------
 
-    def paraphrase(self, text: str, num_candidates: int = 40, seed: int | None = 0,
-                   temperature_range=(0.0, 1.0), noise_range=(0.0, 1.0)) -> list[Candidate]:
+    def paraphrase(
+        self,
+        text: str,
+        num_candidates: int = 40,
+        seed: int | None = 0,
+        temperature_range=(0.0, 1.0),
+        noise_range=(0.0, 1.0),
+    ) -> list[Candidate]:
         """Candidates sorted by distance to `text` (closest first); see the module docstring."""
         if not self.can_paraphrase:
             raise ValueError(f"model {self.name!r} has no autoencoder: it cannot paraphrase")
-        if isinstance(num_candidates, bool) or not isinstance(num_candidates, int) or not (
-            1 <= num_candidates <= 256
+        if (
+            isinstance(num_candidates, bool)
+            or not isinstance(num_candidates, int)
+            or not (1 <= num_candidates <= 256)
         ):
             raise ValueError(f"`num_candidates` must be an int in [1, 256], got {num_candidates!r}")
         low_t, high_t = _check_range("temperature_range", temperature_range)
@@ -418,13 +444,18 @@ class HierarchicalGenerator:
         for position, target in enumerate(targets):
             word_vector = self._run("word_encoder", chars=previous)[0]
             conditioning, state = self._run(
-                role, word_vector=word_vector, sentence_vectors=vectors, state=state,
-                position=np.array([position], dtype=np.int64))
+                role,
+                word_vector=word_vector,
+                sentence_vectors=vectors,
+                state=state,
+                position=np.array([position], dtype=np.int64),
+            )
             hidden = np.zeros((1, self.manifest["partial_size"]), dtype=np.float32)
             char = np.array([ht.BEGIN_WORD], dtype=np.int64)
             for target_char in target:
-                logits, hidden = self._run("word_decoder", previous_char=char, hidden=hidden,
-                                           conditioning=conditioning)
+                logits, hidden = self._run(
+                    "word_decoder", previous_char=char, hidden=hidden, conditioning=conditioning
+                )
                 total += float(_logsumexp(logits[0]) - logits[0, target_char])
                 count += 1
                 char = np.array([target_char], dtype=np.int64)

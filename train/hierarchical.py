@@ -102,8 +102,9 @@ class GRULayer(nn.Module):
 
 
 @torch.jit.script_if_tracing
-def sarah_scan(x: torch.Tensor, initial: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-               v: int, q: int) -> torch.Tensor:
+def sarah_scan(
+    x: torch.Tensor, initial: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, v: int, q: int
+) -> torch.Tensor:
     """SARAhLayer's forward without dropout: x [B, T, D_in] → states [B, T, V+Q]."""
     history = initial.unsqueeze(0).unsqueeze(0).expand(x.size(0), 1, initial.size(0))
     for t in range(x.size(1)):
@@ -271,7 +272,9 @@ class SentenceDecoder(nn.Module):
         """word [B, W], sentence_vectors [B, L, V], state [L, B, ...] → [B, P], new state."""
         x, states = word, []
         for index, layer in enumerate(self.layers):
-            x, layer_state = layer.step(condition(x, sentence_vectors[:, index]), state[index], position)
+            x, layer_state = layer.step(
+                condition(x, sentence_vectors[:, index]), state[index], position
+            )
             states.append(layer_state)
         return self.project(x), torch.stack(states)
 
@@ -327,8 +330,9 @@ class HierarchicalLM(nn.Module):
         previous = torch.cat([torch.full_like(words[:, :1], ht.BEGIN_WORD), words[:, :-1]], 1)
         logits = self.word_decoder(previous, conditioning[target_mask])
         labels = words.masked_fill(words == ht.PAD, -100)
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum",
-                               ignore_index=-100)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), labels.flatten(), reduction="sum", ignore_index=-100
+        )
         return loss, int((labels != -100).sum())
 
 
@@ -377,15 +381,21 @@ def collate(vocab, pairs, word_chars: int) -> dict:
     source, source_mask = pad(sources)
     target, target_mask = pad(targets)
     labels = target.masked_fill(target == ht.PAD, -100)
-    return {"source": source, "source_mask": source_mask, "target": target,
-            "target_mask": target_mask, "labels": labels}
+    return {
+        "source": source,
+        "source_mask": source_mask,
+        "target": target,
+        "target_mask": target_mask,
+        "labels": labels,
+    }
 
 
 class PairTask(common.Task):
     """Shuffled batches of (source, target) pairs; validation = nits/char on a fixed subset."""
 
-    def __init__(self, vocab, train_pairs, validation_pairs, batch_size: int, seed: int,
-                 word_chars: int):
+    def __init__(
+        self, vocab, train_pairs, validation_pairs, batch_size: int, seed: int, word_chars: int
+    ):
         self.vocab, self.train_pairs, self.batch_size = vocab, train_pairs, batch_size
         self.seed, self.word_chars = seed, word_chars
         self.validation = batches_of(vocab, validation_pairs, 64, word_chars)
@@ -394,14 +404,18 @@ class PairTask(common.Task):
         order = list(range(len(self.train_pairs)))
         random.Random(self.seed * 1000 + epoch).shuffle(order)
         return [
-            collate(self.vocab, [self.train_pairs[i] for i in order[k : k + self.batch_size]],
-                    self.word_chars)
+            collate(
+                self.vocab,
+                [self.train_pairs[i] for i in order[k : k + self.batch_size]],
+                self.word_chars,
+            )
             for k in range(0, len(order), self.batch_size)
         ]
 
     def loss(self, model, batch: dict) -> torch.Tensor:
-        total, count = model(batch["source"], batch["source_mask"], batch["target"],
-                             batch["target_mask"])
+        total, count = model(
+            batch["source"], batch["source_mask"], batch["target"], batch["target_mask"]
+        )
         return total / count
 
     def validation_loss(self, model) -> float:
@@ -419,8 +433,9 @@ def nits_per_char(model, batches: list[dict]) -> float:
     model.eval()
     total = count = 0
     for batch in batches:
-        loss, n = model(batch["source"], batch["source_mask"], batch["target"],
-                        batch["target_mask"])
+        loss, n = model(
+            batch["source"], batch["source_mask"], batch["target"], batch["target_mask"]
+        )
         total, count = total + float(loss), count + n
     model.train(was_training)
     return total / count
@@ -453,8 +468,16 @@ def encode_texts(model, vocab, texts: list[str]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def decode(model, vocab, texts: list[str], temperatures=None, noise=None, seed: int = 0,
-           keep_logits: bool = False, vectors=None) -> list[dict]:
+def decode(
+    model,
+    vocab,
+    texts: list[str],
+    temperatures=None,
+    noise=None,
+    seed: int = 0,
+    keep_logits: bool = False,
+    vectors=None,
+) -> list[dict]:
     """Decode one sentence per text from its (optionally noised) sentence vectors.
 
     `temperatures` [B] (0 = greedy argmax); `noise` [B, layers, V] is added to the sentence
@@ -470,8 +493,9 @@ def decode(model, vocab, texts: list[str], temperatures=None, noise=None, seed: 
         vectors = vectors + noise
     temperatures = torch.zeros(batch) if temperatures is None else torch.as_tensor(temperatures)
     generator = torch.Generator().manual_seed(seed)
-    results = [{"text": "", "chars": [], "costs": [], "sampled": [], "logits": []}
-               for _ in range(batch)]
+    results = [
+        {"text": "", "chars": [], "costs": [], "sampled": [], "logits": []} for _ in range(batch)
+    ]
     state = model.sentence_decoder.initial_state(batch, vectors)
     previous = torch.zeros(batch, config.word_chars, dtype=torch.long)
     previous[:, 0], previous[:, 1] = ht.BEGIN_SENTENCE, ht.END_OF_WORD
@@ -486,8 +510,9 @@ def decode(model, vocab, texts: list[str], temperatures=None, noise=None, seed: 
         spelled = torch.zeros(batch, config.word_chars, dtype=torch.long)
         for index in range(config.word_chars):
             logits, hidden = model.word_decoder.step(char, hidden, conditioning)
-            masked = logits.masked_fill(~allowed_mask(config.n_chars, index, config.word_chars),
-                                        -float("inf"))
+            masked = logits.masked_fill(
+                ~allowed_mask(config.n_chars, index, config.word_chars), -float("inf")
+            )
             best = masked.argmax(-1)
             scaled = masked / temperatures.clamp(min=1e-6).unsqueeze(-1)
             drawn = torch.multinomial(scaled.softmax(-1), 1, generator=generator).squeeze(-1)
@@ -542,16 +567,32 @@ def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: 
     """Train with common.train, then save the model and its test nits/char into out/."""
     out = args.out
     config = common.TrainConfig(
-        steps=args.steps, lr=args.lr, warmup=min(50, args.steps // 10), min_lr_ratio=0.1,
-        weight_decay=0.01, clip=5.0, log_every=10 if args.steps >= 50 else 1,
+        steps=args.steps,
+        lr=args.lr,
+        warmup=min(50, args.steps // 10),
+        min_lr_ratio=0.1,
+        weight_decay=0.01,
+        clip=5.0,
+        log_every=10 if args.steps >= 50 else 1,
         eval_every=(100 if args.steps >= 200 else 10) if args.steps >= 50 else 1,
-        checkpoint_every=50, seed=args.seed,
+        checkpoint_every=50,
+        seed=args.seed,
     )
     vocab = ht.CharVocab(model.config.charset)
-    task = PairTask(vocab, train_pairs, validation_pairs, args.batch_size, args.seed,
-                    model.config.word_chars)
-    state = common.train(model, task, config, out, resume=args.resume, progress=not args.quiet,
-                         describe=describe, threads=args.threads, max_minutes=args.max_minutes)
+    task = PairTask(
+        vocab, train_pairs, validation_pairs, args.batch_size, args.seed, model.config.word_chars
+    )
+    state = common.train(
+        model,
+        task,
+        config,
+        out,
+        resume=args.resume,
+        progress=not args.quiet,
+        describe=describe,
+        threads=args.threads,
+        max_minutes=args.max_minutes,
+    )
     common.plot_losses(out / common.LOSS_CSV, out / common.LOSS_PNG, describe)
     if not state["finished"]:
         print(f"stopped at step {state['step']} of {config.steps}; continue with --resume")
@@ -585,8 +626,14 @@ def run_lm(args) -> dict:
     if args.tiny:
         config = tiny_config(config)
     model = HierarchicalLM(config)
-    return train_run(model, pairs["train"], pairs["validation"][:512], pairs["test"], args,
-                     f"hierarchical-{args.kind}")
+    return train_run(
+        model,
+        pairs["train"],
+        pairs["validation"][:512],
+        pairs["test"],
+        args,
+        f"hierarchical-{args.kind}",
+    )
 
 
 def tiny_config(config: HierarchicalConfig) -> HierarchicalConfig:
@@ -607,8 +654,14 @@ def run_autoencoder(args) -> dict:
     def itself(split_pairs):
         return [(s, s) for s, _ in split_pairs]
 
-    return train_run(model, itself(pairs["train"]), itself(pairs["validation"])[:512],
-                     itself(pairs["test"]), args, "hierarchical-autoencoder")
+    return train_run(
+        model,
+        itself(pairs["train"]),
+        itself(pairs["validation"])[:512],
+        itself(pairs["test"]),
+        args,
+        "hierarchical-autoencoder",
+    )
 
 
 def run_style(args) -> dict:
@@ -622,8 +675,14 @@ def run_style(args) -> dict:
         reference = json.loads((args.like / CONFIG_FILE).read_text())
         reference["head_dims"] = tuple(reference["head_dims"])
         model = HierarchicalLM(HierarchicalConfig(**reference))
-    return train_run(model, corpus["train"], corpus["validation"][:512], corpus["test"], args,
-                     "hierarchical-style")
+    return train_run(
+        model,
+        corpus["train"],
+        corpus["validation"][:512],
+        corpus["test"],
+        args,
+        "hierarchical-style",
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -649,8 +708,12 @@ def comparison_plot(results: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for kind, result in results.items():
         ax.scatter(result["parameters"] / 1e6, result["test_nits_per_char"], s=60)
-        ax.annotate(kind, (result["parameters"] / 1e6, result["test_nits_per_char"]),
-                    textcoords="offset points", xytext=(6, 4))
+        ax.annotate(
+            kind,
+            (result["parameters"] / 1e6, result["test_nits_per_char"]),
+            textcoords="offset points",
+            xytext=(6, 4),
+        )
     ax.set_xlabel("parameters (millions)")
     ax.set_ylabel("test nits / character")
     ax.set_title("Sentence encoder kinds, same step budget")
@@ -666,26 +729,63 @@ def ship(args) -> int:
     from runtime.hierarchical import HierarchicalGenerator
 
     runs = args.runs
-    results = {k: common.read_json(runs / f"lm-{k}" / "result.json") for k in KINDS
-               if (runs / f"lm-{k}" / "result.json").exists()}
+    results = {
+        k: common.read_json(runs / f"lm-{k}" / "result.json")
+        for k in KINDS
+        if (runs / f"lm-{k}" / "result.json").exists()
+    }
     best = min(results, key=lambda k: results[k]["test_nits_per_char"])
     autoencoder = common.read_json(runs / "ae" / "result.json")
-    style = {name: common.read_json(runs / f"style-{name}" / "result.json")
-             for name in ("finetune", "scratch") if (runs / f"style-{name}" / "result.json").exists()}
+    style = {
+        name: common.read_json(runs / f"style-{name}" / "result.json")
+        for name in ("finetune", "scratch")
+        if (runs / f"style-{name}" / "result.json").exists()
+    }
     corpus = json.loads((runs / "spurgeon.json").read_text()) if style else {}
-    encoders = {k: {"parameters": r["parameters"], "test_nits_per_char": r["test_nits_per_char"]}
-                for k, r in results.items()}
+    encoders = {
+        k: {"parameters": r["parameters"], "test_nits_per_char": r["test_nits_per_char"]}
+        for k, r in results.items()
+    }
     table = common.markdown_table(
-        ("sentence encoder", "parameters", "test nits/char", "validation nits/char", "steps",
-         "minutes (1 thread, shared host)"),
-        [(k, f"{r['parameters']:,}", r["test_nits_per_char"], r["validation_nits_per_char"],
-          r["steps"], round(r["train_seconds"] / 60, 1)) for k, r in results.items()],
+        (
+            "sentence encoder",
+            "parameters",
+            "test nits/char",
+            "validation nits/char",
+            "steps",
+            "minutes (1 thread, shared host)",
+        ),
+        [
+            (
+                k,
+                f"{r['parameters']:,}",
+                r["test_nits_per_char"],
+                r["validation_nits_per_char"],
+                r["steps"],
+                round(r["train_seconds"] / 60, 1),
+            )
+            for k, r in results.items()
+        ],
     )
-    style_table = common.markdown_table(
-        ("Spurgeon model", "steps", "held-out Spurgeon nits/char"),
-        [(("WEB-pretrained, fine-tuned" if n == "finetune" else "from scratch on the slice"),
-          r["steps"], r["test_nits_per_char"]) for n, r in style.items()],
-    ) if style else "Not trained."
+    style_table = (
+        common.markdown_table(
+            ("Spurgeon model", "steps", "held-out Spurgeon nits/char"),
+            [
+                (
+                    (
+                        "WEB-pretrained, fine-tuned"
+                        if n == "finetune"
+                        else "from scratch on the slice"
+                    ),
+                    r["steps"],
+                    r["test_nits_per_char"],
+                )
+                for n, r in style.items()
+            ],
+        )
+        if style
+        else "Not trained."
+    )
     common_sections = (
         "## Training\n\n"
         f"Next-verse prediction on consecutive WEB verses ({results[best]['train_pairs']:,} "
@@ -710,14 +810,24 @@ def ship(args) -> int:
         )
     out = args.models_dir / "paraphraser" / "fp32"
     manifest = eh.export_bundle(
-        runs / f"lm-{best}", out, "paraphraser", runs / "ae",
-        card={"description": "", "metrics": {
-            "sentence_encoders": encoders, "kind": best,
-            "test_nits_per_char": results[best]["test_nits_per_char"],
-            "autoencoder_test_nits_per_char": autoencoder["test_nits_per_char"],
-            "spurgeon": {n: r["test_nits_per_char"] for n, r in style.items()}},
-            "training_data": {"corpus": "World English Bible (WEB), consecutive verses",
-                              "split": common.split_description()}},
+        runs / f"lm-{best}",
+        out,
+        "paraphraser",
+        runs / "ae",
+        card={
+            "description": "",
+            "metrics": {
+                "sentence_encoders": encoders,
+                "kind": best,
+                "test_nits_per_char": results[best]["test_nits_per_char"],
+                "autoencoder_test_nits_per_char": autoencoder["test_nits_per_char"],
+                "spurgeon": {n: r["test_nits_per_char"] for n, r in style.items()},
+            },
+            "training_data": {
+                "corpus": "World English Bible (WEB), consecutive verses",
+                "split": common.split_description(),
+            },
+        },
     )
     generator = HierarchicalGenerator.open(out)
     rows = []
@@ -726,8 +836,9 @@ def ship(args) -> int:
         rows.append((sentence, result.text, round(result.nits_per_char, 3)))
     reconstruction = common.markdown_table(("sentence", "greedy reconstruction", "nits/char"), rows)
     examples = generator.paraphrase(RECONSTRUCTION_SENTENCES[1], 40, seed=0)[:4]
-    example_rows = [(round(c.distance, 3), round(c.temperature, 2), round(c.noise, 2), c.text)
-                    for c in examples]
+    example_rows = [
+        (round(c.distance, 3), round(c.temperature, 2), round(c.noise, 2), c.text) for c in examples
+    ]
     readme = (
         f"# paraphraser\n\nSeed 003's hierarchical character-level model with a **{best}** "
         "sentence encoder and decoder (the best of three at the same budget), trained to predict "
@@ -745,7 +856,8 @@ def ship(args) -> int:
         f"## Reconstruction cost (seed 003, table 4.2)\n\n{reconstruction}\n\n"
         "## Paraphrase example (40 candidates, seed 0, closest 4)\n\n"
         + common.markdown_table(("distance", "T", "noise w", "candidate"), example_rows)
-        + "\n\n" + common_sections
+        + "\n\n"
+        + common_sections
         + "\n## Licence\n\nPublic domain: trained only on public-domain text.\n"
     )
     _finish_bundle(out, manifest, readme, results, runs)
@@ -753,19 +865,29 @@ def ship(args) -> int:
     if "finetune" in style:
         out = args.models_dir / "paraphraser-spurgeon" / "fp32"
         manifest = eh.export_bundle(
-            runs / "style-finetune", out, "paraphraser-spurgeon",
-            card={"metrics": {"spurgeon_test_nits_per_char": style["finetune"]["test_nits_per_char"],
-                              "from_scratch_test_nits_per_char":
-                                  style.get("scratch", {}).get("test_nits_per_char"),
-                              "kind": best},
-                  "training_data": {"corpus": "WEB (pretraining), then Spurgeon's Treasury of "
-                                              "David exposition (fine-tuning)"}},
+            runs / "style-finetune",
+            out,
+            "paraphraser-spurgeon",
+            card={
+                "metrics": {
+                    "spurgeon_test_nits_per_char": style["finetune"]["test_nits_per_char"],
+                    "from_scratch_test_nits_per_char": style.get("scratch", {}).get(
+                        "test_nits_per_char"
+                    ),
+                    "kind": best,
+                },
+                "training_data": {
+                    "corpus": "WEB (pretraining), then Spurgeon's Treasury of "
+                    "David exposition (fine-tuning)"
+                },
+            },
         )
         readme = (
             "# paraphraser-spurgeon\n\nThe `paraphraser`'s next-sentence model (WEB-pretrained, "
             f"{best}) fine-tuned on C. H. Spurgeon's own exposition in *The Treasury of David*: "
             "the app's second style for the next sentence (Generate and Compare tabs). It has no "
-            "autoencoder, so it does not paraphrase.\n\n" + common_sections
+            "autoencoder, so it does not paraphrase.\n\n"
+            + common_sections
             + "\n## Licence\n\nPublic domain text (WEB; Spurgeon, 1869-1885).\n"
         )
         _finish_bundle(out, manifest, readme, results, runs)
@@ -787,13 +909,19 @@ def _finish_bundle(out: Path, manifest: dict, readme: str, results: dict, runs: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.hierarchical", description=__doc__)
     parser.add_argument("recipe", choices=("lm", "autoencoder", "style", "ship"))
-    parser.add_argument("--runs", type=Path, default=Path("checkpoints/hier"),
-                        help="ship: directory of the lm-<kind>, ae and style-* runs")
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        default=Path("checkpoints/hier"),
+        help="ship: directory of the lm-<kind>, ae and style-* runs",
+    )
     parser.add_argument("--models-dir", type=Path, default=Path("models"))
     parser.add_argument("--kind", choices=KINDS, default="sarah")
     parser.add_argument("--out", type=Path, help="run directory (not for ship)")
     parser.add_argument("--init", type=Path, help="run to start from (autoencoder, style)")
-    parser.add_argument("--like", type=Path, help="run whose config a from-scratch style run copies")
+    parser.add_argument(
+        "--like", type=Path, help="run whose config a from-scratch style run copies"
+    )
     parser.add_argument("--corpus", type=Path, help="style corpus JSON (train/spurgeon.py)")
     parser.add_argument("--verses", type=Path, default=data.DEFAULT_OUT)
     parser.add_argument("--tiny", action="store_true", help="tiny widths on the fixture verses")

@@ -64,11 +64,7 @@ def sentence_pairs(paragraph: str, vocab: ht.CharVocab) -> list[tuple[list[str],
         and all(len(x) < ht.WORD_CHARS and all(c in vocab.ids for c in x) for x in w)
         for w in sentences
     ]
-    return [
-        (a, b)
-        for a, b, fa, fb in zip(sentences, sentences[1:], fits, fits[1:])
-        if fa and fb
-    ]
+    return [(a, b) for a, b, fa, fb in zip(sentences, sentences[1:], fits, fits[1:]) if fa and fb]
 
 
 def build(imp_lines, charset: list[str], train_words: int = 100_000, held_out_words: int = 12_000):
@@ -101,20 +97,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.spurgeon", description=__doc__)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--imp", type=Path, help="mod2imp output (default: run mod2imp TDavid)")
-    parser.add_argument("--verses", type=Path, default=data.DEFAULT_OUT,
-                        help="verse table whose WEB text gives the model's character set")
+    parser.add_argument(
+        "--verses",
+        type=Path,
+        default=data.DEFAULT_OUT,
+        help="verse table whose WEB text gives the model's character set",
+    )
     args = parser.parse_args(argv)
     if args.imp:
         lines = args.imp.read_text(encoding="utf-8").splitlines()
     else:
-        lines = subprocess.run(["mod2imp", MODULE], capture_output=True, text=True,
-                               check=True).stdout.splitlines()
+        lines = subprocess.run(
+            ["mod2imp", MODULE], capture_output=True, text=True, check=True
+        ).stdout.splitlines()
     charset = ht.default_charset(r["web"] for r in data.load_verses(args.verses))
     corpus = build(lines, charset)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(corpus))
-    print({k: len(corpus[k]) for k in ("train", "validation", "test")}, corpus["psalms"],
-          corpus["words"])
+    print(
+        {k: len(corpus[k]) for k in ("train", "validation", "test")},
+        corpus["psalms"],
+        corpus["words"],
+    )
     return 0
 
 
