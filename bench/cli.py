@@ -1,4 +1,5 @@
-"""`scriptorium bench decode|seq2seq|sampling|startup|quality|breakdown|attention|all [ARGS…]`."""
+"""`scriptorium bench decode|seq2seq|sampling|startup|quality|breakdown|attention|paraphrase|all
+[ARGS…]`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ BENCHMARKS = {
     "quality": "bench.quality",
     "breakdown": "bench.breakdown",
     "attention": "bench.attention",
+    "paraphrase": "bench.paraphrase",
 }
 
 

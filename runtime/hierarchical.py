@@ -66,6 +66,35 @@ class Decoded:
 
 
 @dataclass
+class _Step:
+    """One character step of a batch: which rows emitted (`active`), what, and how it ended."""
+
+    active: np.ndarray  # (B,) bool: rows that emitted a symbol at this step
+    chars: np.ndarray | None  # (B,) ids; None: the sentence ran out of words
+    logits: np.ndarray | None  # (B, V) raw logits
+    best: np.ndarray | None  # (B,) argmax of the allowed characters
+    ends: np.ndarray | None  # (B,) the row chose end-of-sentence
+    full: np.ndarray  # (B,) the row reached its character or word budget
+
+
+def sample_rows(masked: np.ndarray, temperatures: np.ndarray, rng) -> np.ndarray:
+    """One id per row of `masked` (B, V) (-inf = not allowed), each row at its own temperature:
+    argmax where it is 0, else a draw from softmax(masked / T) by inverse CDF."""
+    best = masked.argmax(-1)
+    hot = temperatures > 0
+    if not hot.any():
+        return best
+    scaled = masked[hot] / temperatures[hot, None]
+    weights = np.exp(scaled - scaled.max(-1, keepdims=True))
+    cumulative = np.cumsum(weights, -1)
+    u = rng.random(len(cumulative)) * cumulative[:, -1]
+    drawn = (cumulative <= u[:, None]).sum(-1)
+    out = best.copy()
+    out[hot] = np.minimum(drawn, masked.shape[1] - 1)
+    return out
+
+
+@dataclass
 class Candidate:
     text: str  # the candidate sentence
     distance: float  # Euclidean distance of its sentence vectors to the source's
@@ -219,10 +248,11 @@ class HierarchicalGenerator:
 
     # ---- decoding ----------------------------------------------------------------------------
 
-    def _steps(self, vectors, role, choose, max_chars=None) -> Iterator[tuple]:
-        """Yield (row, char id, raw logits row, argmax id, finish) per emitted symbol.
+    def _steps(self, vectors, role, choose, max_chars=None) -> Iterator[_Step]:
+        """Yield one _Step per character step of the batch, then one with `chars` None for the
+        rows still unfinished after the last word.
 
-        `choose(masked_logits (B, V), index) -> ids (B,)` picks the characters."""
+        `choose(masked_logits (B, V)) -> ids (B,)` picks the characters."""
         batch = vectors.shape[0]
         state = self._initial(role, batch)
         previous = self._begin_words(batch)
@@ -246,45 +276,46 @@ class HierarchicalGenerator:
                     "word_decoder", previous_char=chars, hidden=hidden, conditioning=conditioning
                 )
                 masked = np.where(self._allowed[index], logits, -np.inf).astype(np.float32)
-                best = masked.argmax(-1)
-                chars = choose(masked, index)
+                chars = choose(masked)
+                active = ~word_done
                 previous[:, index] = np.where(word_done, ht.PAD, chars)
-                for row in np.flatnonzero(~word_done):
-                    char = int(chars[row])
-                    finish = None
-                    if char == ht.END_OF_SENTENCE:
-                        finish = "eos"
-                    elif max_chars is not None and char != ht.END_OF_WORD:
-                        emitted[row] += 1
-                        if emitted[row] >= max_chars:
-                            finish = "length"
-                    if char in (ht.END_OF_WORD, ht.END_OF_SENTENCE) or finish:
-                        word_done[row] = True
-                    if finish:
-                        done[row] = True
-                    yield row, char, logits[row], int(best[row]), finish
+                ends = active & (chars == ht.END_OF_SENTENCE)
+                full = np.zeros(batch, dtype=bool)
+                if max_chars is not None:
+                    emitted += active & (chars != ht.END_OF_WORD) & ~ends
+                    full = active & (emitted >= max_chars)
+                word_done |= active & ((chars == ht.END_OF_WORD) | ends | full)
+                done |= ends | full
+                yield _Step(active, chars, logits, masked.argmax(-1), ends, full)
                 if word_done.all():
                     break
             if done.all():
                 return
-        for row in np.flatnonzero(~done):
-            yield row, None, None, None, "length"
+        yield _Step(~done, None, None, None, None, ~done)
 
     def _collect(self, vectors, role, choose, keep_logits=False, max_chars=None) -> list[Decoded]:
         results = [Decoded("") for _ in range(vectors.shape[0])]
-        for row, char, logits, best, finish in self._steps(vectors, role, choose, max_chars):
-            result = results[row]
-            if finish:
-                result.finish_reason = finish
-            if char is None:
+        for step in self._steps(vectors, role, choose, max_chars):
+            if step.chars is None:
+                for row in np.flatnonzero(step.active):
+                    results[row].finish_reason = "length"
                 continue
-            if keep_logits:
-                result.logits.append(logits)
-            if char in (ht.END_OF_WORD, ht.END_OF_SENTENCE):
-                continue
-            nits = float(_logsumexp(logits) - logits[char])
-            result.steps.append(CharacterStep(self.vocab.char(char), nits, char != best))
-            result.ids.append(char)
+            top = step.logits.max(-1, keepdims=True)
+            normalizer = top[:, 0] + np.log(np.exp(step.logits - top).sum(-1))
+            nits = normalizer - step.logits[np.arange(len(step.chars)), step.chars]
+            for row in np.flatnonzero(step.active):
+                result, char = results[row], int(step.chars[row])
+                if keep_logits:
+                    result.logits.append(step.logits[row])
+                if step.ends[row]:
+                    result.finish_reason = "eos"
+                elif step.full[row]:
+                    result.finish_reason = "length"
+                if char in (ht.END_OF_WORD, ht.END_OF_SENTENCE):
+                    continue
+                sampled = char != int(step.best[row])
+                result.steps.append(CharacterStep(self.vocab.char(char), float(nits[row]), sampled))
+                result.ids.append(char)
         for result in results:
             result.text = "".join(s.char for s in result.steps)
         return results
@@ -294,17 +325,17 @@ class HierarchicalGenerator:
     ) -> list[Decoded]:
         """Greedy decoding of each text's sentence vectors with the decoder graph `role`."""
         vectors = self.encode(texts)
-        return self._collect(vectors, role, lambda masked, _: masked.argmax(-1), keep_logits)
+        return self._collect(vectors, role, lambda masked: masked.argmax(-1), keep_logits)
 
     # ---- next sentence -----------------------------------------------------------------------
 
     def _chooser(self, config: GenerationConfig, rng):
         if not config.do_sample:
-            return lambda masked, _: masked.argmax(-1)
+            return lambda masked: masked.argmax(-1)
         sampler = Sampler(
             config.temperature, config.top_k, config.top_p, config.min_p, config.typical_p
         )
-        return lambda masked, _: sampler(masked, rng)
+        return lambda masked: sampler(masked, rng)
 
     def _settings(self, config: GenerationConfig | None) -> GenerationConfig:
         config = (config or self.defaults).validate()
@@ -347,22 +378,29 @@ class HierarchicalGenerator:
         vectors = np.repeat(self.encode([prompt]), config.num_return_sequences, axis=0)
         choose = self._chooser(config, np.random.default_rng(config.seed))
         steps = self._steps(vectors, "sentence_decoder", choose, max_chars=config.max_new_tokens)
-        for row, char, logits, _, finish in steps:
-            if char is None:  # out of words
-                yield StreamEvent("", None, None, [], int(row), finish)
-                continue
-            if char == ht.END_OF_WORD:
-                continue
-            logprobs = logits - _logsumexp(logits)
-            top = np.argsort(-logprobs)[:5]
-            yield StreamEvent(
-                self.vocab.char(char),
-                char,
-                float(logprobs[char]),
-                [(self.tokenizer.decode([int(i)], False), float(np.exp(logprobs[i]))) for i in top],
-                int(row),
-                finish,
-            )
+        for step in steps:
+            for row in np.flatnonzero(step.active):
+                finish = "eos" if step.ends is not None and step.ends[row] else None
+                finish = finish or ("length" if step.full[row] else None)
+                if step.chars is None:  # out of words
+                    yield StreamEvent("", None, None, [], int(row), finish)
+                    continue
+                char = int(step.chars[row])
+                if char == ht.END_OF_WORD and not finish:
+                    continue
+                logprobs = step.logits[row] - _logsumexp(step.logits[row])
+                top = np.argsort(-logprobs)[:5]
+                yield StreamEvent(
+                    "" if char in (ht.END_OF_WORD, ht.END_OF_SENTENCE) else self.vocab.char(char),
+                    char,
+                    float(logprobs[char]),
+                    [
+                        (self.tokenizer.decode([int(i)], False), float(np.exp(logprobs[i])))
+                        for i in top
+                    ],
+                    int(row),
+                    finish,
+                )
 
     # ---- paraphrase --------------------------------------------------------------------------
 
@@ -393,16 +431,8 @@ class HierarchicalGenerator:
         noise = rng.standard_normal((num_candidates, *source.shape[1:])) * rms
         vectors = (source + weights[:, None, None] * noise).astype(np.float32)
 
-        def choose(masked, _):
-            best = masked.argmax(-1)
-            sampling = temperatures > 0
-            if not sampling.any():
-                return best
-            scaled = masked[sampling] / temperatures[sampling, None]
-            drawn = Sampler()(scaled.astype(np.float32), rng)
-            out = best.copy()
-            out[sampling] = drawn
-            return out
+        def choose(masked):
+            return sample_rows(masked, temperatures, rng)
 
         decoded = self._collect(vectors, "autoencoder_decoder", choose)
         texts = [d.text for d in decoded]
@@ -431,7 +461,7 @@ class HierarchicalGenerator:
             raise ValueError(f"model {self.name!r} has no autoencoder: it cannot reconstruct")
         words = self.vocab.check_sentence(text, self.max_words)
         vectors = self._encode_words([words])
-        greedy = self._collect(vectors, "autoencoder_decoder", lambda m, _: m.argmax(-1))[0]
+        greedy = self._collect(vectors, "autoencoder_decoder", lambda masked: masked.argmax(-1))[0]
         return Reconstruction(greedy.text, self.teacher_forced_cost(words, vectors))
 
     def teacher_forced_cost(self, words: list[str], vectors, role="autoencoder_decoder") -> float:

@@ -30,6 +30,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -538,6 +539,37 @@ def decode(
     for result in results:
         result["text"] = "".join(result["chars"])
     return results
+
+
+@torch.no_grad()
+def paraphrase(model, vocab, text: str, num_candidates: int = 40, seed: int = 0) -> list[dict]:
+    """The PyTorch loop of runtime HierarchicalGenerator.paraphrase (the benchmark's peer): the
+    same draws of T ~ U(0, 1), w ~ U(0, 1) and noise (numpy, same seed), characters sampled with
+    torch; candidates re-encoded and sorted by distance."""
+    model.eval()
+    source = encode_texts(model, vocab, [text])  # [1, L, V]
+    rng = np.random.default_rng(seed)
+    temperatures = rng.uniform(0, 1, num_candidates)
+    weights = rng.uniform(0, 1, num_candidates)
+    rms = source[0].pow(2).mean(-1, keepdim=True).sqrt().numpy()
+    noise = rng.standard_normal((num_candidates, *source.shape[1:])) * rms
+    vectors = (source.numpy() + weights[:, None, None] * noise).astype(np.float32)
+    decoded = decode(
+        model,
+        vocab,
+        [text] * num_candidates,
+        temperatures=temperatures,
+        seed=seed,
+        vectors=torch.from_numpy(vectors),
+    )
+    for result in decoded:
+        words = ht.split_words(result["text"])
+        if encodable(words) and all(c in vocab.ids for c in result["text"]):
+            encoded = encode_texts(model, vocab, [result["text"]])
+            result["distance"] = float((encoded - source).norm())
+        else:
+            result["distance"] = float("inf")
+    return sorted(decoded, key=lambda r: r["distance"])
 
 
 # ---------------------------------------------------------------------------------------------
