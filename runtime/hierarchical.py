@@ -13,8 +13,9 @@ is not the argmax of the allowed characters. These are train.hierarchical.decode
 
 - `generate(text, config)` / `stream(...)`: the next sentence; GenerationConfig's do_sample,
   temperature, top-k, top-p, min-p, typical-p and seed apply to characters through
-  runtime.sampling; `max_new_tokens` counts characters. Same result types as runtime.generator:
-  token_ids are character ids, logprobs their log-probabilities.
+  runtime.sampling; `max_new_tokens` counts characters; beam search, repetition penalties,
+  min_new_tokens and stop strings raise ValueError (they are token-model settings). Same result
+  types as runtime.generator: token_ids are character ids, logprobs their log-probabilities.
 - `paraphrase(text, num_candidates, seed)` (bundles with an `autoencoder_decoder` graph, seed 003
   §4.4-4.5): the autoencoder decodes every candidate in one batch, each at its own temperature
   T ~ U(temperature range) and with Gaussian noise of σ = w × RMS(sentence vector) added to each
@@ -338,9 +339,21 @@ class HierarchicalGenerator:
         return lambda masked: sampler(masked, rng)
 
     def _settings(self, config: GenerationConfig | None) -> GenerationConfig:
+        """Validate `config`; settings a character model cannot honour raise ValueError."""
         config = (config or self.defaults).validate()
-        if config.num_beams > 1:
-            raise ValueError(f"`num_beams` must be 1 for a character model, got {config.num_beams}")
+        unsupported = {
+            "num_beams": (config.num_beams, 1),
+            "repetition_penalty": (config.repetition_penalty, 1.0),
+            "no_repeat_ngram_size": (config.no_repeat_ngram_size, 0),
+            "min_new_tokens": (config.min_new_tokens, 0),
+            "stop": (config.stop, ()),
+        }
+        for name, (value, only) in unsupported.items():
+            if value != only:
+                raise ValueError(
+                    f"`{name}` must be {only!r} for a character-level hierarchical model, "
+                    f"got {value!r}"
+                )
         return config
 
     def generate(self, prompts, config: GenerationConfig | None = None, controls=None):
