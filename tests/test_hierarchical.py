@@ -192,3 +192,34 @@ def test_paraphrase_endpoint(bundle, tmp_path):
         assert isinstance(text, str) and stats
     finally:
         demo.close()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian chromium missing")
+def test_paraphrase_tab_in_the_browser(bundle):
+    from playwright.sync_api import sync_playwright
+
+    import app
+    from tests.app_fixtures import serve
+    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT
+    from ui.registry import ModelRegistry
+
+    demo = app.build(ModelRegistry({"tiny-paraphraser": bundle[0]}))
+    url = serve(demo)
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(TIMEOUT * 1000)
+            page.goto(url)
+            page.get_by_role("tab", name="Paraphrase").click()
+            page.get_by_role("button", name="Paraphrase", exact=True).click()
+            spans = page.locator("#paraphrase-candidates td.candidate span")
+            spans.first.wait_for()
+            title = spans.first.get_attribute("title")
+            classes = set(spans.evaluate_all("nodes => nodes.map(n => n.className)"))
+            assert title.endswith("nits") or title.endswith("(sampled)")
+            assert classes <= {"char-argmax", "char-sampled"} and classes
+            page.get_by_text("nits/char").wait_for()
+            browser.close()
+    finally:
+        demo.close()
