@@ -367,3 +367,35 @@ def _write(out: Path, manifest: dict, readme: str) -> None:
     (out / "README.md").write_text(readme)
     manifest["files"] = file_entries(out)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def runtime_nits_per_char(bundle: Path, pairs, role: str = "sentence_decoder") -> float:
+    """Teacher-forced nits per character of (source words, target words) pairs through the
+    runtime (the training metric, measured on the exported graphs)."""
+    from runtime.hierarchical import HierarchicalGenerator
+
+    generator = HierarchicalGenerator.open(bundle)
+    total = count = 0
+    for source, target in pairs:
+        vectors = generator.encode(["".join(source)])
+        nits, chars = generator.teacher_forced_nits(target, vectors, role)
+        total, count = total + nits, count + chars
+    return total / count
+
+
+def quantize_bundle(source: Path, out: Path) -> dict:
+    """An int8 copy of bundle `source` in `out` (export.quantize's dynamic int8 on every graph's
+    MatMuls; GRU nodes stay float32); returns its manifest."""
+    from export.quantize import quantize_graph
+
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(source, out)
+    manifest = json.loads((source / "manifest.json").read_text())
+    reports = {}
+    for role, graph in manifest["graphs"].items():
+        reports[role] = quantize_graph(source / graph["file"], out / graph["file"], "int8", False)
+    manifest["precision"] = "int8"
+    manifest["export"]["quantization"] = {role: r["ops"] for role, r in reports.items()}
+    _write(out, manifest, (source / "README.md").read_text())
+    return manifest

@@ -480,9 +480,14 @@ class HierarchicalGenerator:
     def teacher_forced_cost(self, words: list[str], vectors, role="autoencoder_decoder") -> float:
         """Nits per character of `words` (+ end-of-word symbols and the end-of-sentence word)
         given sentence vectors (1, L, V): train.hierarchical's metric for one sentence."""
+        total, count = self.teacher_forced_nits(words, vectors, role)
+        return total / count
+
+    def teacher_forced_nits(self, words: list[str], vectors, role: str) -> tuple[float, int]:
+        """(summed nits, predicted characters) of `words` given sentence vectors (1, L, V)."""
         state = self._initial(role, 1)
         previous = self._begin_words(1)
-        total = count = 0.0
+        total, count = 0.0, 0
         targets = [self.vocab.spell(w) for w in words] + [[ht.END_OF_SENTENCE, ht.END_OF_WORD]]
         for position, target in enumerate(targets):
             word_vector = self._run("word_encoder", chars=previous)[0]
@@ -504,7 +509,7 @@ class HierarchicalGenerator:
                 char = np.array([target_char], dtype=np.int64)
             previous = np.zeros((1, self.word_chars), dtype=np.int64)
             previous[0, : len(target)] = target
-        return total / count
+        return total, count
 
 
 def _logsumexp(row: np.ndarray) -> float:

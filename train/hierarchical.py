@@ -861,6 +861,8 @@ def ship(args) -> int:
             },
         },
     )
+    web_test = web_pairs(args.verses)[0]["test"]
+    precision_text, int8 = _precisions(out, manifest, web_test, "WEB test pairs (next verse)")
     generator = HierarchicalGenerator.open(out)
     rows = []
     for sentence in RECONSTRUCTION_SENTENCES:
@@ -889,11 +891,13 @@ def ship(args) -> int:
         "## Paraphrase example (40 candidates, seed 0, closest 4)\n\n"
         + common.markdown_table(("distance", "T", "noise w", "candidate"), example_rows)
         + "\n\n"
+        + precision_text
         + common_sections
         + "\n## Licence\n\nPublic domain: trained only on public-domain text.\n"
     )
-    _finish_bundle(out, manifest, readme, results, runs)
-    print(f"shipped {out}")
+    for bundle, bundle_manifest in ((out, manifest), *int8):
+        _finish_bundle(bundle, bundle_manifest, readme, results, runs)
+        print(f"shipped {bundle}")
     if "finetune" in style:
         out = args.models_dir / "paraphraser-spurgeon" / "fp32"
         manifest = eh.export_bundle(
@@ -914,17 +918,53 @@ def ship(args) -> int:
                 },
             },
         )
+        precision_text, int8 = _precisions(out, manifest, corpus["test"], "held-out Spurgeon")
         readme = (
             "# paraphraser-spurgeon\n\nThe `paraphraser`'s next-sentence model (WEB-pretrained, "
             f"{best}) fine-tuned on C. H. Spurgeon's own exposition in *The Treasury of David*: "
             "the app's second style for the next sentence (Generate and Compare tabs). It has no "
             "autoencoder, so it does not paraphrase.\n\n"
+            + precision_text
             + common_sections
             + "\n## Licence\n\nPublic domain text (WEB; Spurgeon, 1869-1885).\n"
         )
-        _finish_bundle(out, manifest, readme, results, runs)
-        print(f"shipped {out}")
+        for bundle, bundle_manifest in ((out, manifest), *int8):
+            _finish_bundle(bundle, bundle_manifest, readme, results, runs)
+            print(f"shipped {bundle}")
     return 0
+
+
+INT8_TOLERANCE = 0.01  # int8 ships beside fp32 when its nits/char is at most 1 % worse
+
+
+def _precisions(fp32: Path, manifest: dict, pairs, what: str):
+    """Quantize the fp32 bundle to int8 beside it, measure both through the runtime on `pairs`
+    (teacher-forced nits/char), keep int8 only within INT8_TOLERANCE; returns (the card's
+    section, [(int8 dir, manifest)] or [])."""
+    from export import hierarchical as eh
+
+    int8_dir = fp32.parent / "int8"
+    int8_manifest = eh.quantize_bundle(fp32, int8_dir)
+    measured = {
+        "fp32": round(eh.runtime_nits_per_char(fp32, pairs), 4),
+        "int8": round(eh.runtime_nits_per_char(int8_dir, pairs), 4),
+    }
+    keep = measured["int8"] <= measured["fp32"] * (1 + INT8_TOLERANCE)
+    for bundle_manifest in (manifest, int8_manifest):
+        bundle_manifest["metrics"]["runtime_nits_per_char"] = {**measured, "pairs": what}
+    if not keep:
+        shutil.rmtree(int8_dir)
+    verdict = (
+        "so both ship (the app lists int8 first)."
+        if keep
+        else f"more than {INT8_TOLERANCE:.0%} worse, so only fp32 ships."
+    )
+    section = (
+        f"## Precision\n\nTeacher-forced nits/char through the runtime on {len(pairs)} {what}: "
+        f"fp32 {measured['fp32']}, int8 {measured['int8']} (dynamic int8 MatMuls; GRU nodes stay "
+        f"float32): {verdict}\n\n"
+    )
+    return section, [(int8_dir, int8_manifest)] if keep else []
 
 
 def _finish_bundle(out: Path, manifest: dict, readme: str, results: dict, runs: Path) -> None:
