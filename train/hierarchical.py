@@ -620,13 +620,14 @@ def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: 
         config,
         out,
         resume=args.resume,
+        max_steps=args.max_steps,
         progress=not args.quiet,
         describe=describe,
         threads=args.threads,
         max_minutes=args.max_minutes,
     )
     common.plot_losses(out / common.LOSS_CSV, out / common.LOSS_PNG, describe)
-    if not state["finished"]:
+    if not state["finished"] and state["step"] != args.max_steps:
         print(f"stopped at step {state['step']} of {config.steps}; continue with --resume")
         return {}
     save_run(model, out)
@@ -634,6 +635,7 @@ def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: 
         "kind": model.config.kind,
         "parameters": common.count_parameters(model),
         "steps": state["step"],
+        "planned_steps": config.steps,
         "train_seconds": round(state["train_seconds"], 1),
         "train_pairs": len(train_pairs),
         "test_pairs": len(test_pairs),
@@ -754,6 +756,31 @@ def comparison_plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def budget_note(results: dict, shipped: dict, best: str) -> str:
+    """How the comparison's budget relates to the shipped run, for the card."""
+    steps = {r["steps"] for r in results.values()}
+    planned = {r.get("planned_steps", r["steps"]) for r in results.values()}
+    note = f"All three kinds: {', '.join(map(str, sorted(steps)))} steps"
+    if steps != planned:
+        note += f" of the same {', '.join(map(str, sorted(planned)))}-step schedule"
+    note += ", same data order, seed 0, batch 32, one thread."
+    if shipped["steps"] not in steps:
+        note += (
+            f" The shared host's load (load average ≈ 12 on 2 cores) left no time to take all "
+            f"three to {shipped['steps']} steps; the shipped {best} model is the run that got "
+            "there, and the comparison uses its schedule's first steps (re-run from the same "
+            "seed)."
+        )
+    return note + "\n\n"
+
+
+def comparison_run(runs: Path, kind: str) -> Path:
+    """The run of `kind` in the three-way comparison: runs/compare/<kind> when the comparison
+    was made at a shorter budget than the shipped run, else runs/lm-<kind>."""
+    compare = runs / "compare" / kind
+    return compare if compare.exists() else runs / f"lm-{kind}"
+
+
 def ship(args) -> int:
     """Export the best WEB kind (+ autoencoder) to models/paraphraser/fp32 and the Spurgeon
     fine-tune to models/paraphraser-spurgeon/fp32, each with its model card."""
@@ -761,12 +788,14 @@ def ship(args) -> int:
     from runtime.hierarchical import HierarchicalGenerator
 
     runs = args.runs
+    compared = {k: comparison_run(runs, k) for k in KINDS}
     results = {
-        k: common.read_json(runs / f"lm-{k}" / "result.json")
-        for k in KINDS
-        if (runs / f"lm-{k}" / "result.json").exists()
+        k: common.read_json(run / "result.json")
+        for k, run in compared.items()
+        if (run / "result.json").exists()
     }
-    best = min(results, key=lambda k: results[k]["test_nits_per_char"])
+    best = args.ship_kind or min(results, key=lambda k: results[k]["test_nits_per_char"])
+    shipped = common.read_json(runs / f"lm-{best}" / "result.json")
     autoencoder = common.read_json(runs / "ae" / "result.json")
     style = {
         name: common.read_json(runs / f"style-{name}" / "result.json")
@@ -827,9 +856,12 @@ def ship(args) -> int:
         "on a shared 2-core host. Nits per character count every character of a target word, its "
         "end-of-word symbol and the end-of-sentence word. Sizes are seed 003's scaled down: "
         "docs/PARAPHRASE.md.\n\n"
-        f"## Sentence encoders (seed 003, figure 3.2)\n\n{table}\n\n"
+        f"## Sentence encoders (seed 003, figure 3.2)\n\n{budget_note(results, shipped, best)}"
+        f"{table}\n\n"
         "![test nits per character against parameters](sentence_encoders.png)\n\n"
         + "".join(f"![{k} training curve](loss-{k}.png)\n" for k in results)
+        + f"\nThe shipped {best} model's curve ({shipped['steps']} steps):\n\n"
+        "![shipped model training curve](loss-shipped.png)\n"
         + f"\n## Style fine-tuning: Spurgeon\n\n{style_table}\n\n"
     )
     if corpus:
@@ -851,7 +883,8 @@ def ship(args) -> int:
             "metrics": {
                 "sentence_encoders": encoders,
                 "kind": best,
-                "test_nits_per_char": results[best]["test_nits_per_char"],
+                "test_nits_per_char": shipped["test_nits_per_char"],
+                "steps": shipped["steps"],
                 "autoencoder_test_nits_per_char": autoencoder["test_nits_per_char"],
                 "spurgeon": {n: r["test_nits_per_char"] for n, r in style.items()},
             },
@@ -875,11 +908,11 @@ def ship(args) -> int:
     ]
     readme = (
         f"# paraphraser\n\nSeed 003's hierarchical character-level model with a **{best}** "
-        "sentence encoder and decoder (the best of three at the same budget), trained to predict "
+        f"sentence encoder and decoder ({shipped['steps']} steps), trained to predict "
         "the next WEB verse, plus its autoencoder (the sentence decoder fine-tuned to reconstruct "
         "its input, everything else frozen) for unsupervised paraphrase. Task "
         "`hierarchical-lm`, run by `runtime/hierarchical.py` (numpy + onnxruntime).\n\n"
-        f"Test nits/char (next verse): **{results[best]['test_nits_per_char']}**; autoencoder "
+        f"Test nits/char (next verse): **{shipped['test_nits_per_char']}**; autoencoder "
         f"(reconstruction) test nits/char: **{autoencoder['test_nits_per_char']}** after "
         f"{autoencoder['steps']} steps.\n\n"
         "## Parity with PyTorch\n\n"
@@ -972,7 +1005,8 @@ def _finish_bundle(out: Path, manifest: dict, readme: str, results: dict, runs: 
 
     comparison_plot(results, out / "sentence_encoders.png")
     for kind in results:
-        shutil.copy(runs / f"lm-{kind}" / common.LOSS_PNG, out / f"loss-{kind}.png")
+        shutil.copy(comparison_run(runs, kind) / common.LOSS_PNG, out / f"loss-{kind}.png")
+    shutil.copy(runs / f"lm-{manifest['kind']}" / common.LOSS_PNG, out / "loss-shipped.png")
     (out / "README.md").write_text(readme)
     manifest["files"] = file_entries(out)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -988,6 +1022,7 @@ def main(argv: list[str] | None = None) -> int:
         help="ship: directory of the lm-<kind>, ae and style-* runs",
     )
     parser.add_argument("--models-dir", type=Path, default=Path("models"))
+    parser.add_argument("--ship-kind", choices=KINDS, help="ship: kind to ship (default: best)")
     parser.add_argument("--kind", choices=KINDS, default="sarah")
     parser.add_argument("--out", type=Path, help="run directory (not for ship)")
     parser.add_argument("--init", type=Path, help="run to start from (autoencoder, style)")
@@ -1003,6 +1038,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--max-minutes", type=float)
+    parser.add_argument(
+        "--max-steps", type=int, help="stop (and evaluate) at this step of the --steps schedule"
+    )
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
