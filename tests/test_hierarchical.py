@@ -223,3 +223,30 @@ def test_paraphrase_tab_in_the_browser(bundle):
             browser.close()
     finally:
         demo.close()
+
+
+def shipped(name: str) -> Path:
+    path = REPO / "models" / name
+    if not any(path.glob("*/manifest.json")):
+        pytest.skip(f"{name} is not shipped")
+    return path
+
+
+@pytest.mark.parametrize("name", ["paraphraser", "paraphraser-spurgeon"])
+def test_shipped_bundles_verify_and_match_pytorch(name):
+    for manifest_path in shipped(name).glob("*/manifest.json"):
+        gen = runtime.load(manifest_path.parent)  # checks every sha256 first
+        greedy = gen.manifest["parity"]["greedy"]
+        assert greedy["identical"] == greedy["compared"]
+        measured = gen.manifest["metrics"]["runtime_nits_per_char"]
+        assert measured["int8"] <= measured["fp32"] * 1.01
+
+
+def test_shipped_paraphraser_reconstructs_and_paraphrases_held_out_verses():
+    gen = runtime.load(shipped("paraphraser"))
+    metrics = gen.manifest["metrics"]
+    assert set(metrics["sentence_encoders"]) == {"gru", "transformer", "sarah"}
+    verse = "Jesus wept."
+    assert gen.reconstruction(verse).nits_per_char < metrics["test_nits_per_char"]
+    candidates = gen.paraphrase(verse, num_candidates=8, seed=0)
+    assert np.isfinite(candidates[0].distance)
