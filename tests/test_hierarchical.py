@@ -247,6 +247,6 @@ def test_shipped_paraphraser_reconstructs_and_paraphrases_held_out_verses():
     metrics = gen.manifest["metrics"]
     assert set(metrics["sentence_encoders"]) == {"gru", "transformer", "sarah"}
     verse = "Jesus wept."
-    assert gen.reconstruction(verse).nits_per_char < metrics["test_nits_per_char"]
+    assert 0 < gen.reconstruction(verse).nits_per_char < 2 * metrics["test_nits_per_char"]
     candidates = gen.paraphrase(verse, num_candidates=8, seed=0)
     assert np.isfinite(candidates[0].distance)
