@@ -385,7 +385,9 @@ def runtime_nits_per_char(bundle: Path, pairs, role: str = "sentence_decoder") -
 
 def quantize_bundle(source: Path, out: Path) -> dict:
     """An int8 copy of bundle `source` in `out` (export.quantize's dynamic int8 on every graph's
-    MatMuls; GRU nodes stay float32); returns its manifest."""
+    MatMuls; GRU nodes stay float32); returns its manifest. `parity.greedy` is measured again on
+    the int8 graphs against PyTorch (fp32's is kept as `parity.fp32_greedy`); the per-graph
+    diffs are the fp32 export's."""
     from export.quantize import quantize_graph
 
     if out.exists():
@@ -397,5 +399,15 @@ def quantize_bundle(source: Path, out: Path) -> dict:
         reports[role] = quantize_graph(source / graph["file"], out / graph["file"], "int8", False)
     manifest["precision"] = "int8"
     manifest["export"]["quantization"] = {role: r["ops"] for role, r in reports.items()}
+    export = manifest["export"]
+    model = hm.load_run(Path(export["source"]))
+    autoencoder = (
+        hm.load_run(Path(export["autoencoder_source"]))
+        if export.get("autoencoder_source")
+        else None
+    )
+    manifest["parity"]["fp32_greedy"] = manifest["parity"]["greedy"]
+    _write(out, manifest, (source / "README.md").read_text())
+    manifest["parity"]["greedy"] = greedy_parity(out, model, autoencoder)
     _write(out, manifest, (source / "README.md").read_text())
     return manifest
