@@ -2,7 +2,7 @@
 `paraphraser` bundle through the runtime (numpy + onnxruntime, candidates decoded as one batch)
 against the PyTorch model's own loop (train.hierarchical.paraphrase) on the same weights.
 
-    python -m bench.paraphrase [--bundle models/paraphraser/fp32] [--run DIR] [--threads 1]
+    python -m bench.paraphrase [--bundle models/paraphraser/int8] [--run DIR] [--threads 1]
                                [--repeats 5] [--out bench/results/paraphrase.json]
 
 `--run` is the autoencoder's training run (default: the one the bundle's manifest names); its
@@ -27,7 +27,7 @@ TARGET_SECONDS = 2.0
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bundle", type=Path, default=Path("models/paraphraser/fp32"))
+    parser.add_argument("--bundle", type=Path, default=Path("models/paraphraser/int8"))
     parser.add_argument("--run", type=Path, help="the autoencoder's training run")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5)

@@ -782,8 +782,9 @@ def comparison_run(runs: Path, kind: str) -> Path:
 
 
 def ship(args) -> int:
-    """Export the best WEB kind (+ autoencoder) to models/paraphraser/fp32 and the Spurgeon
-    fine-tune to models/paraphraser-spurgeon/fp32, each with its model card."""
+    """Export the chosen WEB kind (+ autoencoder) to models/paraphraser/<precision> and the
+    Spurgeon fine-tune to models/paraphraser-spurgeon/<precision>, each with its model card
+    (int8 when it is within INT8_TOLERANCE of fp32, else fp32)."""
     from export import hierarchical as eh
     from runtime.hierarchical import HierarchicalGenerator
 
