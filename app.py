@@ -19,7 +19,15 @@ TITLE = "# Scriptorium\nTransformer text generators, exported to ONNX, served wi
 def build(registry: ModelRegistry):
     import gradio as gr
 
-    from ui import compare_tab, embeddings_tab, generate_tab, models_tab, rewrite_tab, translate_tab
+    from ui import (
+        compare_tab,
+        embeddings_tab,
+        generate_tab,
+        models_tab,
+        paraphrase_tab,
+        rewrite_tab,
+        translate_tab,
+    )
 
     with gr.Blocks(title="Scriptorium") as demo:
         gr.Markdown(TITLE, elem_id="title")
@@ -30,6 +38,7 @@ def build(registry: ModelRegistry):
             compare_tab.build(registry)
             rewrite_tab.build(registry)
             translate_tab.build(registry)
+            paraphrase_tab.build(registry)
             embeddings_tab.build(registry)
             models_tab.build(registry, HERE / "bench" / "results")
     return demo

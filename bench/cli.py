@@ -14,6 +14,7 @@ BENCHMARKS = {
     "breakdown": "bench.breakdown",
     "attention": "bench.attention",
     "serve": "bench.serve",
+    "paraphrase": "bench.paraphrase",
 }
 
 

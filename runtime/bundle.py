@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-TASKS = ("causal-lm", "seq2seq")
+TASKS = ("causal-lm", "seq2seq", "hierarchical-lm")
+HIERARCHICAL_ROLES = ["word_encoder", "sentence_encoder", "sentence_decoder", "word_decoder"]
 
 
 class BundleError(ValueError):
@@ -53,13 +54,19 @@ def _check_manifest(manifest: dict, path: Path) -> None:
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise BundleError(f"{path}: `schema_version` must be {SCHEMA_VERSION}, got {version!r}")
-    required = ("name", "task", "files", "graphs", "num_layers", "num_heads", "head_size")
+    required = ("name", "task", "files", "graphs", "num_layers")
+    if manifest.get("task") != "hierarchical-lm":
+        required += ("num_heads", "head_size")
     missing = [key for key in required if key not in manifest]
     if missing:
         raise BundleError(f"{path}: missing keys {missing}")
     if manifest["task"] not in TASKS:
         raise BundleError(f"{path}: `task` must be one of {TASKS}, got {manifest['task']!r}")
-    roles = {"causal-lm": ["decoder"], "seq2seq": ["encoder", "decoder"]}[manifest["task"]]
+    roles = {
+        "causal-lm": ["decoder"],
+        "seq2seq": ["encoder", "decoder"],
+        "hierarchical-lm": HIERARCHICAL_ROLES,
+    }[manifest["task"]]
     for role in roles:
         if role not in manifest["graphs"]:
             raise BundleError(f"{path}: `graphs` has no {role!r} graph for task {manifest['task']}")
@@ -77,7 +84,11 @@ def verify_files(directory: Path, manifest: dict) -> None:
                 f"checksum mismatch for {path}: manifest says sha256 {entry['sha256']}, "
                 f"file has {actual}; the file is corrupted or was changed after export"
             )
-    needed = [graph["file"] for graph in manifest["graphs"].values()] + ["tokenizer.json"]
+    needed = [graph["file"] for graph in manifest["graphs"].values()]
+    if manifest["task"] == "hierarchical-lm":
+        needed.extend(manifest["initial_states"].values())
+    else:
+        needed.append("tokenizer.json")
     for name in needed:
         if name not in manifest["files"]:
             raise BundleError(f"{directory}: {name} is used but not listed in manifest `files`")

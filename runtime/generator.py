@@ -80,6 +80,10 @@ def load(
         raise ValueError(
             f"`precision` must match the bundle's ({manifest.get('precision')}), got {precision!r}"
         )
+    if manifest["task"] == "hierarchical-lm":
+        from .hierarchical import HierarchicalGenerator
+
+        return HierarchicalGenerator(directory, manifest, threads=threads, providers=providers)
     return Generator(
         directory,
         manifest,

@@ -3,6 +3,7 @@
     scriptorium train bible-lm|rewriter|translator [--tiny] [--out DIR] [--resume]
                       [--max-steps N] [--max-minutes M] [--eval-only] [--no-eval] [--ship]
     scriptorium train ship bible-lm|rewriter|translator [--out DIR] [--models-dir models]
+    scriptorium train paraphraser lm|autoencoder|style|ship ...   (train/hierarchical.py)
 
 A run trains (checkpointing to DIR/checkpoint.pt, logging DIR/loss.csv), then, once the step
 budget is reached, plots DIR/loss.png, writes the Hugging Face checkpoint DIR/model/, exports an
@@ -225,6 +226,10 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["paraphraser"]:
+        from train import hierarchical
+
+        return hierarchical.main(argv[1:])
     if argv[:1] == ["ship"]:
         args = _parser("scriptorium train ship", ship_only=True).parse_args(argv[1:])
         recipe, out = make_recipe(args)

@@ -59,6 +59,7 @@ def model_list(registry) -> dict:
         "rewrite": registry.rewriters(),
         "translate": registry.translators(),
         "embeddings": registry.with_embeddings(),
+        "paraphrase": registry.paraphrasers(),
     }
     out = {}
     for name in registry.names:

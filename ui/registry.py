@@ -9,7 +9,8 @@ never from its name (docs/APP.md, "How models are chosen"):
 - rewriting: models with a `length_ratio` or `length` control;
 - translation: seq2seq models; those whose training_data names two different languages
   (`source_language`/`target_language`, or `pair` "en-es") first, English → Spanish first of all;
-- embeddings: models whose manifest names an `embeddings` file.
+- embeddings: models whose manifest names an `embeddings` file;
+- paraphrase: "hierarchical-lm" models with an `autoencoder_decoder` graph.
 Within a kind, int8 comes before fp32 before int4 (fast first). Generators are loaded once and
 shared by all users (sessions are thread-safe). This module builds no UI.
 """
@@ -148,6 +149,14 @@ class ModelRegistry:
 
         found = [n for n in self.names if self.manifest(n)["task"] == "seq2seq"]
         return sorted(self._ordered(found), key=rank)
+
+    def paraphrasers(self) -> list[str]:
+        return self._ordered(
+            n
+            for n in self.names
+            if self.manifest(n)["task"] == "hierarchical-lm"
+            and "autoencoder_decoder" in self.manifest(n)["graphs"]
+        )
 
     def with_embeddings(self) -> list[str]:
         return self._ordered(n for n in self.names if self.manifest(n).get("embeddings"))
