@@ -1,6 +1,6 @@
 """`scriptorium train <recipe>` and `scriptorium train ship <recipe>`: run a training recipe.
 
-    scriptorium train bible-lm|rewriter|translator [--tiny] [--out DIR] [--resume]
+    scriptorium train bible-lm|rewriter|translator|masked-lm-base|masked-lm-large [--tiny] [--out DIR] [--resume]
                       [--max-steps N] [--max-minutes M] [--eval-only] [--no-eval] [--ship]
     scriptorium train ship bible-lm|rewriter|translator [--out DIR] [--models-dir models]
 
@@ -22,11 +22,13 @@ from pathlib import Path
 
 from train import common, data
 
-RECIPES = ("bible-lm", "rewriter", "translator")
+RECIPES = ("bible-lm", "rewriter", "translator", "masked-lm-base", "masked-lm-large")
 DEFAULT_PRECISIONS = {
     "bible-lm": ("int8", "fp32"),
     "rewriter": ("int8",),
     "translator": ("int8",),
+    "masked-lm-base": ("int8",),
+    "masked-lm-large": ("int8",),
 }
 MODELS_DIR = Path("models")
 MODELS_LIMIT_MB = 150  # models/ must stay below this in total
@@ -34,8 +36,12 @@ EVAL_PRECISION = "int8"  # the shipped default; evaluation measures what the app
 
 
 def recipe_class(name: str):
-    from train import lm, seq2seq
+    import functools
 
+    from train import lm, masked_lm, seq2seq
+
+    if name.startswith("masked-lm-"):
+        return functools.partial(masked_lm.MaskedLM, name)
     return {"bible-lm": lm.BibleLM, "rewriter": seq2seq.Rewriter, "translator": seq2seq.Translator}[
         name
     ]
