@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-TASKS = ("causal-lm", "seq2seq")
+TASKS = ("causal-lm", "seq2seq", "fill-mask", "word-vectors")
+GRAPH_ROLES = {"causal-lm": ["decoder"], "seq2seq": ["encoder", "decoder"], "fill-mask": ["model"]}
 
 
 class BundleError(ValueError):
@@ -53,14 +54,16 @@ def _check_manifest(manifest: dict, path: Path) -> None:
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise BundleError(f"{path}: `schema_version` must be {SCHEMA_VERSION}, got {version!r}")
-    required = ("name", "task", "files", "graphs", "num_layers", "num_heads", "head_size")
+    if manifest.get("task") not in TASKS:
+        raise BundleError(f"{path}: `task` must be one of {TASKS}, got {manifest.get('task')!r}")
+    if manifest["task"] == "word-vectors":
+        required = ("name", "task", "files", "vectors", "vocab")
+    else:
+        required = ("name", "task", "files", "graphs", "num_layers", "num_heads", "head_size")
     missing = [key for key in required if key not in manifest]
     if missing:
         raise BundleError(f"{path}: missing keys {missing}")
-    if manifest["task"] not in TASKS:
-        raise BundleError(f"{path}: `task` must be one of {TASKS}, got {manifest['task']!r}")
-    roles = {"causal-lm": ["decoder"], "seq2seq": ["encoder", "decoder"]}[manifest["task"]]
-    for role in roles:
+    for role in GRAPH_ROLES.get(manifest["task"], []):
         if role not in manifest["graphs"]:
             raise BundleError(f"{path}: `graphs` has no {role!r} graph for task {manifest['task']}")
 
@@ -77,7 +80,10 @@ def verify_files(directory: Path, manifest: dict) -> None:
                 f"checksum mismatch for {path}: manifest says sha256 {entry['sha256']}, "
                 f"file has {actual}; the file is corrupted or was changed after export"
             )
-    needed = [graph["file"] for graph in manifest["graphs"].values()] + ["tokenizer.json"]
+    if manifest["task"] == "word-vectors":
+        needed = [manifest["vectors"], manifest["vocab"]]
+    else:
+        needed = [graph["file"] for graph in manifest["graphs"].values()] + ["tokenizer.json"]
     for name in needed:
         if name not in manifest["files"]:
             raise BundleError(f"{directory}: {name} is used but not listed in manifest `files`")

@@ -53,7 +53,9 @@ class WordVectors:
             raise ValueError(f"`{argument}` must be non-empty words, got {word!r}")
         key = normalize_word(word)
         if key not in self.index:
-            raise ValueError(f"`{argument}` must be words in {self.name}'s vocabulary, got {word!r}")
+            raise ValueError(
+                f"`{argument}` must be words in {self.name}'s vocabulary, got {word!r}"
+            )
         return self.index[key]
 
     def vector(self, word: str) -> np.ndarray:

@@ -127,8 +127,10 @@ def run(args) -> int:
     common.save_model_dir(
         model, recipe.tokenizer, model_dir, recipe.controls(), card(recipe, {}), recipe.generation()
     )
+    if hasattr(recipe, "finish_model_dir"):
+        recipe.finish_model_dir(model_dir)
     bundle = out / f"bundle-{EVAL_PRECISION}"
-    common.export(
+    getattr(recipe, "export", common.export)(
         model_dir,
         bundle,
         EVAL_PRECISION,
@@ -174,7 +176,7 @@ def ship(recipe, out: Path, models_dir: Path, precisions, progress: bool = True)
     shipped = []
     for precision in precisions:
         target = models_dir / recipe.name / precision
-        common.export(
+        getattr(recipe, "export", common.export)(
             out / common.MODEL_DIR,
             target,
             precision,

@@ -246,3 +246,17 @@ class MaskedLM:
             + ("BERT-Base" if self.name.endswith("base") else "BERT-Large")
             + " counterpart, scaled down to two CPU cores."
         )
+
+    # ---- export and evaluation -----------------------------------------------------------------
+
+    def finish_model_dir(self, model_dir: Path) -> None:
+        """Name the mask token in the checkpoint's transformers tokenizer files."""
+        fast = tk.as_transformers(model_dir / "tokenizer.json")
+        fast.mask_token = MASK
+        fast.save_pretrained(str(model_dir))
+        self.tokenizer.save(str(model_dir / "tokenizer.json"))  # ours, byte for byte
+
+    def export(self, model_dir, out_dir, precision, name, progress=True, optimize=True):
+        from export.fill_mask import export_fill_mask_bundle
+
+        return export_fill_mask_bundle(model_dir, out_dir, precision, optimize=optimize, name=name)
