@@ -87,7 +87,7 @@ def load(
             f"`precision` must match the bundle's ({manifest.get('precision')}), got {precision!r}"
         )
     if manifest["task"] == "word-vectors":
-        return WordVectors(directory, manifest)
+        return WordVectors.from_bundle(directory, manifest)
     if manifest["task"] == "fill-mask":
         return MaskedLM(directory, manifest, providers=providers, threads=threads)
     return Generator(

@@ -28,22 +28,34 @@ def normalize_word(word: str) -> str:
 class WordVectors:
     """One set of static vectors: `most_similar`, `similarity`, `vector`, `words`."""
 
-    def __init__(self, directory: str | Path, manifest: dict):
-        directory = Path(directory)
-        self.manifest = manifest
-        self.name = manifest.get("name", directory.name)
-        self.vectors = np.load(directory / manifest["vectors"], allow_pickle=False)  # (V, D)
-        lines = (directory / manifest["vocab"]).read_text().splitlines()
-        self.words = [line.split("\t")[0] for line in lines]
-        self.counts = [int(line.split("\t")[1]) for line in lines]
-        if len(self.words) != len(self.vectors):
-            raise ValueError(
-                f"{directory}: vocab.txt has {len(self.words)} words but vectors.npy "
-                f"{len(self.vectors)} rows"
-            )
+    def __init__(
+        self,
+        words: Sequence[str],
+        vectors: np.ndarray,
+        name: str = "word vectors",
+        manifest: dict | None = None,
+        counts: Sequence[int] | None = None,
+    ):
+        if len(words) != len(vectors):
+            raise ValueError(f"{name}: {len(words)} words but {len(vectors)} vectors")
+        self.name = name
+        self.manifest = manifest or {"name": name, "task": "word-vectors"}
+        self.words = list(words)
+        self.counts = list(counts) if counts is not None else None
+        self.vectors = np.asarray(vectors, dtype=np.float32)  # (V, D)
         self.index = {word: i for i, word in enumerate(self.words)}
         norms = np.linalg.norm(self.vectors, axis=1, keepdims=True)
         self.unit = self.vectors / np.maximum(norms, 1e-12)  # (V, D) rows of length 1
+
+    @classmethod
+    def from_bundle(cls, directory: str | Path, manifest: dict) -> WordVectors:
+        """The vectors of a "word-vectors" bundle (vectors.npy + vocab.txt)."""
+        directory = Path(directory)
+        vectors = np.load(directory / manifest["vectors"], allow_pickle=False)  # (V, D)
+        lines = (directory / manifest["vocab"]).read_text().splitlines()
+        words = [line.split("\t")[0] for line in lines]
+        counts = [int(line.split("\t")[1]) for line in lines]
+        return cls(words, vectors, manifest.get("name", directory.name), manifest, counts)
 
     def __contains__(self, word: str) -> bool:
         return normalize_word(word) in self.index
