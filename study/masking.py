@@ -60,7 +60,9 @@ def masking_study(
     hits = np.zeros((len(ratios), len(top_k)))
     counts = np.zeros(len(ratios), dtype=int)
     for sentence in sentences:
-        ids = gen.encode(sentence)
+        ids = gen.tokenizer.encode(sentence).ids
+        if len(ids) > gen.context_length:
+            continue  # a verse longer than the context is left out, never truncated
         words = word_positions(gen, ids)
         if len(words) < 2:
             continue

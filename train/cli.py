@@ -1,8 +1,10 @@
 """`scriptorium train <recipe>` and `scriptorium train ship <recipe>`: run a training recipe.
 
-    scriptorium train bible-lm|rewriter|translator|masked-lm-base|masked-lm-large [--tiny] [--out DIR] [--resume]
-                      [--max-steps N] [--max-minutes M] [--eval-only] [--no-eval] [--ship]
-    scriptorium train ship bible-lm|rewriter|translator [--out DIR] [--models-dir models]
+    scriptorium train RECIPE [--tiny] [--out DIR] [--resume] [--max-steps N] [--max-minutes M]
+                      [--eval-only] [--no-eval] [--ship]
+    scriptorium train ship RECIPE [--out DIR] [--models-dir models]
+
+RECIPE: bible-lm, rewriter, translator, masked-lm-base or masked-lm-large.
 
 A run trains (checkpointing to DIR/checkpoint.pt, logging DIR/loss.csv), then, once the step
 budget is reached, plots DIR/loss.png, writes the Hugging Face checkpoint DIR/model/, exports an
@@ -184,7 +186,8 @@ def ship(recipe, out: Path, models_dir: Path, precisions, progress: bool = True)
             progress,
             optimize=not recipe.tiny,
         )
-        common.finish_card(target, sections, [out / common.LOSS_PNG])
+        extra = recipe.card_files(out) if hasattr(recipe, "card_files") else []
+        common.finish_card(target, sections, [out / common.LOSS_PNG, *extra])
         shipped.append(target)
         print(f"shipped {target}")
     total = sum(p.stat().st_size for p in models_dir.rglob("*") if p.is_file()) / 2**20

@@ -16,7 +16,7 @@ Sizes (seed 000 compares 12 × 768 with 24 × 1024, 110M against 340M parameters
 two CPU cores, base is 4 layers × 128 and large 5 layers × 256 (deeper and wider, as in the
 seed), heads of 64 dimensions as BERT's, feed-forward 4× the width. With the 8,001-token
 vocabulary that is about 1.9M against 6.1M parameters (3.3×). Batches of 32 passages; for time,
-large trains 450 steps against base's 700 (see SIZES), so it sees less text, as the seed
+large trains 300 steps against base's 700 (see SIZES), so it sees less text, as the seed
 suspects of its BERT-Large ("underfitted").
 
 Evaluation (`evaluate`, on the exported int8 bundle through the runtime): masked-token top-1 and
@@ -39,6 +39,9 @@ from train import tokenizer as tk
 
 MASK = "<|mask|>"
 MLM_PROBABILITY = 0.15
+MASKING_PNG = "masking.png"
+GENERATION_PROMPT = "In the beginning, God created the heavens and the earth. The earth was"
+GENERATION_RIGHT = "and God saw that it was good."
 
 
 @dataclass(frozen=True)
@@ -59,23 +62,23 @@ class MLMSize:
 # Step budgets sized for the ~45 minutes the two runs had on a shared 2-core machine (one thread
 # each, one after the other): measured before the runs, base ~1.1 s/step and a 6-layer large
 # ~2.9 s/step at batch 32 × 128 when the machine was quiet, hence 5 layers for large; the machine
-# then got busier (base slowed to ~2.5 s/step), so large gets 450 steps against base's 700
-# (1.4 against 2.2 epochs of the ~1.15M training tokens). The cards give the real rates.
+# then got much busier (base slowed to 2.5-8 s/step), so large gets 300 steps against base's 700
+# (about 1 against 2.2 epochs of the ~1.15M training tokens). The cards give the real rates.
 SIZES = {
     "masked-lm-base": MLMSize(
         layers=4, width=128, heads=2, context=128, batch_size=32, steps=700, lr=1e-3, warmup=50
     ),
     "masked-lm-large": MLMSize(
-        layers=5, width=256, heads=4, context=128, batch_size=32, steps=450, lr=7e-4, warmup=40
+        layers=5, width=256, heads=4, context=128, batch_size=32, steps=300, lr=8e-4, warmup=30
     ),
 }
 TINY = {
     "masked-lm-base": MLMSize(
-        layers=1, width=32, heads=2, context=64, batch_size=8, steps=4, lr=3e-3, warmup=1,
+        layers=1, width=32, heads=2, context=128, batch_size=8, steps=4, lr=3e-3, warmup=1,
         study_sentences=6, study_repetitions=1, vocab_size=400,
     ),
     "masked-lm-large": MLMSize(
-        layers=2, width=64, heads=2, context=64, batch_size=8, steps=4, lr=3e-3, warmup=1,
+        layers=2, width=64, heads=2, context=128, batch_size=8, steps=4, lr=3e-3, warmup=1,
         study_sentences=6, study_repetitions=1, vocab_size=400,
     ),
 }  # fmt: skip
@@ -262,3 +265,112 @@ class MaskedLM:
         from export.fill_mask import export_fill_mask_bundle
 
         return export_fill_mask_bundle(model_dir, out_dir, precision, optimize=optimize, name=name)
+
+    def evaluate(self, model, bundle_dir: Path, progress: bool = True) -> dict:
+        """Through the runtime on the int8 bundle: the masking-ratio study on held-out verses,
+        the token-vector probes and BERT-as-generator samples."""
+        import runtime
+        from study import bert_generation, probes
+        from study import masking as ms
+
+        gen = runtime.load(bundle_dir)
+        sentences = ms.held_out_sentences(self.rows, self.size.study_sentences, self.seed)
+        study = ms.masking_study(gen, sentences, repetitions=self.size.study_repetitions)
+        ms.plot({self.name: study}).savefig(self.out_dir / MASKING_PNG, dpi=100)
+        pair = ("the king was tired so he went to sleep", "the queen was tired so he went to sleep")
+        try:
+            influence = probes.influence(gen, *pair)
+        except ValueError:  # a tokenizer that splits "king" and "queen" differently (tiny runs)
+            influence = {"ais": None, "average_similarity": None}
+        return {
+            "masking_study": study,
+            "probes": {
+                "analogy": probes.analogy_table(gen),
+                "word_order": probes.word_order(gen),
+                "influence": {
+                    "a": pair[0],
+                    "b": pair[1],
+                    "ais": influence["ais"],
+                    "average_similarity": influence["average_similarity"],
+                },
+            },
+            "generation": {
+                "prompt": GENERATION_PROMPT,
+                "right": GENERATION_RIGHT,
+                "outputs": bert_generation.all_strategies(
+                    gen, GENERATION_PROMPT, GENERATION_RIGHT, tokens=10
+                ),
+            },
+        }
+
+    def metrics(self, evaluation: dict) -> dict:
+        study = evaluation["masking_study"]
+        at = study["ratios"].index(MLM_PROBABILITY)
+        return {
+            f"masked-word top-{k} accuracy at 15 % (held-out verses)": round(
+                study["accuracy"][str(k)][at], 3
+            )
+            for k in (1, 5)
+        }
+
+    def card_files(self, out: Path) -> list[Path]:
+        return [out / MASKING_PNG]
+
+    def card_sections(self, evaluation: dict) -> list[tuple[str, str]]:
+        study = evaluation["masking_study"]
+        rows = [
+            [f"{100 * ratio:.0f} %", *(study["accuracy"][str(k)][i] for k in study["top_k"]),
+             study["predictions"][i]]
+            for i, ratio in enumerate(study["ratios"])
+        ]  # fmt: skip
+        masking = (
+            f"Seed 000's study (figure 17) on {study['sentences']} held-out verses (validation "
+            f"books), {study['repetitions']} random maskings per verse and ratio, through the "
+            "runtime on the int8 bundle: n = round(ratio × words) whole words are masked; "
+            "accuracy = share of masked words whose token is among the top k predictions.\n\n"
+            + common.markdown_table(
+                ["masked", *(f"top {k}" for k in study["top_k"]), "predictions"], rows
+            )
+            + f"\n\n![masking study]({MASKING_PNG})"
+        )
+        probe = evaluation["probes"]
+        comparisons = list(next(iter(probe["analogy"].values())))
+        table = common.markdown_table(
+            ["comparison", *probe["analogy"]],
+            [[c, *(probe["analogy"][ctx][c] for ctx in probe["analogy"])] for c in comparisons],
+        )
+        order = common.markdown_table(
+            ["ordering", "cosine to the original"], [[k, v] for k, v in probe["word_order"].items()]
+        )
+        influence = probe["influence"]
+        ais = (
+            f"Average Influence Similarity between *{influence['a']}* and *{influence['b']}*: "
+            f"{influence['ais']:.3f} (all-to-all average {influence['average_similarity']:.3f})."
+            if influence["ais"] is not None
+            else "Average Influence Similarity: not measured (the two words tokenize differently)."
+        )
+        probes_text = (
+            "Cosines of last-layer vectors (seed 000, tables 2-4); contexts: the word alone, "
+            "*The … went to sleep.*, *The … was weary, so he/she went to sleep.*\n\n"
+            f"{table}\n\nWord order (seed 000, table 5), vector of *queen*:\n\n{order}\n\n{ais}"
+        )
+        generation = evaluation["generation"]
+        lines = [
+            f"Seed 000, section 4.3, greedy, 10 new tokens; prompt *{generation['prompt']}*, "
+            f"right context *{generation['right']}* (strategies 2 and 3):",
+            "",
+        ]
+        lines += [f"- {name}: {text}" for name, text in generation["outputs"].items()]
+        limits = (
+            "- Trained from scratch for minutes on one book: predictions favour frequent Bible "
+            "words; it is a study model, not a general masked LM.\n"
+            "- The mask token absorbs the space before it, as RoBERTa's does: write "
+            f"`the {MASK} of God`.\n"
+            "- Generating from it (above) is poor by design of the objective, as seed 000 found."
+        )
+        return [
+            ("Masking-ratio study", masking),
+            ("Token-vector probes", probes_text),
+            ("BERT as a generator", "\n".join(lines)),
+            ("Known limits", limits),
+        ]

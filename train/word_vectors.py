@@ -7,7 +7,8 @@ S = (C(wi wj) − δ) / (C(wi) C(wj)) (gensim's "default" scorer, which also mul
 vocabulary size), δ = `min_count` = 5, threshold 10, and English connector words, so that
 "son of man" can join across "of"; two passes, so that phrases of phrases form ("holy spirit").
 Both models then train on the same phrased sentences with the same settings (100 dimensions,
-window 5, negative sampling, 20 epochs, one worker, seed 0); only `sg` differs.
+window 5, negative sampling, 20 epochs, one worker, seed 0); only `sg` differs. gensim seeds
+each initial vector from Python's string hash, so runs repeat exactly only with PYTHONHASHSEED=0.
 
 A bundle (`models/word2vec/<skipgram|cbow>/`): `vectors.npy` (float32, one row per word, rows in
 `vocab.txt` order, most frequent first), `vocab.txt` (`word<TAB>count`), manifest.json with task
@@ -15,7 +16,7 @@ A bundle (`models/word2vec/<skipgram|cbow>/`): `vectors.npy` (float32, one row p
 
     python -m train.word_vectors [--tiny] [--out models/word2vec] [--verses data/verses.tsv]
 
-Does not cover: serving (runtime/word_vectors.py), the analogy set (study/analogies.tsv) and its
+Does not cover: serving (runtime/word_vectors.py), the analogy and similarity set and its
 evaluation (study/word_analogies.py).
 """
 
@@ -91,11 +92,111 @@ def save_bundle(keyed_vectors, out_dir: Path, manifest: dict) -> None:
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
 
 
+def evaluations(out: Path, reference: Path | None) -> dict[str, dict]:
+    """study.word_analogies.evaluate of both variants in `out` (and of the reference bundle's
+    input embeddings, e.g. the Bible LM's), by model name."""
+    import runtime
+    from study import word_analogies as wa
+    from ui.embeddings import load_matrix
+
+    results = {}
+    for variant in VARIANTS:
+        vectors = runtime.load(out / variant)
+        results[vectors.name] = wa.evaluate(vectors)
+    if reference is not None and reference.exists():
+        gen = runtime.load(reference)
+        name = f"{gen.manifest['name']} input embeddings"
+        vectors = wa.from_embeddings(load_matrix(gen.directory, gen.manifest), gen.tokenizer, name)
+        results[name] = wa.evaluate(vectors)
+    return results
+
+
+def write_card(bundle: Path, results: dict[str, dict]) -> None:
+    """README.md (model card) of one bundle, then manifest.json's metrics and checksums."""
+    import runtime
+    from export import manifest as mf
+    from study import word_analogies as wa
+    from train.common import markdown_table
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    vectors = runtime.load(bundle)
+    own = results[manifest["name"]]
+    manifest["metrics"] = {
+        "analogy accuracy (3CosAdd, top 1)": round(own["analogy_accuracy"], 3),
+        "analogy questions answered": own["analogy_questions"],
+        "similarity triples passed": round(own["similarity_accuracy"], 3),
+    }
+    sections = list(own["sections"])
+    rows = [
+        [name, f"{100 * r['analogy_accuracy']:.1f} %", r["analogy_questions"]]
+        + [f"{100 * (r['sections'][s]['accuracy'] or 0):.0f} %" for s in sections]
+        + [f"{100 * r['similarity_accuracy']:.0f} % of {r['similarity_triples']}"]
+        for name, r in results.items()
+    ]
+    table = markdown_table(["model", "analogies", "questions", *sections, "similarity"], rows)
+    neighbours = [
+        f"- **{word}**: " + ", ".join(w for w, _ in vectors.most_similar(word, topn=8))
+        for word in [*wa.POLYSEMOUS, "holy_spirit", "son_of_man"]
+        if word in vectors
+    ]
+    settings = manifest["settings"]
+    phrases = manifest["phrases"]
+    corpus = manifest["training_data"]
+    window = f"{settings['window']}, {settings['negative']}, {settings['epochs']}"
+    phrase_line = (
+        f"{corpus['phrases_detected']:,} detected, {phrases['passes']} passes, Mikolov scoring, "
+        f"threshold {phrases['threshold']}, δ = min count {phrases['min_count']}"
+    )
+    text_line = f"{corpus['sentences']:,} verses, {corpus['tokens']:,} tokens after phrasing"
+    card = f"""# {manifest["name"]}
+
+Static word vectors (seed 001): word2vec {"skip-gram" if settings["sg"] else "CBOW"} trained
+with gensim on the World English Bible's training books after Mikolov phrase detection.
+
+| | |
+|---|---|
+| task | word-vectors (`runtime.load` → `WordVectors`: `most_similar`, `similarity`) |
+| vocabulary | {manifest["vocab_size"]:,} words and phrases (min count {settings["min_count"]}) |
+| dimensions | {settings["vector_size"]} |
+| window, negative samples, epochs | {window} |
+| phrases | {phrase_line} |
+| training text | {text_line} |
+| training time | {manifest["train_seconds"]} s, one worker, shared 2-core machine |
+| files | `vectors.npy` (float32, no pickle), `vocab.txt` (word, count), `manifest.json` |
+
+## Evaluation
+
+The analogy and similarity set of `study/analogy_pairs.txt` and `study/similarity_triples.txt`
+(built from Bible vocabulary; docs/MASKED_LM.md): "a : b :: c : ?" answered with 3CosAdd on unit
+vectors, query words excluded, top 1 must be the answer. The Bible LM's input embeddings are
+evaluated the same way over its " word" tokens.
+
+{table}
+
+## Nearest neighbours
+
+{chr(10).join(neighbours)}
+
+## Licence
+
+Public domain: trained only on the public-domain World English Bible.
+"""
+    (bundle / "README.md").write_text(card)
+    manifest["files"] = mf.file_entries(bundle)
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.word_vectors", description=__doc__)
     parser.add_argument("--verses", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--tiny", action="store_true", help="seconds-long run on the fixture")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=Path("models/bible-lm"),
+        help="bundle whose input embeddings the cards compare with",
+    )
     args = parser.parse_args(argv)
     verses = args.verses or (data.FIXTURE if args.tiny else data.DEFAULT_OUT)
     rows = data.load_verses(verses)
@@ -133,6 +234,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         save_bundle(model.wv, args.out / variant, manifest)
         print(f"{variant}: {len(model.wv)} words in {seconds:.0f} s -> {args.out / variant}")
+    results = evaluations(args.out, args.reference)
+    for variant in VARIANTS:
+        write_card(args.out / variant, results)
+    for name, result in results.items():
+        print(f"{name}: analogies {result['analogy_accuracy']}, similarity "
+              f"{result['similarity_accuracy']}")  # fmt: skip
     return 0
 
 
