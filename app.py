@@ -19,7 +19,15 @@ TITLE = "# Scriptorium\nTransformer text generators, exported to ONNX, served wi
 def build(registry: ModelRegistry):
     import gradio as gr
 
-    from ui import compare_tab, embeddings_tab, generate_tab, models_tab, rewrite_tab, translate_tab
+    from ui import (
+        compare_tab,
+        embeddings_tab,
+        generate_tab,
+        masked_lm_tab,
+        models_tab,
+        rewrite_tab,
+        translate_tab,
+    )
 
     with gr.Blocks(title="Scriptorium") as demo:
         gr.Markdown(TITLE, elem_id="title")
@@ -31,6 +39,7 @@ def build(registry: ModelRegistry):
             rewrite_tab.build(registry)
             translate_tab.build(registry)
             embeddings_tab.build(registry)
+            masked_lm_tab.build(registry)
             models_tab.build(registry, HERE / "bench" / "results")
     return demo
 
