@@ -16,7 +16,7 @@ Sizes (seed 000 compares 12 × 768 with 24 × 1024, 110M against 340M parameters
 two CPU cores, base is 4 layers × 128 and large 5 layers × 256 (deeper and wider, as in the
 seed), heads of 64 dimensions as BERT's, feed-forward 4× the width. With the 8,001-token
 vocabulary that is about 1.9M against 6.1M parameters (3.3×). Batches of 32 passages; for time,
-large trains 300 steps against base's 700 (see SIZES), so it sees less text, as the seed
+large trains 250 steps against base's 700 (see SIZES), so it sees less text, as the seed
 suspects of its BERT-Large ("underfitted").
 
 Evaluation (`evaluate`, on the exported int8 bundle through the runtime): masked-token top-1 and
@@ -62,14 +62,14 @@ class MLMSize:
 # Step budgets sized for the ~45 minutes the two runs had on a shared 2-core machine (one thread
 # each, one after the other): measured before the runs, base ~1.1 s/step and a 6-layer large
 # ~2.9 s/step at batch 32 × 128 when the machine was quiet, hence 5 layers for large; the machine
-# then got much busier (base slowed to 2.5-8 s/step), so large gets 300 steps against base's 700
-# (about 1 against 2.2 epochs of the ~1.15M training tokens). The cards give the real rates.
+# then got much busier (base slowed to 2.5-8 s/step), so large gets 250 steps against base's 700
+# (0.8 against 2.2 epochs of the ~1.15M training tokens). The cards give the real rates.
 SIZES = {
     "masked-lm-base": MLMSize(
         layers=4, width=128, heads=2, context=128, batch_size=32, steps=700, lr=1e-3, warmup=50
     ),
     "masked-lm-large": MLMSize(
-        layers=5, width=256, heads=4, context=128, batch_size=32, steps=300, lr=8e-4, warmup=30
+        layers=5, width=256, heads=4, context=128, batch_size=32, steps=250, lr=8e-4, warmup=25
     ),
 }
 TINY = {

@@ -14,7 +14,8 @@ from __future__ import annotations
 import gradio as gr
 
 import runtime
-from study import bert_generation, masking, probes
+from study import bert_generation as strategies
+from study import masking, probes
 
 from . import limits
 
@@ -191,14 +192,14 @@ def build(registry) -> None:
             ]
 
         @limits.shown_to_user
-        def bert_generation_outputs(prompt: str, right: str = "", tokens: int = 10):
+        def bert_generation(prompt: str, right: str = "", tokens: int = 10) -> list:
             """Each masked LM's three strategies and the causal LM's greedy continuation."""
             prompt = limits.text("prompt", prompt, max_chars=500)
             right = limits.text("right", right or "", allow_empty=True, max_chars=500)
             tokens = limits.integer("tokens", tokens, 1, MAX_GENERATED)
             rows = []
             for name in _models(registry):
-                for strategy, text in bert_generation.all_strategies(
+                for strategy, text in strategies.all_strategies(
                     registry.get(name), prompt, right, tokens
                 ).items():
                     rows.append([name, strategy, text])
@@ -241,9 +242,10 @@ def build(registry) -> None:
         )
         gr.api(influence, api_name="influence")
         generate.click(
-            bert_generation_outputs,
+            bert_generation,
             [prompt, right, tokens],
             generated,
-            api_name="bert_generation",
+            api_visibility="private",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        gr.api(bert_generation, api_name="bert_generation")
