@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 PAIRS = HERE / "analogy_pairs.txt"
 TRIPLES = HERE / "similarity_triples.txt"
 LOWER_WORD = re.compile(r"^ [a-z]+$")
+CANDIDATES = 100  # most probable fillers searched for word tokens
 POLYSEMOUS = {
     "light": (
         "God said, “Let there be light,” and there was light.",
@@ -133,12 +134,15 @@ def evaluate(vectors: WordVectors) -> dict:
 
 
 def contextual_neighbours(gen, sentence: str, word: str, k: int = 8) -> list[tuple[str, float]]:
-    """The masked LM's `k` best fillers (token text, probability) for `word` masked in `sentence`
-    (its first whole-word occurrence, case-insensitive)."""
+    """The masked LM's `k` best word fillers (token text, probability) for `word` masked in
+    `sentence` (its first whole-word occurrence, case-insensitive). Only tokens that are words
+    (letters, after an optional space) count, as word2vec's neighbours are words: punctuation
+    and the mask's own word are skipped among the 100 most probable tokens."""
     match = re.search(rf"\b{re.escape(word)}\b", sentence, flags=re.IGNORECASE)
     if match is None:
         raise ValueError(f"`word` must occur in `sentence`, got {word!r} and {sentence!r}")
     masked = sentence[: match.start()].rstrip() + " " + gen.mask_token
     masked = (masked + sentence[match.end() :]).strip()
-    fills = gen.fill_mask(masked, top_k=k)
-    return [(fill["token_str"].strip(), fill["score"]) for fill in fills]
+    fills = gen.fill_mask(masked, top_k=CANDIDATES)
+    found = [(fill["token_str"].strip(), fill["score"]) for fill in fills]
+    return [(w, p) for w, p in found if w.isalpha() and w.lower() != word.lower()][:k]
