@@ -374,3 +374,43 @@ class MaskedLM:
             ("BERT as a generator", "\n".join(lines)),
             ("Known limits", limits),
         ]
+
+
+def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
+    """Draw every run's masking study (its evaluation.json) in one figure and put it, as
+    masking.png, into each shipped bundle (its card shows that file), updating the checksums."""
+    from export import manifest as mf
+    from study import masking as ms
+
+    results = {}
+    for run in runs:
+        evaluation = common.read_json(run / common.EVALUATION)
+        results[run.name] = evaluation["masking_study"]
+    figure = ms.plot(results)
+    for bundle in bundles:
+        figure.savefig(bundle / MASKING_PNG, dpi=100)
+        manifest = common.read_json(bundle / "manifest.json")
+        manifest["files"] = mf.file_entries(bundle)
+        common.write_json(bundle / "manifest.json", manifest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m train.masked_lm plots`: both shipped cards get the two models' study plot."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m train.masked_lm", description=main.__doc__)
+    parser.add_argument("command", choices=["plots"])
+    parser.add_argument(
+        "--runs", type=Path, nargs="+", default=[Path("checkpoints") / n for n in SIZES]
+    )
+    parser.add_argument("--models-dir", type=Path, default=Path("models"))
+    args = parser.parse_args(argv)
+    bundles = [args.models_dir / run.name / "int8" for run in args.runs]
+    refresh_study_plots(args.runs, bundles)
+    for bundle in bundles:
+        print(f"updated {bundle / MASKING_PNG}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
