@@ -140,7 +140,8 @@ class MaskedLM:
         return result[0] if single else result
 
     def token_vectors(self, text: str) -> TokenVectors:
-        """The last-layer vector of every token of `text` (start, end and padding tokens left out)."""
+        """The last-layer vector of every token of `text` (start, end and padding tokens
+        left out)."""
         ids = self.encode(text)
         _, hidden = self.forward([ids])
         keep = [i for i, t in enumerate(ids) if t not in self.frame_ids]

@@ -241,8 +241,12 @@ def build(registry) -> None:
             concurrency_id=limits.CONCURRENCY_ID,
         )
         gr.api(influence, api_name="influence")
+
+        def generation_rows(prompt, right, tokens):
+            return bert_generation(prompt, right, tokens)
+
         generate.click(
-            bert_generation,
+            generation_rows,
             [prompt, right, tokens],
             generated,
             api_visibility="private",
