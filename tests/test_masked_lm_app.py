@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from gradio_client.exceptions import AppError
 
 import app
 from tests.app_fixtures import models_tree, serve
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
 from ui.registry import ModelRegistry
 
 __all__ = ["models_tree"]  # a session fixture, used by name
@@ -42,11 +44,15 @@ def registry(models_tree, tmp_path_factory) -> ModelRegistry:
 
 
 @pytest.fixture(scope="module")
-def client(registry):
+def url(registry):
     demo = app.build(registry)
-    url = serve(demo)
-    yield Client(url, verbose=False)
+    yield serve(demo)
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def client(url):
+    return Client(url, verbose=False)
 
 
 def test_masked_lms_and_word_vectors_are_not_generators(registry):
@@ -110,3 +116,27 @@ def test_bad_inputs_get_clear_messages(client, endpoint, args, message):
         client.predict(*args, api_name=endpoint)
     assert message in str(error.value)
     assert client.predict(BASE, "In the <|mask|>", 1, api_name="/fill_mask")  # still serving
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed")
+def test_the_tabs_in_a_browser(url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(90_000)
+            page.goto(url)
+            page.get_by_role("tab", name="Masked LM").click()
+            page.get_by_role("button", name="Fill the mask").click()
+            page.locator("#fill-mask-1").get_by_text("%").first.wait_for()
+            page.get_by_role("tab", name="Embeddings").click()
+            page.get_by_role("button", name="Neighbours in every model").click()
+            table = page.locator("#word-vectors")
+            deadline = time.monotonic() + 90
+            while "darkness" not in table.inner_text():
+                assert time.monotonic() < deadline, "the neighbours table never filled"
+                time.sleep(0.1)
+        finally:
+            browser.close()

@@ -229,7 +229,9 @@ def build_word_vectors(registry) -> None:
                 c = gr.Textbox("woman", label="c")
             solve = gr.Button("a : b :: c : ?")
     headers = ["rank", *models] if models else ["rank"]
-    table = gr.Dataframe(headers=headers, interactive=False, wrap=True, label="Side by side")
+    table = gr.Dataframe(
+        headers=headers, interactive=False, wrap=True, label="Side by side", elem_id="word-vectors"
+    )
     gr.Markdown(
         "### Static against contextual (001)\nword2vec gives a word one list of neighbours; a "
         "masked LM, with the word masked in a sentence, ranks the words that fit there, so its "

@@ -67,7 +67,10 @@ def build(registry) -> None:
             top_k = gr.Slider(1, 20, value=5, step=1, label="top k", scale=1)
         fill = gr.Button("Fill the mask", variant="primary")
         with gr.Row():
-            labels = [gr.Label(label=name, num_top_classes=20) for name in names]
+            labels = [
+                gr.Label(label=name, num_top_classes=20, elem_id=f"fill-mask-{index}")
+                for index, name in enumerate(names)
+            ]
         every_mask = gr.Dataframe(
             headers=["model", "mask", "rank", "token", "score", "sequence"],
             interactive=False,
