@@ -222,3 +222,13 @@ def test_shipped_masked_lms_verify_and_match_pytorch(name):
     found = gen.fill_mask("I am the <|mask|> of life.", top_k=5)
     scores = [p["score"] for p in found]
     assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1
+
+
+def test_module_doctests():
+    import doctest
+
+    from runtime import word_vectors as served
+    from train import word_vectors as trained
+
+    for module in (served, trained):
+        assert doctest.testmod(module).failed == 0

@@ -47,7 +47,7 @@ def words(text: str) -> list[str]:
     """Lower-cased words of a verse; curly apostrophes become straight ones.
 
     >>> words("The Son of Man’s Spirit, 12 times.")
-    ["the", "son", "of", "man's", "spirit", "times"]
+    ['the', 'son', 'of', "man's", 'spirit', 'times']
     """
     return [w.replace("’", "'") for w in WORD.findall(text.lower())]
 
