@@ -19,9 +19,10 @@ vocabulary that is about 1.9M against 6.1M parameters (3.3×). Batches of 32 pas
 large trains 250 steps against base's 700 (see SIZES), so it sees less text, as the seed
 suspects of its BERT-Large ("underfitted").
 
-Evaluation (`evaluate`, on the exported int8 bundle through the runtime): masked-token top-1 and
-top-5 accuracy on validation passages at BERT's 15 %, and the masking-ratio study
-(study/masking.py) on held-out verses.
+Evaluation (`evaluate`, on the exported int8 bundle through the runtime): the masking-ratio study
+(study/masking.py) on held-out verses, whose 15 % row gives the card's top-1 / top-5 metrics, the
+token-vector probes (study/probes.py) and BERT-as-generator samples (study/bert_generation.py).
+`python -m train.masked_lm plots` then draws both models' study into both shipped cards.
 
 Does not cover: the training loop (train/common.py), the studies (study/), export (export/).
 """
