@@ -23,6 +23,7 @@ def build(registry: ModelRegistry):
         compare_tab,
         embeddings_tab,
         generate_tab,
+        masked_lm_tab,
         models_tab,
         paraphrase_tab,
         rewrite_tab,
@@ -40,6 +41,7 @@ def build(registry: ModelRegistry):
             translate_tab.build(registry)
             paraphrase_tab.build(registry)
             embeddings_tab.build(registry)
+            masked_lm_tab.build(registry)
             models_tab.build(registry, HERE / "bench" / "results")
     return demo
 

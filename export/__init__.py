@@ -6,9 +6,10 @@
 
 `export_bundle(model_dir, out_dir, precision="fp32", optimize=True, name=None, …)` writes the
 bundle that docs/bundle.md describes and returns its manifest; `scriptorium export` (export/cli.py)
-is the command line. The steps live in exporter.py (pipeline), optimize.py, quantize.py,
-parity.py and manifest.py. Uses torch, transformers, optimum-onnx, onnx and onnxruntime; the
-runtime it produces bundles for needs none but onnxruntime.
+is the command line. `export.fill_mask.export_fill_mask_bundle` exports BERT-style masked LMs to
+"fill-mask" bundles (the masked-LM recipes call it). The steps live in exporter.py (pipeline),
+optimize.py, quantize.py, parity.py and manifest.py. Uses torch, transformers, optimum-onnx, onnx
+and onnxruntime; the runtime it produces bundles for needs none but onnxruntime.
 """
 
 from .exporter import PRECISIONS, ParityError, export_bundle, supported_architectures

@@ -12,8 +12,14 @@ import json
 from pathlib import Path
 
 SCHEMA_VERSION = 1
-TASKS = ("causal-lm", "seq2seq", "hierarchical-lm")
+TASKS = ("causal-lm", "seq2seq", "hierarchical-lm", "fill-mask", "word-vectors")
 HIERARCHICAL_ROLES = ["word_encoder", "sentence_encoder", "sentence_decoder", "word_decoder"]
+GRAPH_ROLES = {
+    "causal-lm": ["decoder"],
+    "seq2seq": ["encoder", "decoder"],
+    "hierarchical-lm": HIERARCHICAL_ROLES,
+    "fill-mask": ["model"],
+}
 
 
 class BundleError(ValueError):
@@ -54,20 +60,18 @@ def _check_manifest(manifest: dict, path: Path) -> None:
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise BundleError(f"{path}: `schema_version` must be {SCHEMA_VERSION}, got {version!r}")
-    required = ("name", "task", "files", "graphs", "num_layers")
-    if manifest.get("task") != "hierarchical-lm":
-        required += ("num_heads", "head_size")
+    if manifest.get("task") not in TASKS:
+        raise BundleError(f"{path}: `task` must be one of {TASKS}, got {manifest.get('task')!r}")
+    if manifest["task"] == "word-vectors":
+        required = ("name", "task", "files", "vectors", "vocab")
+    elif manifest["task"] == "hierarchical-lm":
+        required = ("name", "task", "files", "graphs", "num_layers")
+    else:
+        required = ("name", "task", "files", "graphs", "num_layers", "num_heads", "head_size")
     missing = [key for key in required if key not in manifest]
     if missing:
         raise BundleError(f"{path}: missing keys {missing}")
-    if manifest["task"] not in TASKS:
-        raise BundleError(f"{path}: `task` must be one of {TASKS}, got {manifest['task']!r}")
-    roles = {
-        "causal-lm": ["decoder"],
-        "seq2seq": ["encoder", "decoder"],
-        "hierarchical-lm": HIERARCHICAL_ROLES,
-    }[manifest["task"]]
-    for role in roles:
+    for role in GRAPH_ROLES.get(manifest["task"], []):
         if role not in manifest["graphs"]:
             raise BundleError(f"{path}: `graphs` has no {role!r} graph for task {manifest['task']}")
 
@@ -84,11 +88,13 @@ def verify_files(directory: Path, manifest: dict) -> None:
                 f"checksum mismatch for {path}: manifest says sha256 {entry['sha256']}, "
                 f"file has {actual}; the file is corrupted or was changed after export"
             )
-    needed = [graph["file"] for graph in manifest["graphs"].values()]
-    if manifest["task"] == "hierarchical-lm":
+    if manifest["task"] == "word-vectors":
+        needed = [manifest["vectors"], manifest["vocab"]]
+    elif manifest["task"] == "hierarchical-lm":
+        needed = [graph["file"] for graph in manifest["graphs"].values()]
         needed.extend(manifest["initial_states"].values())
     else:
-        needed.append("tokenizer.json")
+        needed = [graph["file"] for graph in manifest["graphs"].values()] + ["tokenizer.json"]
     for name in needed:
         if name not in manifest["files"]:
             raise BundleError(f"{directory}: {name} is used but not listed in manifest `files`")

@@ -27,9 +27,11 @@ from tokenizers import Tokenizer
 
 from .bundle import read_manifest
 from .config import GenerationConfig
+from .masked_lm import MaskedLM
 from .models import CausalLM, Seq2SeqLM
 from .search import TokenSearch, beam_search
 from .text import IncrementalDecoder, control_prefix, find_stop
+from .word_vectors import WordVectors
 
 PRECISION_PREFERENCE = ("int8", "fp32", "int4")
 
@@ -62,8 +64,12 @@ def load(
     threads: int | None = None,
     io_binding: bool | None = None,
     spinning: bool = False,
-) -> Generator:
+) -> Generator | MaskedLM | WordVectors:
     """Open a bundle (or an optimum-onnx export directory) and create its inference sessions.
+
+    The manifest's task picks the class: a `Generator` for "causal-lm" and "seq2seq", a
+    `runtime.masked_lm.MaskedLM` for "fill-mask", a `runtime.word_vectors.WordVectors` for
+    "word-vectors".
 
     `path` may also be a directory of bundles, one per precision (`models/bible-lm/int8`, …):
     `precision` picks one, by default the first of int8, fp32, int4 that exists. Checksums are
@@ -84,6 +90,10 @@ def load(
         from .hierarchical import HierarchicalGenerator
 
         return HierarchicalGenerator(directory, manifest, threads=threads, providers=providers)
+    if manifest["task"] == "word-vectors":
+        return WordVectors.from_bundle(directory, manifest)
+    if manifest["task"] == "fill-mask":
+        return MaskedLM(directory, manifest, providers=providers, threads=threads)
     return Generator(
         directory,
         manifest,

@@ -1,4 +1,4 @@
-"""`scriptorium export|train|bench|app|serve …`: dispatch to each layer's own command-line module.
+"""`scriptorium export|train|bench|study|app|serve …`: run one layer's command-line module.
 
 Each subcommand module exposes `main(argv) -> int`; heavy imports (torch, gradio) happen only
 inside the chosen subcommand, so `scriptorium --help` stays fast.
@@ -13,6 +13,7 @@ COMMANDS = {
     "export": ("export.cli", "turn a Hugging Face checkpoint into an ONNX model bundle"),
     "train": ("train.cli", "run a training recipe (data, tokenizer, models)"),
     "bench": ("bench.cli", "benchmarks against transformers and optimum-onnx"),
+    "study": ("study.cli", "seed 000/001 studies: masking ratio, probes, BERT generation, vectors"),
     "app": ("app", "start the Gradio app"),
     "serve": ("serve.cli", "serve the models on Ray Serve with an OpenAI-compatible API"),
 }

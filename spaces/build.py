@@ -1,11 +1,12 @@
 """`python spaces/build.py OUT_DIR [--models DIR]… [--precision P]… [--force]`: a Space folder.
 
 OUT_DIR receives what a Hugging Face Space (Gradio SDK, CPU) needs to run the app, and nothing
-else: app.py, ui/ and runtime/ (Python files only), README.md with the Space front matter and
-requirements.txt (both from spaces/), .gitattributes putting graphs and arrays in Git LFS,
-bench/results/*.json (the Models tab's benchmark tables), and models/: every chosen bundle,
-checksums verified, with only the files its manifest lists. The models are the repository's
-models/ unless `--models` names other directories; `--precision int8` keeps only int8 bundles.
+else: app.py, ui/, runtime/ and study/ (Python files, and study's word lists), README.md with the
+Space front matter and requirements.txt (both from spaces/), .gitattributes putting graphs and
+arrays in Git LFS, bench/results/*.json (the Models tab's benchmark tables), and models/: every
+chosen bundle, checksums verified, with only the files its manifest lists. The models are the
+repository's models/ unless `--models` names other directories; `--precision int8` keeps only
+int8 bundles.
 This script does not upload anything.
 """
 
@@ -22,14 +23,16 @@ sys.path.insert(0, str(REPO))
 from runtime.bundle import read_manifest  # noqa: E402
 from ui.registry import find_bundles  # noqa: E402
 
-CODE = ("ui", "runtime")
+CODE = ("ui", "runtime", "study")
+CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists
 LFS_PATTERNS = ("*.onnx", "*.onnx_data", "*.npy", "*.bin", "*.safetensors")
 
 
 def copy_code(out: Path) -> None:
     shutil.copy2(REPO / "app.py", out / "app.py")
     for package in CODE:
-        for source in sorted((REPO / package).rglob("*.py")):
+        sources = {p for pattern in CODE_PATTERNS for p in (REPO / package).rglob(pattern)}
+        for source in sorted(sources):
             target = out / source.relative_to(REPO)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)

@@ -488,7 +488,11 @@ def finish_card(bundle_dir: Path, sections: Sequence[tuple[str, str]], files: Se
     manifest = read_json(bundle_dir / "manifest.json")
     for path in files:
         shutil.copyfile(path, bundle_dir / path.name)
-    card = mf.model_card(manifest).rstrip("\n")
+    if manifest["task"] == "fill-mask":
+        from export.fill_mask import model_card
+    else:
+        model_card = mf.model_card
+    card = model_card(manifest).rstrip("\n")
     for title, body in sections:
         card += f"\n\n## {title}\n\n{body.strip()}"
     (bundle_dir / "README.md").write_text(card + "\n")

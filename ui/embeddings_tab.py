@@ -6,11 +6,20 @@ analogies add and subtract vectors (king − man + woman, 000 and 001) and repor
 expected answer ranks. All from `embeddings.npy` in the bundle (ui/embeddings.py); a model
 without it gets a clear message. Endpoints: `/embedding_similarity`, `/nearest_neighbours`,
 `/analogy`.
+
+The "Static word vectors (001)" section puts word2vec skip-gram, CBOW (bundles with task
+"word-vectors") and the causal and masked LMs' input embeddings (their " word" tokens) side by
+side: neighbours and "a : b :: c : ?" analogies, each with gensim's 3CosAdd on unit vectors
+(runtime.word_vectors). "Static against contextual" gives word2vec's one neighbour list for a
+word beside each masked LM's fillers for that word masked in two sentences. Endpoints:
+`/word_neighbours`, `/word_analogy`, `/static_vs_contextual`.
 """
 
 from __future__ import annotations
 
 import gradio as gr
+
+from study import word_analogies
 
 from . import examples, limits, widgets
 from .embeddings import cosine
@@ -54,9 +63,29 @@ def parse_pairs(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def word_models(registry) -> list[str]:
+    """Word-vector sets, then the first causal LM and every masked LM with input embeddings."""
+    embedded = set(registry.with_embeddings())
+    lms = [n for n in registry.causal_lms() if n in embedded][:1]
+    return registry.word_vector_sets() + lms + [n for n in registry.masked_lms() if n in embedded]
+
+
+def side_by_side(columns: dict[str, list[tuple[str, float]]]) -> list[list]:
+    """Rows "rank, model A word (cosine), model B word (cosine), …" from per-model lists."""
+    depth = max((len(found) for found in columns.values()), default=0)
+    rows = []
+    for rank in range(depth):
+        row = [rank + 1]
+        for found in columns.values():
+            row.append(f"{found[rank][0]} ({found[rank][1]:.2f})" if rank < len(found) else "")
+        rows.append(row)
+    return rows
+
+
 def build(registry) -> None:
+    vector_names = set(registry.word_vector_sets())
     names = registry.with_embeddings() + [
-        n for n in registry.names if n not in registry.with_embeddings()
+        n for n in registry.names if n not in registry.with_embeddings() and n not in vector_names
     ]
     with gr.Tab("Embeddings", id="embeddings"):
         with gr.Row():
@@ -175,3 +204,126 @@ def build(registry) -> None:
             api_name="analogy",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+
+        build_word_vectors(registry)
+
+
+def build_word_vectors(registry) -> None:
+    models = word_models(registry)
+    gr.Markdown(
+        "### Static word vectors (001)\nword2vec skip-gram and CBOW (with Mikolov phrases: "
+        "`holy spirit`, `son of man`) beside the language models' input embeddings; every column "
+        "uses 3CosAdd on unit vectors, query words left out."
+        if models
+        else "### Static word vectors (001)\nNo word-vector bundle installed."
+    )
+    with gr.Row():
+        with gr.Column():
+            word = gr.Textbox("light", label="Word or phrase")
+            topn = gr.Slider(1, limits.LIMITS.max_neighbours, value=8, step=1, label="neighbours")
+            find = gr.Button("Neighbours in every model")
+        with gr.Column():
+            with gr.Row():
+                a = gr.Textbox("man", label="a")
+                b = gr.Textbox("king", label="b")
+                c = gr.Textbox("woman", label="c")
+            solve = gr.Button("a : b :: c : ?")
+    headers = ["rank", *models] if models else ["rank"]
+    table = gr.Dataframe(
+        headers=headers, interactive=False, wrap=True, label="Side by side", elem_id="word-vectors"
+    )
+    gr.Markdown(
+        "### Static against contextual (001)\nword2vec gives a word one list of neighbours; a "
+        "masked LM, with the word masked in a sentence, ranks the words that fit there, so its "
+        "neighbours change with the sense."
+    )
+    with gr.Row():
+        sense_word = gr.Textbox("light", label="Word")
+        first = gr.Textbox(word_analogies.POLYSEMOUS["light"][0], label="Sentence 1")
+        second = gr.Textbox(word_analogies.POLYSEMOUS["light"][1], label="Sentence 2")
+    contrast = gr.Button("Compare static and contextual neighbours")
+    contrast_table = gr.Dataframe(interactive=False, wrap=True, label="Neighbours")
+
+    def _check(model: str) -> str:
+        if model not in models:
+            raise ValueError(f"`model` must be one of {models}, got {model!r}")
+        return model
+
+    @limits.shown_to_user
+    def word_neighbours(word: str, topn: int = 8) -> dict:
+        """{model: [(word, cosine), …]}: `word`'s nearest words in every static model; a model
+        whose vocabulary lacks the word gets an empty list."""
+        word = limits.text("word", word, max_chars=100)
+        topn = limits.integer("topn", topn, 1, limits.LIMITS.max_neighbours)
+        out = {}
+        for name in models:
+            space = registry.word_space(_check(name))
+            out[name] = space.most_similar(word, topn=topn) if word in space else []
+        return out
+
+    @limits.shown_to_user
+    def word_analogy(a: str, b: str, c: str, topn: int = 5) -> dict:
+        """{model: [(word, cosine), …]} answering "a : b :: c : ?" (most_similar(b + c − a))."""
+        words = [limits.text(n, v, max_chars=100) for n, v in (("a", a), ("b", b), ("c", c))]
+        topn = limits.integer("topn", topn, 1, limits.LIMITS.max_neighbours)
+        out = {}
+        for name in models:
+            space = registry.word_space(name)
+            known = all(w in space for w in words)
+            out[name] = space.analogy(*words, topn=topn) if known else []
+        return out
+
+    @limits.shown_to_user
+    def static_vs_contextual(word: str, sentence_1: str, sentence_2: str, topn: int = 8) -> list:
+        """Rows (model, where, neighbours): each word-vector set's static list, then each
+        masked LM's fillers for `word` masked in each sentence."""
+        word = limits.text("word", word, max_chars=100)
+        topn = limits.integer("topn", topn, 1, limits.LIMITS.max_neighbours)
+        rows = []
+        for name in registry.word_vector_sets():
+            space = registry.word_space(name)
+            found = space.most_similar(word, topn=topn) if word in space else []
+            rows.append([name, "static (any sentence)", ", ".join(w for w, _ in found)])
+        for name in registry.masked_lms():
+            for index, sentence in enumerate((sentence_1, sentence_2), start=1):
+                sentence = limits.text(f"sentence_{index}", sentence, max_chars=500)
+                found = word_analogies.contextual_neighbours(
+                    registry.get(name), sentence, word, topn
+                )
+                rows.append([name, f"sentence {index}", ", ".join(w for w, _ in found)])
+        return rows
+
+    def neighbour_rows(word, topn):
+        return side_by_side(word_neighbours(word, topn))
+
+    def analogy_rows(a, b, c):
+        return side_by_side(word_analogy(a, b, c, 5))
+
+    def contrast_rows(word, sentence_1, sentence_2):
+        rows = static_vs_contextual(word, sentence_1, sentence_2)
+        return gr.Dataframe(rows, headers=["model", "where", "neighbours"])
+
+    find.click(
+        neighbour_rows,
+        [word, topn],
+        table,
+        api_visibility="private",
+        concurrency_id=limits.CONCURRENCY_ID,
+    )
+    gr.api(word_neighbours, api_name="word_neighbours")
+    solve.click(
+        analogy_rows,
+        [a, b, c],
+        table,
+        api_visibility="private",
+        concurrency_id=limits.CONCURRENCY_ID,
+    )
+    gr.api(word_analogy, api_name="word_analogy")
+    contrast.click(
+        contrast_rows,
+        [sense_word, first, second],
+        contrast_table,
+        api_visibility="private",
+        concurrency_id=limits.CONCURRENCY_ID,
+    )
+    gr.api(static_vs_contextual, api_name="static_vs_contextual")

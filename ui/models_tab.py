@@ -58,7 +58,8 @@ def model_list(registry) -> dict:
         "generate": registry.generators(),
         "rewrite": registry.rewriters(),
         "translate": registry.translators(),
-        "embeddings": registry.with_embeddings(),
+        "embeddings": registry.with_embeddings() + registry.word_vector_sets(),
+        "masked-lm": registry.masked_lms(),
         "paraphrase": registry.paraphrasers(),
     }
     out = {}

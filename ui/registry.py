@@ -5,12 +5,15 @@ family of bundles, one per precision (`models/bible-lm/int8`, `models/bible-lm/f
 bundle gets a display name "family (precision)". What a model is for is read from its manifest,
 never from its name (docs/APP.md, "How models are chosen"):
 
-- generation: every model; causal LMs first, those with controls before those without;
+- generation: causal LMs and seq2seq models (tasks "causal-lm", "seq2seq"); causal LMs first,
+  those with controls before those without;
 - rewriting: models with a `length_ratio` or `length` control;
 - translation: seq2seq models; those whose training_data names two different languages
   (`source_language`/`target_language`, or `pair` "en-es") first, English → Spanish first of all;
 - embeddings: models whose manifest names an `embeddings` file;
 - paraphrase: "hierarchical-lm" models with an `autoencoder_decoder` graph.
+- masked LMs: task "fill-mask" (the Masked LM tab), base before large (fewer parameters first);
+- word vectors: task "word-vectors" (static vectors, the Embeddings tab's word2vec section).
 Within a kind, int8 comes before fp32 before int4 (fast first). Generators are loaded once and
 shared by all users (sessions are thread-safe). This module builds no UI.
 """
@@ -31,6 +34,7 @@ from .embeddings import EmbeddingSpace, load_matrix
 PRECISION_ORDER = ("int8", "fp32", "int4")
 PAIR = re.compile(r"^\s*([A-Za-z_]+)\s*(?:-|→|->|_|2)\s*([A-Za-z_]+)\s*$")
 LENGTH_CONTROLS = ("length_ratio", "length")
+GENERATION_TASKS = ("causal-lm", "seq2seq", "hierarchical-lm")
 
 
 def _is_model(path: Path) -> bool:
@@ -86,7 +90,7 @@ class ModelRegistry:
             except (ValueError, FileNotFoundError, KeyError) as error:
                 self.problems[name] = f"{path}: {error}"
         self._loaded: dict[str, runtime.Generator] = {}
-        self._spaces: dict[tuple[str, bool], EmbeddingSpace] = {}
+        self._spaces: dict[tuple, object] = {}  # EmbeddingSpace or WordVectors per key
         self._lock = threading.Lock()
 
     @classmethod
@@ -133,7 +137,21 @@ class ModelRegistry:
             manifest = self.manifest(name)
             return (manifest["task"] != "causal-lm", not manifest.get("controls"))
 
-        return sorted(self._ordered(self.names), key=rank)
+        found = [n for n in self.names if self.manifest(n)["task"] in GENERATION_TASKS]
+        return sorted(self._ordered(found), key=rank)
+
+    def causal_lms(self) -> list[str]:
+        return [n for n in self.generators() if self.manifest(n)["task"] == "causal-lm"]
+
+    def masked_lms(self) -> list[str]:
+        def size(name):
+            return self.manifest(name).get("export", {}).get("parameters", 0)
+
+        found = [n for n in self.names if self.manifest(n)["task"] == "fill-mask"]
+        return sorted(self._ordered(found), key=size)
+
+    def word_vector_sets(self) -> list[str]:
+        return [n for n in self.names if self.manifest(n)["task"] == "word-vectors"]
 
     def rewriters(self) -> list[str]:
         def rank(name):
@@ -177,8 +195,10 @@ class ModelRegistry:
             raise ValueError(f"`model` must be one of {self.names}, got {name!r}")
         return name
 
-    def get(self, name: str) -> runtime.Generator:
-        """The loaded generator for `name` (loaded once, shared by all users)."""
+    def get(self, name: str):
+        """The loaded model for `name`: a runtime.Generator, or for a "fill-mask" / "word-vectors"
+        bundle a runtime.masked_lm.MaskedLM / runtime.word_vectors.WordVectors (loaded once,
+        shared by all users)."""
         self._check(name)
         with self._lock:
             if name not in self._loaded:
@@ -200,6 +220,21 @@ class ModelRegistry:
                 same = self._spaces.get((name, not leading_space))
                 matrix = same.matrix if same else self._embedding_matrix(name, gen)
                 self._spaces[key] = EmbeddingSpace(matrix, gen.tokenizer, bool(leading_space))
+            return self._spaces[key]
+
+    def word_space(self, name: str):
+        """`name`'s words as runtime.word_vectors.WordVectors: a word-vectors bundle itself, or a
+        model's input embeddings restricted to its " word" tokens (study.word_analogies)."""
+        from study.word_analogies import from_embeddings
+
+        gen = self.get(name)
+        if self.manifest(name)["task"] == "word-vectors":
+            return gen
+        key = (name, "words")
+        with self._lock:
+            if key not in self._spaces:
+                matrix = load_matrix(self.paths[name], gen.manifest)
+                self._spaces[key] = from_embeddings(matrix, gen.tokenizer, name)
             return self._spaces[key]
 
     def preload(self) -> threading.Thread:

@@ -1,0 +1,363 @@
+"""`export_fill_mask_bundle`: a BERT-style masked-LM checkpoint -> a "fill-mask" bundle.
+
+Steps:
+
+1. export   - optimum-onnx's `main_export` with task "fill-mask": `model.onnx`, inputs
+              input_ids, attention_mask (and token_type_ids when the config has token types)
+              -> logits (batch, sequence, vocab). The tensor the MLM head reads (the encoder's
+              last hidden state) is then added as a second output, `last_hidden_state`
+              (batch, sequence, hidden), so the runtime gets contextual token vectors from the
+              same call.
+2. optimize - onnxruntime's transformer optimizer with its "bert" fusions (Attention,
+              SkipLayerNormalization, BiasGelu, EmbedLayerNormalization where they match); kept
+              only if its logits agree with PyTorch as well as the unoptimized graph's do (same
+              argmax agreement, max |Δlogit| within 2× or 1e-4 of the logit scale).
+3. quantize - int8: dynamic int8 MatMul weights (export/quantize.py).
+4. parity   - against PyTorch on held-in sentences with 15 % of their tokens masked: max |Δlogit|,
+              argmax agreement at masked positions, and the cosine of the last hidden states.
+5. write    - tokenizer.json, embeddings.npy (input embeddings, float16), manifest.json (task
+              "fill-mask", `mask_token`, `mask_token_id`), README.md.
+
+Does not cover: generation models (export/exporter.py), training (train/masked_lm.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from . import manifest as mf
+from .exporter import EMBEDDINGS_FILE, OPTIMIZER_TOLERANCE, _quiet, _versions
+from .optimize import op_counts
+from .quantize import INT8_FORMAT, quantize_graph
+
+HIDDEN_OUTPUT = "last_hidden_state"
+PARITY_SENTENCES = (
+    "In the beginning, God created the heavens and the earth.",
+    "Jesus said to them, “I am the bread of life. He who comes to me will not be hungry.”",
+    "The Lord is my shepherd; I shall lack nothing.",
+    "Blessed are the poor in spirit, for theirs is the Kingdom of Heaven.",
+    "The king said to the queen, “What is your request?”",
+    "Then the man and his wife went out of the city to the mountain.",
+)
+
+
+def add_hidden_output(path: Path) -> None:
+    """Expose the MLM head's input (the encoder's last hidden state) as `last_hidden_state`."""
+    import onnx
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    head = next(
+        (n for n in graph.node if n.op_type == "MatMul" and "cls/predictions/transform" in n.name),
+        None,
+    )
+    if head is None:
+        raise ValueError(f"{path}: no MLM head (cls/predictions/transform MatMul) found")
+    hidden = head.input[0]
+    graph.node.append(onnx.helper.make_node("Identity", [hidden], [HIDDEN_OUTPUT]))
+    info = onnx.helper.make_tensor_value_info(
+        HIDDEN_OUTPUT, onnx.TensorProto.FLOAT, ["batch_size", "sequence_length", None]
+    )
+    graph.output.append(info)
+    onnx.save(model, str(path))
+
+
+def _feeds(tokenizer, sentences, mask_id: int, names, context: int, seed: int = 0):
+    """Encoded, padded sentences (cut to the context) with 15 % of their non-special tokens
+    masked (fixed seed)."""
+    rng = np.random.default_rng(seed)
+    encoded = [tokenizer.encode(s).ids[:context] for s in sentences]
+    width = max(map(len, encoded))
+    ids = np.full((len(encoded), width), 0, dtype=np.int64)
+    mask = np.zeros_like(ids)
+    masked = np.zeros(ids.shape, dtype=bool)
+    for row, tokens in enumerate(encoded):
+        ids[row, : len(tokens)] = tokens
+        mask[row, : len(tokens)] = 1
+        inner = np.arange(1, len(tokens) - 1)
+        chosen = rng.choice(inner, size=max(1, round(0.15 * len(inner))), replace=False)
+        ids[row, chosen] = mask_id
+        masked[row, chosen] = True
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    if "token_type_ids" in names:
+        feeds["token_type_ids"] = np.zeros_like(ids)
+    return feeds, masked
+
+
+def _with_two_token_types(model, model_dir: Path, work: Path) -> Path:
+    """The checkpoint to export: `model_dir` itself, or, for a model with one token type, a copy
+    with a second, identical token-type row (optimum's dummy inputs use token types 0 and 1;
+    every type-0 input gives the same outputs as before)."""
+    import copy
+
+    import torch
+
+    if model.config.type_vocab_size >= 2:
+        return model_dir
+    padded = copy.deepcopy(model)
+    old = padded.bert.embeddings.token_type_embeddings
+    new = torch.nn.Embedding(2, old.embedding_dim)
+    with torch.no_grad():
+        new.weight[:] = old.weight[0]
+    padded.bert.embeddings.token_type_embeddings = new
+    padded.config.type_vocab_size = 2
+    padded.save_pretrained(str(work))
+    for path in model_dir.iterdir():
+        if path.is_file() and not (work / path.name).exists():
+            shutil.copyfile(path, work / path.name)
+    return work
+
+
+def _session(path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def parity(path: Path, model, tokenizer, mask_id: int) -> dict:
+    """ONNX graph at `path` against the PyTorch `model` (see the module docstring, step 4)."""
+    import torch
+
+    session = _session(path)
+    names = [i.name for i in session.get_inputs()]
+    context = model.config.max_position_embeddings
+    feeds, masked = _feeds(tokenizer, PARITY_SENTENCES, mask_id, names, context)
+    logits, hidden = session.run(["logits", HIDDEN_OUTPUT], feeds)
+    with torch.no_grad():
+        out = model(**{k: torch.from_numpy(v) for k, v in feeds.items()}, output_hidden_states=True)
+    ref_logits = out.logits.numpy()
+    ref_hidden = out.hidden_states[-1].numpy()
+    valid = feeds["attention_mask"].astype(bool)
+    diff = np.abs(logits - ref_logits)[valid]
+    a, b = hidden[valid], ref_hidden[valid]
+    cosine = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    return {
+        "sentences": len(PARITY_SENTENCES),
+        "masked_positions": int(masked.sum()),
+        "max_abs_logit_diff": float(diff.max()),
+        "max_abs_logit": float(np.abs(ref_logits[valid]).max()),
+        "masked_argmax_agreement": float(
+            (logits[masked].argmax(-1) == ref_logits[masked].argmax(-1)).mean()
+        ),
+        "argmax_agreement": float(
+            (logits[valid].argmax(-1) == ref_logits[valid].argmax(-1)).mean()
+        ),
+        "min_hidden_cosine": float(cosine.min()),
+    }
+
+
+def _optimize(source: Path, target: Path, config: dict, before: dict, check) -> tuple[Path, dict]:
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    try:
+        with _quiet():
+            optimized = optimize_model(
+                str(source),
+                model_type="bert",
+                num_heads=config["num_attention_heads"],
+                hidden_size=config["hidden_size"],
+            )
+            optimized.save_model_to_file(str(target), use_external_data_format=False)
+        after = check(target)
+    except Exception as error:  # optimizer failures come in many types; fall back
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        return source, {"applied": False, "summary": f"no (fell back: {reason})"}
+    import onnx
+
+    old, new = op_counts(onnx.load(str(source))), op_counts(onnx.load(str(target)))
+    fused = {op: n for op, n in sorted(new.items()) if op not in old}
+    allowed = max(
+        2 * before["max_abs_logit_diff"], OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"])
+    )
+    holds = (
+        after["argmax_agreement"] >= before["argmax_agreement"]
+        and after["max_abs_logit_diff"] <= allowed
+    )
+    report = {
+        "model_type": "bert",
+        "fused": fused,
+        "nodes_before": sum(old.values()),
+        "nodes_after": sum(new.values()),
+        "max_abs_logit_diff": {
+            "unoptimized": before["max_abs_logit_diff"],
+            "optimized": after["max_abs_logit_diff"],
+        },
+    }
+    if not holds:
+        report.update(applied=False, summary="no (fell back: parity got worse)")
+        return source, report
+    text = ", ".join(f"{op} × {n}" for op, n in fused.items()) or "no fused operators"
+    report.update(
+        applied=True,
+        summary=f"yes, model type bert: {text}; {report['nodes_before']} → "
+        f"{report['nodes_after']} nodes",
+    )
+    return target, report
+
+
+def export_fill_mask_bundle(
+    model_dir, out_dir, precision: str = "int8", optimize: bool = True, name: str | None = None
+) -> dict:
+    """Export the masked-LM checkpoint in `model_dir` to a bundle in `out_dir`; return its
+    manifest. `precision` is "fp32" or "int8". The checkpoint's tokenizer must have a mask
+    token. Raises ValueError for a checkpoint that is not a masked LM."""
+    import torch
+    from optimum.exporters.onnx import main_export
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    if precision not in ("fp32", "int8"):
+        raise ValueError(f"`precision` must be one of fp32, int8, got {precision!r}")
+    config = mf.load_json(model_dir / "config.json", "model config")
+    card_path = model_dir / mf.CARD_FILE
+    card = mf.load_json(card_path, "model card") if card_path.exists() else {}
+    with _quiet():
+        hf_tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForMaskedLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    if hf_tokenizer.mask_token is None:
+        raise ValueError(f"the tokenizer in {model_dir} has no mask token")
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    mask_id = tokenizer.token_to_id(hf_tokenizer.mask_token)
+    with tempfile.TemporaryDirectory(prefix="scriptorium-fill-mask-") as tmp:
+        work = Path(tmp)
+        source = _with_two_token_types(model, model_dir, work / "source")
+        with _quiet():
+            main_export(
+                str(source),
+                output=work / "optimum",
+                task="fill-mask",
+                do_validation=False,
+                library_name="transformers",
+            )
+        graph = work / "optimum" / "model.onnx"
+        add_hidden_output(graph)
+
+        def check(path):
+            return parity(path, model, tokenizer, mask_id)
+
+        before = check(graph)
+        if optimize:
+            graph, optimizer = _optimize(graph, work / "optimized.onnx", config, before, check)
+        else:
+            optimizer = {"applied": False, "summary": "no (optimize=False)"}
+        staging = work / "bundle"
+        staging.mkdir()
+        if precision == "int8":
+            with _quiet():
+                quantized = quantize_graph(graph, staging / "model.onnx", "int8", False)
+            quantization = {
+                "method": f"dynamic int8 ({INT8_FORMAT}, MatMul)",
+                "graphs": {"model": quantized},
+                "summary": f"dynamic int8 ({INT8_FORMAT}, MatMul); MLM head quantized",
+            }
+        else:
+            shutil.copyfile(graph, staging / "model.onnx")
+            quantization = {"summary": "none (float32)"}
+        shutil.copyfile(model_dir / "tokenizer.json", staging / "tokenizer.json")
+        table = model.get_input_embeddings().weight.detach().float().numpy()  # (V, D)
+        np.save(staging / EMBEDDINGS_FILE, table.astype(np.float16))
+        shape = mf.model_shape(config, "causal-lm")
+        manifest = {
+            "schema_version": mf.SCHEMA_VERSION,
+            "name": name or card.get("name") or model_dir.name,
+            "task": "fill-mask",
+            "architecture": config.get("model_type"),
+            "precision": precision,
+            "files": {},
+            "graphs": {"model": mf.graph_entry("model.onnx", staging / "model.onnx")},
+            **shape,
+            "mask_token": hf_tokenizer.mask_token,
+            "mask_token_id": mask_id,
+            "special_tokens": {
+                "bos_token_id": hf_tokenizer.bos_token_id,
+                "eos_token_id": hf_tokenizer.eos_token_id,
+                "pad_token_id": hf_tokenizer.pad_token_id,
+            },
+            "controls": {},
+            "embeddings": EMBEDDINGS_FILE,
+            "parity": {"unoptimized_fp32": before, "bundle": check(staging / "model.onnx")},
+            "metrics": card.get("metrics", {}),
+            "training_data": card.get("training_data", {}),
+            "license": card.get("license", ""),
+            "export": {
+                "source": model_dir.name,
+                "description": card.get("description", ""),
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "optimizer": optimizer,
+                "quantization": quantization,
+                "versions": _versions(),
+            },
+        }
+        (staging / "README.md").write_text(model_card(manifest))
+        manifest["files"] = mf.file_entries(staging)
+        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(staging, out_dir)
+    return manifest
+
+
+def model_card(manifest: dict) -> str:
+    """README.md of a fill-mask bundle, from its manifest."""
+    export = manifest["export"]
+    bundle = manifest["parity"]["bundle"]
+    rows = [
+        ("task", f"fill-mask (mask token `{manifest['mask_token']}`)"),
+        ("architecture", manifest["architecture"]),
+        ("parameters", f"{export['parameters']:,}"),
+        ("precision", manifest["precision"]),
+        (
+            "layers × heads × head size",
+            "{num_layers} × {num_heads} × {head_size}".format(**manifest),
+        ),
+        ("hidden size", manifest["hidden_size"]),
+        ("vocabulary", manifest["vocab_size"]),
+        ("context length", manifest["context_length"]),
+        ("licence", manifest.get("license") or "not stated"),
+    ]
+    parity_rows = [
+        ("masked positions compared", bundle["masked_positions"]),
+        ("max abs Δlogit", bundle["max_abs_logit_diff"]),
+        ("largest abs logit (scale)", bundle["max_abs_logit"]),
+        ("argmax agreement at masked positions", bundle["masked_argmax_agreement"]),
+        ("argmax agreement, all positions", bundle["argmax_agreement"]),
+        ("smallest cosine of last hidden states", bundle["min_hidden_cosine"]),
+    ]
+    lines = [f"# {manifest['name']}", "", export.get("description", ""), ""]
+    lines += mf._table(rows)
+    lines += [
+        "",
+        "## Files",
+        "",
+        "- `model.onnx`: input_ids, attention_mask, token_type_ids → logits, last_hidden_state",
+        "- `embeddings.npy`: input token embeddings (float16), `tokenizer.json`, `manifest.json`",
+        "",
+        f"Optimized with onnxruntime's transformer optimizer: {export['optimizer']['summary']}.",
+        f"Quantization: {export['quantization']['summary']}.",
+        "",
+        "## Parity with PyTorch",
+        "",
+        f"{bundle['sentences']} Bible sentences with 15 % of their tokens masked, this bundle "
+        "against the PyTorch checkpoint:",
+        "",
+        *mf._table(parity_rows),
+        "",
+        "## Evaluation",
+        "",
+        *(mf._table(list(manifest["metrics"].items())) if manifest["metrics"] else ["None."]),
+        "",
+        "## Training data",
+        "",
+        *mf._table(list(manifest["training_data"].items())),
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,13 @@
+"""Seed 000's masked-LM studies and seed 001's word-vector evaluations, torch-free.
+
+- `study.masking`: prediction accuracy against the masking ratio (000, figures 16-17);
+- `study.probes`: king / queen / man / woman cosines with and without context, word order, and
+  the Average Influence Similarity (000, section 4.2);
+- `study.bert_generation`: generating from a masked LM three ways (000, section 4.3);
+- `study.word_analogies`: the analogy and similarity set, static against contextual neighbours
+  (001);
+- `study.cli`: `python -m scriptorium study …`.
+
+Everything runs on bundles through the runtime (numpy + onnxruntime), so the app can run the
+same code live.
+"""

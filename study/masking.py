@@ -1,0 +1,132 @@
+"""Seed 000's masking-ratio study: mask n random words of a sentence, up to 80 % of it, and
+count how often the masked LM's top-1, 2, 3 and 5 predictions contain each original word.
+
+Words: a sentence's maskable words are its tokens that are whole words on their own (a token
+that starts with a space and letters, followed by a token that starts a new word or is
+punctuation), since the tokenizer is subword BPE and BERT's study masks whole words. Nearly every
+common Bible word is one token. For each ratio r and repetition, n = max(1, round(r × words))
+distinct words are drawn at random (seeded) and replaced by the mask token; every masked word is
+one prediction. Accuracy at k = share of predictions whose original token is among the k most
+probable tokens at its position. The seed repeats 500 times on one story; we use many held-out
+verses and a few repetitions each, which gives as many predictions with less text bias.
+
+Does not cover: plots (`plot`, matplotlib), choosing the sentences (`held_out_sentences`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+RATIOS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+TOP_K = (1, 2, 3, 5)
+WORD_TOKEN = re.compile(r"^ [A-Za-z]+$")
+
+
+def word_positions(gen, ids: list[int]) -> list[int]:
+    """Positions in `ids` of tokens that are whole words on their own (see module docstring)."""
+    texts = [gen.decode([i]) for i in ids]
+    out = []
+    for index in range(1, len(ids) - 1):
+        following = texts[index + 1]
+        ends_word = ids[index + 1] in gen.frame_ids or not following[:1].isalpha()
+        if WORD_TOKEN.match(texts[index]) and ends_word:
+            out.append(index)
+    return out
+
+
+def held_out_sentences(rows: list[dict], count: int, seed: int = 0, split: str = "validation"):
+    """`count` WEB verses of `split` with 8 to 40 words, drawn with `seed`."""
+    verses = [r["web"] for r in rows if r["split"] == split and r["web"]]
+    verses = [v for v in verses if 8 <= len(v.split()) <= 40]
+    rng = np.random.default_rng(seed)
+    return [verses[i] for i in sorted(rng.choice(len(verses), min(count, len(verses)), False))]
+
+
+def masking_study(
+    gen, sentences, ratios=RATIOS, repetitions: int = 3, seed: int = 0, top_k=TOP_K
+) -> dict:
+    """Accuracy at each k against the masking ratio: {"ratios", "top_k", "accuracy": {k: [...]},
+    "predictions": [...]} with one value per ratio (predictions = masked words scored)."""
+    if not sentences:
+        raise ValueError("`sentences` must hold at least one sentence, got none")
+    if not all(0 < r <= 0.8 for r in ratios):
+        raise ValueError(f"`ratios` must be in (0, 0.8], got {list(ratios)}")
+    if not isinstance(repetitions, int) or repetitions < 1:
+        raise ValueError(f"`repetitions` must be a positive int, got {repetitions!r}")
+    rng = np.random.default_rng(seed)
+    largest = max(top_k)
+    hits = np.zeros((len(ratios), len(top_k)))
+    counts = np.zeros(len(ratios), dtype=int)
+    for sentence in sentences:
+        ids = gen.tokenizer.encode(sentence).ids
+        if len(ids) > gen.context_length:
+            continue  # a verse longer than the context is left out, never truncated
+        words = word_positions(gen, ids)
+        if len(words) < 2:
+            continue
+        rows, targets = [], []
+        for r_index, ratio in enumerate(ratios):
+            n = max(1, round(ratio * len(words)))
+            for _ in range(repetitions):
+                chosen = rng.choice(words, n, replace=False)
+                masked = list(ids)
+                for position in chosen:
+                    masked[position] = gen.mask_token_id
+                rows.append(masked)
+                targets.append((r_index, chosen))
+        logits, _ = gen.forward(rows)  # (rows, T, V)
+        for row, (r_index, chosen) in enumerate(targets):
+            scores = logits[row, chosen]  # (n, V)
+            best = np.argpartition(-scores, largest - 1, axis=-1)[:, :largest]
+            order = np.take_along_axis(scores, best, -1).argsort(-1)[:, ::-1]
+            best = np.take_along_axis(best, order, -1)  # (n, largest), best first
+            truth = np.array([ids[p] for p in chosen])[:, None]
+            for k_index, k in enumerate(top_k):
+                hits[r_index, k_index] += (best[:, :k] == truth).any(-1).sum()
+            counts[r_index] += len(chosen)
+    accuracy = hits / np.maximum(counts, 1)[:, None]
+    return {
+        "ratios": list(ratios),
+        "top_k": list(top_k),
+        "accuracy": {str(k): [float(a) for a in accuracy[:, i]] for i, k in enumerate(top_k)},
+        "predictions": [int(c) for c in counts],
+        "sentences": len(sentences),
+        "repetitions": repetitions,
+    }
+
+
+def plot(results: dict[str, dict], title: str = "Masked-word accuracy against masking ratio"):
+    """One panel per model: top-k accuracy against the masking ratio (seed 000, figure 17), plus,
+    for several models, a panel with every model's top-1 (figure 16). `results`: {model name:
+    masking_study(...)}."""
+    from matplotlib.figure import Figure
+
+    names = list(results)
+    columns = len(names) + (len(names) > 1)
+    figure = Figure(figsize=(4 * columns, 3.4), layout="constrained")
+    panels = list(np.atleast_1d(figure.subplots(1, columns, sharey=True)))
+    for axes, name in zip(panels, names):
+        result = results[name]
+        percent = [100 * r for r in result["ratios"]]
+        for k in result["top_k"]:
+            axes.plot(percent, [100 * a for a in result["accuracy"][str(k)]], marker="o",
+                      markersize=3, label=f"top {k}")  # fmt: skip
+        axes.set_title(name)
+        axes.set_xlabel("masked words (%)")
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=8)
+    if len(names) > 1:
+        for name in names:
+            result = results[name]
+            percent = [100 * r for r in result["ratios"]]
+            panels[-1].plot(percent, [100 * a for a in result["accuracy"]["1"]], marker="o",
+                            markersize=3, label=name)  # fmt: skip
+        panels[-1].set_title("top 1, every model")
+        panels[-1].set_xlabel("masked words (%)")
+        panels[-1].grid(alpha=0.3)
+        panels[-1].legend(fontsize=8)
+    panels[0].set_ylabel("accuracy (%)")
+    figure.suptitle(title, fontsize=10)
+    return figure

@@ -1,0 +1,234 @@
+"""Masked LMs and static word vectors: the recipe's tiny chain, fill-mask parity with
+transformers' pipeline on the fp32 export, token vectors, the studies, gensim parity of
+`most_similar` on the shipped word2vec vectors, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import runtime
+from runtime.masked_lm import MaskedLM
+from runtime.word_vectors import WordVectors
+
+ROOT = Path(__file__).resolve().parent.parent
+WORD2VEC = ROOT / "models" / "word2vec"
+
+
+@pytest.fixture(scope="module")
+def tiny_mlm(tmp_path_factory):
+    """(checkpoint directory, fp32 bundle) of a 4-step masked-lm-base trained on the fixture."""
+    from export.fill_mask import export_fill_mask_bundle
+    from train import common, data, masked_lm
+
+    out = tmp_path_factory.mktemp("mlm")
+    recipe = masked_lm.MaskedLM(
+        "masked-lm-base", True, data.FIXTURE, Path("data/tokenizers"), out, seed=0
+    )
+    model, task, config = recipe.setup()
+    common.train(model, task, config, out, progress=False, threads=1)
+    model_dir = out / "model"
+    common.save_model_dir(model.eval(), recipe.tokenizer, model_dir, {}, {"name": "tiny"}, {})
+    recipe.finish_model_dir(model_dir)
+    bundle = out / "fp32"
+    export_fill_mask_bundle(model_dir, bundle, "fp32", optimize=False)
+    return model_dir, bundle
+
+
+@pytest.fixture(scope="module")
+def pipeline(tiny_mlm):
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import pipeline as make_pipeline
+
+    model_dir, _ = tiny_mlm
+    return make_pipeline(
+        "fill-mask",
+        model=AutoModelForMaskedLM.from_pretrained(model_dir),
+        tokenizer=AutoTokenizer.from_pretrained(model_dir),
+    )
+
+
+@pytest.fixture(scope="module")
+def gen(tiny_mlm):
+    return runtime.load(tiny_mlm[1])
+
+
+def _same(ours, theirs):
+    assert [p["token"] for p in ours] == [p["token"] for p in theirs]
+    assert [p["token_str"] for p in ours] == [p["token_str"] for p in theirs]
+    assert [p["sequence"] for p in ours] == [p["sequence"] for p in theirs]
+    np.testing.assert_allclose([p["score"] for p in ours], [p["score"] for p in theirs], rtol=1e-4)
+
+
+def test_load_picks_the_masked_lm_from_the_manifest(gen, tiny_mlm):
+    manifest = json.loads((tiny_mlm[1] / "manifest.json").read_text())
+    assert manifest["task"] == "fill-mask" and manifest["mask_token"] == "<|mask|>"
+    assert isinstance(gen, MaskedLM) and gen.mask_token == "<|mask|>"
+    assert manifest["graphs"]["model"]["outputs"] == ["logits", "last_hidden_state"]
+    assert manifest["parity"]["bundle"]["masked_argmax_agreement"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["In the <|mask|>, God created the heavens.", "The <|mask|> said to the <|mask|>, “Go.”"],
+)
+def test_fill_mask_matches_the_transformers_pipeline(gen, pipeline, text):
+    ours, theirs = gen.fill_mask(text, top_k=4), pipeline(text, top_k=4)
+    if text.count("<|mask|>") == 1:
+        _same(ours, theirs)
+    else:
+        assert len(ours) == len(theirs) == 2
+        for a, b in zip(ours, theirs):
+            _same(a, b)
+
+
+def test_token_vectors_are_the_last_hidden_states(gen, tiny_mlm):
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    model = AutoModelForMaskedLM.from_pretrained(tiny_mlm[0]).eval()
+    text = "the king was tired"
+    vectors = gen.token_vectors(text)
+    ids = gen.encode(text)
+    with torch.no_grad():
+        hidden = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0]
+    np.testing.assert_allclose(vectors.vectors, hidden[1:-1].numpy(), atol=1e-4)
+    assert "".join(vectors.tokens) == text
+
+
+def test_masked_lm_bad_input(gen):
+    with pytest.raises(ValueError, match="must contain the mask token"):
+        gen.fill_mask("no mask here")
+    with pytest.raises(ValueError, match="`top_k` must be a positive int"):
+        gen.fill_mask("a <|mask|>", top_k=0)
+    with pytest.raises(ValueError, match="`text` must be at most 128 tokens"):
+        gen.fill_mask("word " * 300 + "<|mask|>")
+    with pytest.raises(ValueError, match="`text` must be a non-empty string"):
+        gen.token_vectors("  ")
+
+
+def test_studies_run_on_the_runtime(gen):
+    from study import bert_generation, masking, probes
+
+    result = masking.masking_study(
+        gen, ["In the beginning, God created the heavens and the earth."], (0.2, 0.8), 2
+    )
+    assert result["predictions"][1] > result["predictions"][0] > 0
+    for k in ("1", "5"):
+        assert all(0 <= a <= 1 for a in result["accuracy"][k])
+    assert result["accuracy"]["5"][0] >= result["accuracy"]["1"][0]
+    same = probes.influence(gen, "the man went to sleep", "the man went to sleep")
+    assert same["ais"] == pytest.approx(1.0, abs=1e-5) and same["differing_position"] is None
+    with pytest.raises(ValueError, match="must have as many tokens"):
+        probes.influence(gen, "the man went", "the man went to sleep")
+    table = probes.analogy_table(gen)
+    assert table["short context"]["queen vs queen"] == pytest.approx(1.0, abs=1e-5)
+    outputs = bert_generation.all_strategies(gen, "In the beginning", "and it was good.", 3)
+    assert len(outputs) == 3 and all(isinstance(text, str) and text for text in outputs.values())
+    with pytest.raises(ValueError, match="`tokens` must be an int"):
+        bert_generation.left_to_right(gen, "In the beginning", 0)
+
+
+def test_runtime_stays_torch_free_with_the_new_tasks(tiny_mlm):
+    code = (
+        "import sys, runtime\n"
+        f"g = runtime.load({str(tiny_mlm[1])!r}); g.fill_mask('a <|mask|> b')\n"
+        f"w = runtime.load({str(WORD2VEC / 'cbow')!r}); w.most_similar('king')\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'gensim')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# ---- word vectors -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["skipgram", "cbow"])
+def shipped(request):
+    from gensim.models import KeyedVectors
+
+    vectors = runtime.load(WORD2VEC / request.param)
+    keyed = KeyedVectors(vectors.vectors.shape[1])
+    keyed.add_vectors(vectors.words, np.load(WORD2VEC / request.param / "vectors.npy"))
+    return vectors, keyed
+
+
+@pytest.mark.parametrize(
+    "positive, negative",
+    [
+        (["king"], []),
+        (["light"], []),
+        (["king", "woman"], ["man"]),
+        (["sons", "daughter"], ["son"]),
+    ],
+)
+def test_most_similar_matches_gensim(shipped, positive, negative):
+    vectors, keyed = shipped
+    ours = vectors.most_similar(positive, negative, topn=10)
+    theirs = keyed.most_similar(positive=positive, negative=negative, topn=10)
+    assert [w for w, _ in ours] == [w for w, _ in theirs]
+    np.testing.assert_allclose([s for _, s in ours], [s for _, s in theirs], atol=1e-5)
+    assert vectors.similarity("king", "queen") == pytest.approx(
+        float(keyed.similarity("king", "queen")), abs=1e-6
+    )
+
+
+def test_phrases_are_tokens_and_bad_words_raise(shipped):
+    vectors, _ = shipped
+    assert isinstance(vectors, WordVectors)
+    assert "Holy Spirit" in vectors and "son of man" in vectors
+    with pytest.raises(ValueError, match="must be words in"):
+        vectors.most_similar("zzzqqq")
+    with pytest.raises(ValueError, match="`topn` must be a positive int"):
+        vectors.most_similar("king", topn=0)
+    with pytest.raises(ValueError, match="must be words in"):
+        vectors.similarity("king", "nosuchword")
+
+
+def test_card_metrics_match_the_analogy_evaluation(shipped):
+    from study import word_analogies
+
+    vectors, _ = shipped
+    result = word_analogies.evaluate(vectors)
+    metrics = vectors.manifest["metrics"]
+    assert metrics["analogy accuracy (3CosAdd, top 1)"] == round(result["analogy_accuracy"], 3)
+    assert result["analogy_questions"] == result["analogy_total"]  # every word is in the vocab
+
+
+def test_tiny_word2vec_chain(tmp_path):
+    from train import word_vectors
+
+    word_vectors.main(["--tiny", "--out", str(tmp_path), "--reference", str(tmp_path / "none")])
+    for variant in word_vectors.VARIANTS:
+        vectors = runtime.load(tmp_path / variant)  # checksums verified
+        assert vectors.manifest["task"] == "word-vectors"
+        assert len(vectors.most_similar("god", topn=3)) == 3
+        assert (tmp_path / variant / "README.md").exists()
+
+
+@pytest.mark.parametrize("name", ["masked-lm-base", "masked-lm-large"])
+def test_shipped_masked_lms_verify_and_match_pytorch(name):
+    path = ROOT / "models" / name / "int8"
+    if not (path / "manifest.json").exists():
+        pytest.skip(f"{name} is not shipped")
+    gen = runtime.load(path)  # checks every sha256 first
+    parity = gen.manifest["parity"]["bundle"]
+    assert parity["masked_argmax_agreement"] >= 0.9 and parity["min_hidden_cosine"] > 0.95
+    found = gen.fill_mask("I am the <|mask|> of life.", top_k=5)
+    scores = [p["score"] for p in found]
+    assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1
+
+
+def test_module_doctests():
+    import doctest
+
+    from runtime import word_vectors as served
+    from train import word_vectors as trained
+
+    for module in (served, trained):
+        assert doctest.testmod(module).failed == 0

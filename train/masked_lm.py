@@ -1,0 +1,417 @@
+"""The masked-LM recipes `masked-lm-base` and `masked-lm-large` (seed 000's BERT-Base against
+BERT-Large), trained from scratch on the World English Bible's training books.
+
+Model: transformers' `BertForMaskedLM`. Tokenizer: the project's English byte-level BPE
+(data/tokenizers/en.json) with one added token, `<|mask|>`, which strips the space on its left
+(as RoBERTa's `<mask>` does), so "the <|mask|> of God" masks the word " light" exactly as training
+masks its token; the post-processor wraps text as `<|bos|> … <|eos|>` (BERT's [CLS] … [SEP]).
+
+Training examples: consecutive verses of one chapter packed greedily up to the context (as the
+Bible LM packs them, without section tokens), masked with BERT's recipe by transformers'
+`DataCollatorForLanguageModeling`: 15 % of the non-special tokens are prediction targets; of
+those 80 % become `<|mask|>`, 10 % a random token, 10 % stay. Masks are drawn afresh every epoch
+from a seed fixed per epoch, so a resumed run sees the same batches.
+
+Sizes (seed 000 compares 12 × 768 with 24 × 1024, 110M against 340M parameters, 3.1×): scaled to
+two CPU cores, base is 4 layers × 128 and large 5 layers × 256 (deeper and wider, as in the
+seed), heads of 64 dimensions as BERT's, feed-forward 4× the width. With the 8,001-token
+vocabulary that is about 1.9M against 6.1M parameters (3.3×). Batches of 32 passages; for time,
+large trains 250 steps against base's 700 (see SIZES), so it sees less text, as the seed
+suspects of its BERT-Large ("underfitted").
+
+Evaluation (`evaluate`, on the exported int8 bundle through the runtime): the masking-ratio study
+(study/masking.py) on held-out verses, whose 15 % row gives the card's top-1 / top-5 metrics, the
+token-vector probes (study/probes.py) and BERT-as-generator samples (study/bert_generation.py).
+`python -m train.masked_lm plots` then draws both models' study into both shipped cards.
+
+Does not cover: the training loop (train/common.py), the studies (study/), export (export/).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from train import common, data, lm
+from train import tokenizer as tk
+
+MASK = "<|mask|>"
+MLM_PROBABILITY = 0.15
+MASKING_PNG = "masking.png"
+GENERATION_PROMPT = "In the beginning, God created the heavens and the earth. The earth was"
+GENERATION_RIGHT = "and God saw that it was good."
+
+
+@dataclass(frozen=True)
+class MLMSize:
+    layers: int
+    width: int
+    heads: int
+    context: int  # positions, <|bos|> and <|eos|> included
+    batch_size: int
+    steps: int  # optimizer steps (a fixed budget: both models get the same number of passages)
+    lr: float
+    warmup: int
+    study_sentences: int = 300  # held-out verses of the masking-ratio study in the card
+    study_repetitions: int = 3  # random maskings per verse and ratio
+    vocab_size: int = tk.EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own (tiny)
+
+
+# Step budgets sized for the ~45 minutes the two runs had on a shared 2-core machine (one thread
+# each, one after the other): measured before the runs, base ~1.1 s/step and a 6-layer large
+# ~2.9 s/step at batch 32 × 128 when the machine was quiet, hence 5 layers for large; the machine
+# then got much busier (base slowed to 2.5-8 s/step), so large gets 250 steps against base's 700
+# (0.8 against 2.2 epochs of the ~1.15M training tokens). The cards give the real rates.
+SIZES = {
+    "masked-lm-base": MLMSize(
+        layers=4, width=128, heads=2, context=128, batch_size=32, steps=700, lr=1e-3, warmup=50
+    ),
+    "masked-lm-large": MLMSize(
+        layers=5, width=256, heads=4, context=128, batch_size=32, steps=250, lr=8e-4, warmup=25
+    ),
+}
+TINY = {
+    "masked-lm-base": MLMSize(
+        layers=1, width=32, heads=2, context=128, batch_size=8, steps=4, lr=3e-3, warmup=1,
+        study_sentences=6, study_repetitions=1, vocab_size=400,
+    ),
+    "masked-lm-large": MLMSize(
+        layers=2, width=64, heads=2, context=128, batch_size=8, steps=4, lr=3e-3, warmup=1,
+        study_sentences=6, study_repetitions=1, vocab_size=400,
+    ),
+}  # fmt: skip
+
+
+def with_mask_token(tokenizer):
+    """The tokenizer with `<|mask|>` added (left space stripped) and a `<|bos|> $A <|eos|>`
+    post-processor."""
+    from tokenizers import AddedToken, processors
+
+    tokenizer.add_special_tokens([AddedToken(MASK, lstrip=True, special=True, normalized=False)])
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{tk.BOS} $A {tk.EOS}",
+        special_tokens=[(t, tokenizer.token_to_id(t)) for t in (tk.BOS, tk.EOS)],
+    )
+    return tokenizer
+
+
+def transformers_tokenizer(tokenizer, work_dir: Path):
+    """The tokenizer as transformers' PreTrainedTokenizerFast with its mask token set."""
+    path = work_dir / "tokenizer-mlm.json"
+    tokenizer.save(str(path))
+    fast = tk.as_transformers(path)
+    fast.mask_token = MASK
+    return fast
+
+
+def passages(encoded: list[lm.EncodedChapter], context: int, rng: random.Random | None):
+    """Token ids of verse runs: greedy packing of each chapter under `context - 2` tokens; with
+    `rng` the first passage of a chapter gets a random capacity, so boundaries move per epoch."""
+    capacity = context - 2
+    out = []
+    for chapter in encoded:
+        first = [len(ids) for ids in chapter.first]
+        cont = [len(ids) for ids in chapter.cont]
+        first_capacity = rng.randint(capacity // 4, capacity) if rng else capacity
+        for start, end in lm.passage_spans(first, cont, capacity, first_capacity):
+            ids = list(chapter.first[start])
+            for index in range(start + 1, end):
+                ids += chapter.cont[index]
+            out.append(ids[:capacity])
+    return out
+
+
+class MLMTask(common.Task):
+    def __init__(self, train, val, fast_tokenizer, size: MLMSize, seed: int, val_passages=64):
+        from transformers import DataCollatorForLanguageModeling
+
+        self.train = train
+        self.size = size
+        self.seed = seed
+        self.bos, self.eos = fast_tokenizer.bos_token_id, fast_tokenizer.eos_token_id
+        self.collator = DataCollatorForLanguageModeling(
+            fast_tokenizer, mlm=True, mlm_probability=MLM_PROBABILITY, return_tensors="pt"
+        )
+        val_ids = passages(val, size.context, None)
+        random.Random(seed).shuffle(val_ids)
+        val_ids = val_ids[:val_passages]
+        self.val_batches = self._collate_all(val_ids, seed=seed + 7)
+
+    def _collate_all(self, ids: list[list[int]], seed: int) -> list[dict]:
+        size = self.size.batch_size
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            return [
+                self.collator([{"input_ids": [self.bos, *p, self.eos]} for p in ids[i : i + size]])
+                for i in range(0, len(ids) - size + 1, size)
+            ] or [self.collator([{"input_ids": [self.bos, *p, self.eos]} for p in ids])]
+
+    def batches(self, epoch: int) -> list[dict]:
+        rng = random.Random(self.seed * 1_000_003 + epoch)
+        ids = passages(self.train, self.size.context, rng)
+        rng.shuffle(ids)
+        return self._collate_all(ids, seed=self.seed * 1_000_003 + epoch)
+
+    def validation_loss(self, model) -> float:
+        nll, tokens = 0.0, 0
+        model.eval()
+        with torch.no_grad():
+            for batch in self.val_batches:
+                n = int((batch["labels"] != -100).sum())
+                nll += float(model(**batch).loss) * n
+                tokens += n
+        return nll / max(tokens, 1)
+
+
+def build_model(size: MLMSize, vocab_size: int, pad_id: int, seed: int):
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=size.width,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        intermediate_size=4 * size.width,
+        max_position_embeddings=size.context,
+        type_vocab_size=1,
+        pad_token_id=pad_id,
+    )
+    torch.manual_seed(seed)
+    return BertForMaskedLM(config)
+
+
+class MaskedLM:
+    """The recipe (train/cli.py's interface): data, model, task, evaluation, card sections."""
+
+    task_kind = "fill-mask"
+
+    def __init__(
+        self, name: str, tiny: bool, verses: Path, tokenizer_dir: Path, out_dir: Path, seed: int
+    ):
+        self.name = name
+        self.tiny = tiny
+        self.size = (TINY if tiny else SIZES)[name]
+        self.seed = seed
+        self.out_dir = out_dir
+        self.rows = data.load_verses(verses)
+        self.tokenizer = with_mask_token(
+            common.load_or_train_tokenizer(
+                self.rows, tokenizer_dir, out_dir, tiny, "en", self.size.vocab_size
+            )
+        )
+        self.fast = transformers_tokenizer(self.tokenizer, out_dir)
+        self.encoded = {
+            split: [lm.EncodedChapter(c, self.tokenizer) for c in lm.chapters(self.rows, split)]
+            for split in data.SPLITS
+        }
+
+    def setup(self):
+        task = MLMTask(
+            self.encoded["train"], self.encoded["validation"], self.fast, self.size, self.seed
+        )
+        config = common.TrainConfig(
+            steps=self.size.steps,
+            lr=self.size.lr,
+            warmup=self.size.warmup,
+            log_every=1 if self.tiny else 10,
+            eval_every=2 if self.tiny else 100,
+            checkpoint_every=2 if self.tiny else 50,
+            seed=self.seed,
+        )
+        model = build_model(
+            self.size, self.tokenizer.get_vocab_size(), self.fast.pad_token_id, self.seed
+        )
+        return model, task, config
+
+    def generation(self) -> dict:
+        return {"pad_token_id": self.fast.pad_token_id}
+
+    def controls(self) -> dict:
+        return {}
+
+    def training_data(self) -> dict:
+        train_rows = [r for r in self.rows if r["split"] == "train" and r["web"]]
+        return {
+            "corpus": "World English Bible (SWORD module engWEB2015eb), training books including "
+            "the deuterocanon",
+            "verses": len(train_rows),
+            "split": common.split_description(),
+            "licence": "public domain",
+        }
+
+    def description(self) -> str:
+        size = self.size
+        return (
+            f"BERT masked language model ({size.layers} layers, width {size.width}, "
+            f"{size.heads} heads, context {size.context}) trained from scratch on the World "
+            f"English Bible with BERT's masking (15 %, 80/10/10). Fills in `{MASK}` tokens and "
+            "gives contextual token vectors; seed 000's "
+            + ("BERT-Base" if self.name.endswith("base") else "BERT-Large")
+            + " counterpart, scaled down to two CPU cores."
+        )
+
+    # ---- export and evaluation -----------------------------------------------------------------
+
+    def finish_model_dir(self, model_dir: Path) -> None:
+        """Name the mask token in the checkpoint's transformers tokenizer files."""
+        fast = tk.as_transformers(model_dir / "tokenizer.json")
+        fast.mask_token = MASK
+        fast.save_pretrained(str(model_dir))
+        self.tokenizer.save(str(model_dir / "tokenizer.json"))  # ours, byte for byte
+
+    def export(self, model_dir, out_dir, precision, name, progress=True, optimize=True):
+        from export.fill_mask import export_fill_mask_bundle
+
+        return export_fill_mask_bundle(model_dir, out_dir, precision, optimize=optimize, name=name)
+
+    def evaluate(self, model, bundle_dir: Path, progress: bool = True) -> dict:
+        """Through the runtime on the int8 bundle: the masking-ratio study on held-out verses,
+        the token-vector probes and BERT-as-generator samples."""
+        import runtime
+        from study import bert_generation, probes
+        from study import masking as ms
+
+        gen = runtime.load(bundle_dir)
+        sentences = ms.held_out_sentences(self.rows, self.size.study_sentences, self.seed)
+        study = ms.masking_study(gen, sentences, repetitions=self.size.study_repetitions)
+        ms.plot({self.name: study}).savefig(self.out_dir / MASKING_PNG, dpi=100)
+        pair = ("the king was tired so he went to sleep", "the queen was tired so he went to sleep")
+        try:
+            influence = probes.influence(gen, *pair)
+        except ValueError:  # a tokenizer that splits "king" and "queen" differently (tiny runs)
+            influence = {"ais": None, "average_similarity": None}
+        return {
+            "masking_study": study,
+            "probes": {
+                "analogy": probes.analogy_table(gen),
+                "word_order": probes.word_order(gen),
+                "influence": {
+                    "a": pair[0],
+                    "b": pair[1],
+                    "ais": influence["ais"],
+                    "average_similarity": influence["average_similarity"],
+                },
+            },
+            "generation": {
+                "prompt": GENERATION_PROMPT,
+                "right": GENERATION_RIGHT,
+                "outputs": bert_generation.all_strategies(
+                    gen, GENERATION_PROMPT, GENERATION_RIGHT, tokens=10
+                ),
+            },
+        }
+
+    def metrics(self, evaluation: dict) -> dict:
+        study = evaluation["masking_study"]
+        at = study["ratios"].index(MLM_PROBABILITY)
+        return {
+            f"masked-word top-{k} accuracy at 15 % (held-out verses)": round(
+                study["accuracy"][str(k)][at], 3
+            )
+            for k in (1, 5)
+        }
+
+    def card_files(self, out: Path) -> list[Path]:
+        return [out / MASKING_PNG]
+
+    def card_sections(self, evaluation: dict) -> list[tuple[str, str]]:
+        study = evaluation["masking_study"]
+        rows = [
+            [f"{100 * ratio:.0f} %", *(study["accuracy"][str(k)][i] for k in study["top_k"]),
+             study["predictions"][i]]
+            for i, ratio in enumerate(study["ratios"])
+        ]  # fmt: skip
+        masking = (
+            f"Seed 000's study (figure 17) on {study['sentences']} held-out verses (validation "
+            f"books), {study['repetitions']} random maskings per verse and ratio, through the "
+            "runtime on the int8 bundle: n = round(ratio × words) whole words are masked; "
+            "accuracy = share of masked words whose token is among the top k predictions.\n\n"
+            + common.markdown_table(
+                ["masked", *(f"top {k}" for k in study["top_k"]), "predictions"], rows
+            )
+            + f"\n\n![masking study]({MASKING_PNG})"
+        )
+        probe = evaluation["probes"]
+        comparisons = list(next(iter(probe["analogy"].values())))
+        table = common.markdown_table(
+            ["comparison", *probe["analogy"]],
+            [[c, *(probe["analogy"][ctx][c] for ctx in probe["analogy"])] for c in comparisons],
+        )
+        order = common.markdown_table(
+            ["ordering", "cosine to the original"], [[k, v] for k, v in probe["word_order"].items()]
+        )
+        influence = probe["influence"]
+        ais = (
+            f"Average Influence Similarity between *{influence['a']}* and *{influence['b']}*: "
+            f"{influence['ais']:.3f} (all-to-all average {influence['average_similarity']:.3f})."
+            if influence["ais"] is not None
+            else "Average Influence Similarity: not measured (the two words tokenize differently)."
+        )
+        probes_text = (
+            "Cosines of last-layer vectors (seed 000, tables 2-4); contexts: the word alone, "
+            "*The … went to sleep.*, *The … was weary, so he/she went to sleep.*\n\n"
+            f"{table}\n\nWord order (seed 000, table 5), vector of *queen*:\n\n{order}\n\n{ais}"
+        )
+        generation = evaluation["generation"]
+        lines = [
+            f"Seed 000, section 4.3, greedy, 10 new tokens; prompt *{generation['prompt']}*, "
+            f"right context *{generation['right']}* (strategies 2 and 3):",
+            "",
+        ]
+        lines += [f"- {name}: {text}" for name, text in generation["outputs"].items()]
+        limits = (
+            "- Trained from scratch for minutes on one book: predictions favour frequent Bible "
+            "words; it is a study model, not a general masked LM.\n"
+            "- The mask token absorbs the space before it, as RoBERTa's does: write "
+            f"`the {MASK} of God`.\n"
+            "- Generating from it (above) is poor by design of the objective, as seed 000 found."
+        )
+        return [
+            ("Masking-ratio study", masking),
+            ("Token-vector probes", probes_text),
+            ("BERT as a generator", "\n".join(lines)),
+            ("Known limits", limits),
+        ]
+
+
+def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
+    """Draw every run's masking study (its evaluation.json) in one figure and put it, as
+    masking.png, into each shipped bundle (its card shows that file), updating the checksums."""
+    from export import manifest as mf
+    from study import masking as ms
+
+    results = {}
+    for run in runs:
+        evaluation = common.read_json(run / common.EVALUATION)
+        results[run.name] = evaluation["masking_study"]
+    figure = ms.plot(results)
+    for bundle in bundles:
+        figure.savefig(bundle / MASKING_PNG, dpi=100)
+        manifest = common.read_json(bundle / "manifest.json")
+        manifest["files"] = mf.file_entries(bundle)
+        common.write_json(bundle / "manifest.json", manifest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m train.masked_lm plots`: both shipped cards get the two models' study plot."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m train.masked_lm", description=main.__doc__)
+    parser.add_argument("command", choices=["plots"])
+    parser.add_argument(
+        "--runs", type=Path, nargs="+", default=[Path("checkpoints") / n for n in SIZES]
+    )
+    parser.add_argument("--models-dir", type=Path, default=Path("models"))
+    args = parser.parse_args(argv)
+    bundles = [args.models_dir / run.name / "int8" for run in args.runs]
+    refresh_study_plots(args.runs, bundles)
+    for bundle in bundles:
+        print(f"updated {bundle / MASKING_PNG}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,247 @@
+"""Seed 001's static word vectors: word2vec skip-gram and CBOW (gensim) on the World English
+Bible's training books, after Mikolov's phrase detection, shipped without pickle.
+
+Text: each training verse, lower-cased, split into words (letters with inner apostrophes).
+Phrases: gensim `Phrases` with Mikolov et al.'s scoring, seed 001's
+S = (C(wi wj) − δ) / (C(wi) C(wj)) (gensim's "default" scorer, which also multiplies by the
+vocabulary size), δ = `min_count` = 5, threshold 10, and English connector words, so that
+"son of man" can join across "of"; two passes, so that phrases of phrases form ("holy spirit").
+Both models then train on the same phrased sentences with the same settings (100 dimensions,
+window 5, negative sampling, 20 epochs, one worker, seed 0); only `sg` differs. gensim seeds
+each initial vector from Python's string hash, so runs repeat exactly only with PYTHONHASHSEED=0.
+
+A bundle (`models/word2vec/<skipgram|cbow>/`): `vectors.npy` (float32, one row per word, rows in
+`vocab.txt` order, most frequent first), `vocab.txt` (`word<TAB>count`), manifest.json with task
+"word-vectors" and checksums, README.md (card). `runtime.word_vectors` serves it with numpy.
+
+    python -m train.word_vectors [--tiny] [--out models/word2vec] [--verses data/verses.tsv]
+
+Does not cover: serving (runtime/word_vectors.py), the analogy and similarity set and its
+evaluation (study/word_analogies.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from train import data
+
+WORD = re.compile(r"[a-z]+(?:[’'][a-z]+)*")
+VARIANTS = {"skipgram": 1, "cbow": 0}
+SETTINGS = {"vector_size": 100, "window": 5, "min_count": 5, "negative": 5, "epochs": 20}
+TINY_SETTINGS = {"vector_size": 16, "window": 3, "min_count": 1, "negative": 3, "epochs": 2}
+PHRASE_SETTINGS = {"min_count": 5, "threshold": 10.0, "passes": 2}
+TINY_PHRASE_SETTINGS = {"min_count": 1, "threshold": 1.0, "passes": 1}
+DEFAULT_OUT = Path("models/word2vec")
+TASK = "word-vectors"
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased words of a verse; curly apostrophes become straight ones.
+
+    >>> words("The Son of Man’s Spirit, 12 times.")
+    ['the', 'son', 'of', "man's", 'spirit', 'times']
+    """
+    return [w.replace("’", "'") for w in WORD.findall(text.lower())]
+
+
+def training_sentences(rows: list[dict]) -> list[list[str]]:
+    return [words(r["web"]) for r in rows if r["split"] == "train" and r["web"]]
+
+
+def phrase(sentences: list[list[str]], min_count: int, threshold: float, passes: int):
+    """The sentences with detected phrases joined by "_", and the frozen phrasers in order."""
+    from gensim.models.phrases import ENGLISH_CONNECTOR_WORDS, Phrases
+
+    phrasers = []
+    for _ in range(passes):
+        model = Phrases(
+            sentences,
+            min_count=min_count,
+            threshold=threshold,
+            scoring="default",
+            connector_words=ENGLISH_CONNECTOR_WORDS,
+        ).freeze()
+        sentences = [model[s] for s in sentences]
+        phrasers.append(model)
+    return sentences, phrasers
+
+
+def train_variant(sentences, sg: int, settings: dict, seed: int = 0):
+    from gensim.models import Word2Vec
+
+    return Word2Vec(sentences, sg=sg, workers=1, seed=seed, **settings)
+
+
+def save_bundle(keyed_vectors, out_dir: Path, manifest: dict) -> None:
+    """vectors.npy + vocab.txt + manifest.json (checksums); keyed_vectors is gensim's."""
+    from export import manifest as mf
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    np.save(out_dir / "vectors.npy", keyed_vectors.vectors.astype(np.float32))
+    lines = [f"{w}\t{keyed_vectors.get_vecattr(w, 'count')}" for w in keyed_vectors.index_to_key]
+    (out_dir / "vocab.txt").write_text("\n".join(lines) + "\n")
+    manifest = {**manifest, "files": mf.file_entries(out_dir)}
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def evaluations(out: Path, reference: Path | None) -> dict[str, dict]:
+    """study.word_analogies.evaluate of both variants in `out` (and of the reference bundle's
+    input embeddings, e.g. the Bible LM's), by model name."""
+    import runtime
+    from study import word_analogies as wa
+    from ui.embeddings import load_matrix
+
+    results = {}
+    for variant in VARIANTS:
+        vectors = runtime.load(out / variant)
+        results[vectors.name] = wa.evaluate(vectors)
+    if reference is not None and reference.exists():
+        gen = runtime.load(reference)
+        name = f"{gen.manifest['name']} input embeddings"
+        vectors = wa.from_embeddings(load_matrix(gen.directory, gen.manifest), gen.tokenizer, name)
+        results[name] = wa.evaluate(vectors)
+    return results
+
+
+def write_card(bundle: Path, results: dict[str, dict]) -> None:
+    """README.md (model card) of one bundle, then manifest.json's metrics and checksums."""
+    import runtime
+    from export import manifest as mf
+    from study import word_analogies as wa
+    from train.common import markdown_table
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    vectors = runtime.load(bundle)
+    own = results[manifest["name"]]
+    manifest["metrics"] = {
+        "analogy accuracy (3CosAdd, top 1)": round(own["analogy_accuracy"], 3),
+        "analogy questions answered": own["analogy_questions"],
+        "similarity triples passed": round(own["similarity_accuracy"], 3),
+    }
+    sections = list(own["sections"])
+    rows = [
+        [name, f"{100 * r['analogy_accuracy']:.1f} %", r["analogy_questions"]]
+        + [f"{100 * (r['sections'][s]['accuracy'] or 0):.0f} %" for s in sections]
+        + [f"{100 * r['similarity_accuracy']:.0f} % of {r['similarity_triples']}"]
+        for name, r in results.items()
+    ]
+    table = markdown_table(["model", "analogies", "questions", *sections, "similarity"], rows)
+    neighbours = [
+        f"- **{word}**: " + ", ".join(w for w, _ in vectors.most_similar(word, topn=8))
+        for word in [*wa.POLYSEMOUS, "holy_spirit", "son_of_man"]
+        if word in vectors
+    ]
+    settings = manifest["settings"]
+    phrases = manifest["phrases"]
+    corpus = manifest["training_data"]
+    window = f"{settings['window']}, {settings['negative']}, {settings['epochs']}"
+    phrase_line = (
+        f"{corpus['phrases_detected']:,} detected, {phrases['passes']} passes, Mikolov scoring, "
+        f"threshold {phrases['threshold']}, δ = min count {phrases['min_count']}"
+    )
+    text_line = f"{corpus['sentences']:,} verses, {corpus['tokens']:,} tokens after phrasing"
+    card = f"""# {manifest["name"]}
+
+Static word vectors (seed 001): word2vec {"skip-gram" if settings["sg"] else "CBOW"} trained
+with gensim on the World English Bible's training books after Mikolov phrase detection.
+
+| | |
+|---|---|
+| task | word-vectors (`runtime.load` → `WordVectors`: `most_similar`, `similarity`) |
+| vocabulary | {manifest["vocab_size"]:,} words and phrases (min count {settings["min_count"]}) |
+| dimensions | {settings["vector_size"]} |
+| window, negative samples, epochs | {window} |
+| phrases | {phrase_line} |
+| training text | {text_line} |
+| training time | {manifest["train_seconds"]} s, one worker, shared 2-core machine |
+| files | `vectors.npy` (float32, no pickle), `vocab.txt` (word, count), `manifest.json` |
+
+## Evaluation
+
+The analogy and similarity set of `study/analogy_pairs.txt` and `study/similarity_triples.txt`
+(built from Bible vocabulary; docs/MASKED_LM.md): "a : b :: c : ?" answered with 3CosAdd on unit
+vectors, query words excluded, top 1 must be the answer. The Bible LM's input embeddings are
+evaluated the same way over its " word" tokens.
+
+{table}
+
+## Nearest neighbours
+
+{chr(10).join(neighbours)}
+
+## Licence
+
+Public domain: trained only on the public-domain World English Bible.
+"""
+    (bundle / "README.md").write_text(card)
+    manifest["files"] = mf.file_entries(bundle)
+    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.word_vectors", description=__doc__)
+    parser.add_argument("--verses", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--tiny", action="store_true", help="seconds-long run on the fixture")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=Path("models/bible-lm"),
+        help="bundle whose input embeddings the cards compare with",
+    )
+    args = parser.parse_args(argv)
+    verses = args.verses or (data.FIXTURE if args.tiny else data.DEFAULT_OUT)
+    rows = data.load_verses(verses)
+    settings = TINY_SETTINGS if args.tiny else SETTINGS
+    phrase_settings = TINY_PHRASE_SETTINGS if args.tiny else PHRASE_SETTINGS
+    sentences, phrasers = phrase(training_sentences(rows), **phrase_settings)
+    phrases = sorted(
+        {w for model in phrasers for w in model.phrasegrams}, key=lambda p: -len(p)
+    )  # phrasegrams keys are "a_b" strings in gensim 4
+    print(f"{len(sentences)} sentences, {sum(map(len, sentences))} tokens, {len(phrases)} phrases")
+    for variant, sg in VARIANTS.items():
+        started = time.perf_counter()
+        model = train_variant(sentences, sg, settings)
+        seconds = time.perf_counter() - started
+        manifest = {
+            "schema_version": 1,
+            "name": f"word2vec-{variant}",
+            "task": TASK,
+            "architecture": f"word2vec {'skip-gram' if sg else 'CBOW'} (gensim)",
+            "precision": "fp32",
+            "vectors": "vectors.npy",
+            "vocab": "vocab.txt",
+            "vector_size": settings["vector_size"],
+            "vocab_size": len(model.wv),
+            "settings": {**settings, "sg": sg, "seed": 0, "workers": 1},
+            "phrases": {**phrase_settings, "scoring": "default (Mikolov)", "connector_words": True},
+            "training_data": {
+                "corpus": "World English Bible (SWORD module engWEB2015eb), training books",
+                "sentences": len(sentences),
+                "tokens": sum(map(len, sentences)),
+                "phrases_detected": len(phrases),
+                "licence": "public domain",
+            },
+            "train_seconds": round(seconds, 1),
+        }
+        save_bundle(model.wv, args.out / variant, manifest)
+        print(f"{variant}: {len(model.wv)} words in {seconds:.0f} s -> {args.out / variant}")
+    results = evaluations(args.out, args.reference)
+    for variant in VARIANTS:
+        write_card(args.out / variant, results)
+    for name, result in results.items():
+        print(f"{name}: analogies {result['analogy_accuracy']}, similarity "
+              f"{result['similarity_accuracy']}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

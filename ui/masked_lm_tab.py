@@ -1,0 +1,258 @@
+"""The Masked LM tab: seed 000's BERT-Base against BERT-Large, on our two masked LMs.
+
+Sections: fill-mask with every masked LM side by side (scores as bars, the first mask; all
+masks in the table); the masking-ratio study, run live on a few held-out verses (the cards hold
+the full run); the token-vector probes (king / queen cosines by context, word order, Average
+Influence Similarity with its heat map); BERT as a generator, three ways, beside the causal
+Bible LM's greedy continuation of the same prompt. Endpoints: `/fill_mask`, `/masking_study`,
+`/token_probes`, `/influence`, `/bert_generation`. Masked LMs are found by manifest task
+("fill-mask"), never by name.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+import runtime
+from study import bert_generation as strategies
+from study import masking, probes
+
+from . import limits
+
+EXAMPLE = "Jesus said to them, “I am the <|mask|> of life.”"
+STUDY_SENTENCES = (
+    "In the beginning, God created the heavens and the earth.",
+    "The earth was formless and empty, and darkness was on the surface of the deep.",
+    "Then Jesus went up into the mountain, and he sat there with his disciples.",
+    "The Lord is my shepherd; I shall lack nothing.",
+    "He said to them, “Go into all the world, and preach the Good News to the whole creation.”",
+    "The king of Egypt called for the midwives and said to them, “Why have you done this?”",
+    "Now the man knew Eve his wife. She conceived, and gave birth to Cain.",
+    "Moses went up to God, and Yahweh called to him out of the mountain.",
+)
+MAX_STUDY_SENTENCES = len(STUDY_SENTENCES)
+MAX_STUDY_REPETITIONS = 5
+MAX_GENERATED = 32
+PROBE_HEADERS = ["model", "context", "comparison", "cosine"]
+GENERATION_HEADERS = ["model", "strategy", "output"]
+
+
+def _models(registry, model: str | None = None) -> list[str]:
+    names = registry.masked_lms()
+    if not names:
+        raise ValueError("no masked LM is installed (a bundle with manifest task 'fill-mask')")
+    if model is not None and model not in names:
+        raise ValueError(f"`model` must be one of {names}, got {model!r}")
+    return [model] if model else names
+
+
+def bars(predictions) -> dict[str, float]:
+    """gr.Label's {label: score} for one mask's predictions (the first mask if several)."""
+    first = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+    return {repr(p["token_str"]): p["score"] for p in first}
+
+
+def build(registry) -> None:
+    names = registry.masked_lms()
+    with gr.Tab("Masked LM", id="masked-lm"):
+        if not names:
+            gr.Markdown("No masked LM installed (a bundle with manifest task `fill-mask`).")
+        gr.Markdown(
+            "Seed 000's BERT-Base vs BERT-Large, scaled down: BERT masked LMs trained here on "
+            "the World English Bible. The mask token is `<|mask|>` and takes the space before "
+            "it (`the <|mask|> of God`)."
+        )
+        with gr.Row():
+            text = gr.Textbox(EXAMPLE, label="Text with one or more <|mask|>", scale=4)
+            top_k = gr.Slider(1, 20, value=5, step=1, label="top k", scale=1)
+        fill = gr.Button("Fill the mask", variant="primary")
+        with gr.Row():
+            labels = [
+                gr.Label(label=name, num_top_classes=20, elem_id=f"fill-mask-{index}")
+                for index, name in enumerate(names)
+            ]
+        every_mask = gr.Dataframe(
+            headers=["model", "mask", "rank", "token", "score", "sequence"],
+            interactive=False,
+            wrap=True,
+            label="Every mask",
+        )
+
+        gr.Markdown(
+            "### Masking ratio (000, figures 16-17)\nMask n random words (5 to 80 % of each "
+            "verse), repeat, and count how often the top-k predictions hold the original word. "
+            "A small live run; the model cards show the full one."
+        )
+        with gr.Row():
+            sentences = gr.Slider(1, MAX_STUDY_SENTENCES, value=4, step=1, label="verses")
+            repetitions = gr.Slider(1, MAX_STUDY_REPETITIONS, value=2, step=1, label="repetitions")
+            run_study = gr.Button("Run the study")
+        study_plot = gr.Plot(label="Accuracy against masking ratio")
+
+        gr.Markdown(
+            "### Token-vector probes (000, section 4.2)\nCosines of last-layer vectors: the word "
+            "alone, in a short and in an extended context; word order; and the Average Influence "
+            "Similarity of two sentences that differ in one word."
+        )
+        run_probes = gr.Button("Run the probes")
+        probe_table = gr.Dataframe(headers=PROBE_HEADERS, interactive=False, label="Probes")
+        with gr.Row():
+            sentence_a = gr.Textbox("the king was tired so he went to sleep", label="Sentence A")
+            sentence_b = gr.Textbox("the queen was tired so he went to sleep", label="Sentence B")
+            compare = gr.Button("Average Influence Similarity")
+        with gr.Row():
+            heatmaps = [gr.Plot(label=name) for name in names]
+
+        gr.Markdown(
+            "### BERT as a generator (000, section 4.3)\nGreedy, one mask at a time from the "
+            "left, one mask at a time with the right context kept, or all masks at once, beside "
+            "the causal Bible LM (greedy) on the same prompt."
+        )
+        with gr.Row():
+            prompt = gr.Textbox(
+                "In the beginning, God created the heavens and the earth. The earth was",
+                label="Prompt (left context)",
+                scale=3,
+            )
+            right = gr.Textbox("and God saw that it was good.", label="Right context", scale=2)
+            tokens = gr.Slider(1, MAX_GENERATED, value=10, step=1, label="new tokens", scale=1)
+        generate = gr.Button("Generate")
+        generated = gr.Dataframe(
+            headers=GENERATION_HEADERS, interactive=False, wrap=True, label="Outputs"
+        )
+
+        @limits.shown_to_user
+        def fill_mask(model: str, text: str, top_k: int = 5) -> list:
+            """Transformers' fill-mask pipeline output for `text` from `model` (a masked LM)."""
+            _models(registry, model)
+            top_k = limits.integer("top_k", top_k, 1, 50)
+            return registry.get(model).fill_mask(limits.text("text", text), top_k)
+
+        @limits.shown_to_user
+        def fill_side_by_side(text, top_k):
+            results, rows = [], []
+            for name in _models(registry):
+                found = fill_mask(name, text, top_k)
+                results.append(bars(found))
+                per_mask = found if isinstance(found[0], list) else [found]
+                for mask, predictions in enumerate(per_mask, start=1):
+                    for rank, p in enumerate(predictions, start=1):
+                        rows.append(
+                            [name, mask, rank, p["token_str"], round(p["score"], 4), p["sequence"]]
+                        )
+            return *results, rows
+
+        @limits.shown_to_user
+        def masking_study(sentences: int = 4, repetitions: int = 2) -> dict:
+            """Top-1/2/3/5 accuracy against the masking ratio for every masked LM."""
+            count = limits.integer("sentences", sentences, 1, MAX_STUDY_SENTENCES)
+            repeat = limits.integer("repetitions", repetitions, 1, MAX_STUDY_REPETITIONS)
+            return {
+                name: masking.masking_study(
+                    registry.get(name), STUDY_SENTENCES[:count], repetitions=repeat
+                )
+                for name in _models(registry)
+            }
+
+        def study_figure(sentences, repetitions):
+            return masking.plot(masking_study(sentences, repetitions))
+
+        @limits.shown_to_user
+        def token_probes() -> dict:
+            """King / queen cosines by context and the word-order cosines, per masked LM."""
+            out = {}
+            for name in _models(registry):
+                gen = registry.get(name)
+                out[name] = {
+                    "analogy": probes.analogy_table(gen),
+                    "word_order": probes.word_order(gen),
+                }
+            return out
+
+        def probe_rows():
+            rows = []
+            for name, result in token_probes().items():
+                for context, comparisons in result["analogy"].items():
+                    for comparison, value in comparisons.items():
+                        rows.append([name, context, comparison, round(value, 3)])
+                for ordering, value in result["word_order"].items():
+                    context = f"word order: {ordering}"
+                    rows.append([name, context, "queen vs original", round(value, 3)])
+            return rows
+
+        @limits.shown_to_user
+        def influence(model: str, sentence_a: str, sentence_b: str) -> dict:
+            """All-to-all cosines, their average and the Average Influence Similarity."""
+            _models(registry, model)
+            a = limits.text("sentence_a", sentence_a, max_chars=300)
+            b = limits.text("sentence_b", sentence_b, max_chars=300)
+            return probes.influence(registry.get(model), a, b)
+
+        def influence_figures(sentence_a, sentence_b):
+            return [
+                probes.heatmap(influence(name, sentence_a, sentence_b))
+                for name in _models(registry)
+            ]
+
+        @limits.shown_to_user
+        def bert_generation(prompt: str, right: str = "", tokens: int = 10) -> list:
+            """Each masked LM's three strategies and the causal LM's greedy continuation."""
+            prompt = limits.text("prompt", prompt, max_chars=500)
+            right = limits.text("right", right or "", allow_empty=True, max_chars=500)
+            tokens = limits.integer("tokens", tokens, 1, MAX_GENERATED)
+            rows = []
+            for name in _models(registry):
+                for strategy, text in strategies.all_strategies(
+                    registry.get(name), prompt, right, tokens
+                ).items():
+                    rows.append([name, strategy, text])
+            for name in registry.causal_lms()[:1]:
+                config = runtime.GenerationConfig(max_new_tokens=tokens, do_sample=False)
+                text = registry.get(name).generate(prompt, config)[0].text
+                rows.append([name, "causal LM, greedy (left context only)", text])
+            return rows
+
+        fill.click(
+            fill_side_by_side,
+            [text, top_k],
+            [*labels, every_mask],
+            api_visibility="private",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+        gr.api(fill_mask, api_name="fill_mask")
+        run_study.click(
+            study_figure,
+            [sentences, repetitions],
+            study_plot,
+            api_visibility="private",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+        gr.api(masking_study, api_name="masking_study")
+        run_probes.click(
+            probe_rows,
+            None,
+            probe_table,
+            api_visibility="private",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+        gr.api(token_probes, api_name="token_probes")
+        compare.click(
+            influence_figures,
+            [sentence_a, sentence_b],
+            heatmaps,
+            api_visibility="private",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+        gr.api(influence, api_name="influence")
+
+        def generation_rows(prompt, right, tokens):
+            return bert_generation(prompt, right, tokens)
+
+        generate.click(
+            generation_rows,
+            [prompt, right, tokens],
+            generated,
+            api_visibility="private",
+            concurrency_id=limits.CONCURRENCY_ID,
+        )
+        gr.api(bert_generation, api_name="bert_generation")
