@@ -55,9 +55,13 @@ def _converter_source(checkpoint: Path, work: Path) -> Path:
     return view
 
 
-def generator(model_dir: Path, precision: str, threads: int):
+def generator(model_dir: Path, precision: str, threads: int, seed: int = 0):
+    """A CTranslate2 generator on the CPU; its sampling draws from `seed` (CTranslate2 seeds its
+    worker threads' random generators when it creates them, so the seed is set here, not per call).
+    """
     import ctranslate2
 
+    ctranslate2.set_random_seed(seed)
     return ctranslate2.Generator(
         str(model_dir),
         device="cpu",
@@ -88,16 +92,12 @@ def generate_ids(
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
-    seed: int = 0,
 ) -> list[list[int]]:
     """Exactly `new_tokens` tokens after each prompt row of `prompts` (B, T), greedy or sampled
     (temperature, then top-k, then top-p); the prompt is not returned. `tokens` maps an id to
     its vocabulary string (CTranslate2 takes strings)."""
-    import ctranslate2
-
     sampling = {}
     if do_sample:
-        ctranslate2.set_random_seed(seed)
         sampling = dict(
             sampling_topk=top_k or 0,  # 0: the whole vocabulary
             sampling_topp=top_p,
@@ -114,16 +114,27 @@ def generate_ids(
 
 
 def translate_ids(
-    model, tokens: list[str], source: np.ndarray, new_tokens: int, num_beams: int = 1
+    model,
+    tokens: list[str],
+    source: np.ndarray,
+    new_tokens: int,
+    num_beams: int = 1,
+    exact_length: bool = True,
 ) -> list[list[int]]:
-    """Exactly `new_tokens` target tokens for each source row of `source` (B, S) of token ids,
-    the best of `num_beams` beams; `tokens` as for `generate_ids` (source and target share it)."""
+    """The best of `num_beams` beams for each source row of `source` (B, S) of token ids: exactly
+    `new_tokens` tokens, or with `exact_length=False` at most that many, EOS included when the
+    beam ended on it. `tokens` as for `generate_ids` (source and target share it).
+
+    Forcing the length changes beam search's choices, not greedy's: CTranslate2 and transformers
+    rank beams differently once EOS is barred (they agree when it is not; tests check both).
+    """
     ids = {token: i for i, token in enumerate(tokens)}
     results = model.translate_batch(
         [[tokens[int(t)] for t in row] for row in source],
         beam_size=num_beams,
         max_decoding_length=new_tokens,
-        min_decoding_length=new_tokens,
+        min_decoding_length=new_tokens if exact_length else 0,
+        return_end_token=not exact_length,
     )
     return [[ids[token] for token in result.hypotheses[0]] for result in results]
 

@@ -138,7 +138,7 @@ def runners(paths: dict[str, Path], threads: int, prompts: np.ndarray, settings:
         tokens = ct2_peer.vocabulary(model_dir)
 
         def run(model=model, tokens=tokens):
-            outs = ct2_peer.generate_ids(model, tokens, prompts, NEW_TOKENS, seed=0, **sampling)
+            outs = ct2_peer.generate_ids(model, tokens, prompts, NEW_TOKENS, **sampling)
             assert all(len(o) == NEW_TOKENS for o in outs)
 
         out[("ctranslate2", precision)] = run
