@@ -1,4 +1,5 @@
-"""Scriptorium's Gradio app: `python app.py [--models DIR] [--share] [--host H] [--port P]`.
+"""Scriptorium's Gradio app: `python app.py [--models DIR] [--device cpu|cuda] [--share] [--host H]
+[--port P]`.
 
 It finds every bundle under models/ (and any `--models` directories), assembles the tabs, which
 live in ui/ (one module each), and serves them with a bounded queue. docs/APP.md describes the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import runtime
 from ui.registry import ModelRegistry
 
 HERE = Path(__file__).resolve().parent
@@ -41,13 +43,18 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", action="append", default=[], help="extra model directory")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--share", action="store_true", help="create a public share link")
     # None: Gradio's default (127.0.0.1:7860) unless GRADIO_SERVER_NAME/PORT say otherwise, as
     # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
     parser.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port to listen on (default 7860)")
     args = parser.parse_args(argv)
-    registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)])
+    try:
+        providers = runtime.providers_for(args.device)  # docs/GPU.md
+    except ValueError as error:
+        parser.error(str(error))
+    registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)], providers)
     demo = build(registry).queue(**queue_settings())
     demo.launch(
         server_name=args.host,

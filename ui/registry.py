@@ -72,7 +72,9 @@ def find_bundles(roots) -> list[tuple[str, Path, Path]]:
 
 
 class ModelRegistry:
-    def __init__(self, paths: dict[str, Path]):
+    def __init__(self, paths: dict[str, Path], providers: list[str] | None = None):
+        # onnxruntime execution providers every model is loaded with (None: runtime.load's default)
+        self.providers = providers
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
         self.problems: dict[str, str] = {}  # display name -> why its manifest is unreadable
         self._manifests: dict[str, dict] = {}
@@ -87,8 +89,8 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     @classmethod
-    def discover(cls, roots) -> ModelRegistry:
-        return cls({name: path for name, _, path in find_bundles(roots)})
+    def discover(cls, roots, providers: list[str] | None = None) -> ModelRegistry:
+        return cls({name: path for name, _, path in find_bundles(roots)}, providers)
 
     def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
         """Offer the bundle at `path` as `name`, optionally with a generator already loaded
@@ -167,7 +169,7 @@ class ModelRegistry:
         self._check(name)
         with self._lock:
             if name not in self._loaded:
-                self._loaded[name] = runtime.load(self.paths[name])
+                self._loaded[name] = runtime.load(self.paths[name], providers=self.providers)
             return self._loaded[name]
 
     def embedding_space(self, name: str, leading_space: bool = True) -> EmbeddingSpace:
