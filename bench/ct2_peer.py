@@ -32,7 +32,19 @@ def convert(checkpoint: Path, work: Path, precision: str) -> Path:
         source = _converter_source(checkpoint, work)
         converter = ctranslate2.converters.TransformersConverter(str(source))
         converter.convert(str(target), quantization=QUANTIZATION[precision], force=True)
+        _name_unknown_token(target / "config.json")
     return target
+
+
+def _name_unknown_token(config_path: Path) -> None:
+    """CTranslate2 refuses to load a model whose config has no `unk_token` string; a tokenizer
+    without one (the benchmarks' word-level tokenizers declare none) gets its EOS token, as
+    GPT-2's own tokenizer has (`<|endoftext|>` is its unk, bos and eos). Inputs are token ids,
+    so the unknown token is never produced."""
+    config = json.loads(config_path.read_text())
+    if config.get("unk_token") is None:
+        config["unk_token"] = config["eos_token"]
+        config_path.write_text(json.dumps(config, indent=2))
 
 
 def _converter_source(checkpoint: Path, work: Path) -> Path:

@@ -105,3 +105,27 @@ def test_conversion_is_cached_and_precision_checked(converted, tmp_path):
     assert model_bin.stat().st_size < (dirs["fp32"] / "model.bin").stat().st_size / 2
     with pytest.raises(ValueError, match="`precision` must be one of"):
         ct2_peer.convert(checkpoint, tmp_path, "int4")
+
+
+def test_the_decode_benchmarks_checkpoint_layout_converts_and_loads(tmp_path):
+    """bench.decode's checkpoint: word-level tokenizer with EOS but no unknown token."""
+    from transformers import GPT2Config
+
+    from bench import common
+
+    config = GPT2Config(
+        n_layer=1, n_embd=16, n_head=2, vocab_size=40, bos_token_id=0, eos_token_id=0
+    )
+    checkpoint = tmp_path / "checkpoint"
+    torch.manual_seed(0)
+    GPT2LMHeadModel(config).eval().save_pretrained(checkpoint)
+    tokenizer = common.word_tokenizer(config.vocab_size, ["<|endoftext|>"])
+    common.save_tokenizer(
+        tokenizer, checkpoint, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+    model_dir = ct2_peer.convert(checkpoint, tmp_path, "int8")
+    tokens = ct2_peer.vocabulary(model_dir)
+    assert tokens[:3] == ["<|endoftext|>", "t1", "t2"]
+    generator = ct2_peer.generator(model_dir, "int8", threads=1)
+    prompts = np.arange(1, 9).reshape(2, 4)
+    assert [len(row) for row in ct2_peer.generate_ids(generator, tokens, prompts, 20)] == [20, 20]
