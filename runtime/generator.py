@@ -120,12 +120,15 @@ DEVICE_PROVIDERS = {
 }
 
 
-def providers_for(device: str) -> list[str]:
-    """The execution providers for `device` ("cpu" or "cuda"), checked as `load` checks them.
+def providers_for(device: str | None) -> list[str]:
+    """The execution providers for `device` ("cpu" or "cuda"; None: `load`'s default), checked
+    as `load` checks them.
 
     >>> providers_for("cpu")
     ['CPUExecutionProvider']
     """
+    if device is None:
+        return available_providers()
     if device not in DEVICE_PROVIDERS:
         raise ValueError(f"`device` must be one of {sorted(DEVICE_PROVIDERS)}, got {device!r}")
     return available_providers(DEVICE_PROVIDERS[device])
