@@ -1,4 +1,4 @@
-"""Scriptorium's Gradio app: `python app.py [--models DIR | --backend URL] [--share] [--host H]`.
+"""Scriptorium's Gradio app: `python app.py [--models DIR | --backend URL] [--device D] [--share]`.
 
 It finds every bundle under models/ (and any `--models` directories), or with `--backend` the
 models of a `scriptorium serve` server, which then runs every generation (ui/remote.py). It
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import runtime
 from ui.registry import ModelRegistry
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backend", default=None, help="a `scriptorium serve` URL, e.g. http://HOST:8000/v1"
     )
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--share", action="store_true", help="create a public share link")
     # None: Gradio's default (127.0.0.1:7860) unless GRADIO_SERVER_NAME/PORT say otherwise, as
     # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
@@ -64,9 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend:
         from ui.remote import RemoteRegistry
 
-        registry = RemoteRegistry(args.backend)
+        registry = RemoteRegistry(args.backend)  # the server chooses its devices
     else:
-        registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)])
+        try:
+            providers = runtime.providers_for(args.device)  # docs/GPU.md
+        except ValueError as error:
+            parser.error(str(error))
+        registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)], providers)
     demo = build(registry).queue(**queue_settings())
     demo.launch(
         server_name=args.host,

@@ -87,11 +87,14 @@ def set_torch_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-# A benchmark has the cores to itself, so our runtime's onnxruntime threads spin between operators
-# (`runtime.load(spinning=True)`). optimum's sessions do not: in its generate loop torch's own
-# threads work between the graph's steps, and spinning onnxruntime threads fight them (int8 GPT-2
-# small, batch 1: 36.7 tok/s without spinning, 31.2 with), so each engine runs at its best.
-RUNTIME_SPINNING = True
+# onnxruntime's worker threads may spin between operators (`runtime.load(spinning=True)`): about
+# 8 % faster batch-1 decoding when a benchmark has the cores to itself. On a shared host they burn
+# the time slices other tenants need and wait far longer: with the load average at 10 on this
+# 2-core machine, int8 GPT-2 small at batch 4 decoded 37 tok/s spinning against 137 without
+# (bench/decode.py's sampling scenario, 32 tokens, 2 threads, medians of 3). Every engine here
+# therefore runs without spinning (optimum's sessions never spin: torch's threads work between
+# its graph's steps and spinning threads fight them); set this to True on a machine of your own.
+RUNTIME_SPINNING = False
 
 
 def ort_session_options(threads: int, spinning: bool = False):

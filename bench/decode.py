@@ -1,13 +1,15 @@
-"""Decode speed of a GPT-2-small-shaped model: Scriptorium vs transformers vs optimum-onnx.
+"""Decode speed of GPT-2 small (random weights): Scriptorium vs transformers, optimum, CTranslate2.
 
     python -m bench.decode [--threads 2] [--repeats 5] [--work DIR] [--out FILE]
 
 One random-weight GPT-2 small (124M, GPT2Config() defaults, torch seed 0) is exported once to
 Scriptorium bundles (fp32 / int8 / int4, through export/) and to optimum-onnx's own export (fp32,
-plus onnxruntime's dynamic int8 quantization in export/'s int8 weight format). Two scenarios, each
+plus onnxruntime's dynamic int8 quantization in export/'s int8 weight format), and converted by
+CTranslate2's own converter (fp32, and its int8 weights with int8 GEMMs). Two scenarios, each
 timed as the median of `--repeats` rounds in which every engine runs once: batch 1 with greedy
 decoding, and batch 4 with sampling (temperature 0.8, top-k 50, top-p 0.95). Both use 32-token
-prompts and exactly 128 new tokens (EOS is suppressed via min_new_tokens).
+prompts and exactly 128 new tokens (EOS is suppressed via min_new_tokens, for CTranslate2 via
+min_length).
 The "matmuls only" rows time the same model's weight MatMuls alone, once per token, at each
 precision (bench/ceiling.py): the ceiling of any engine on onnxruntime's kernels on this machine.
 "of ceiling" is Scriptorium's speed as a share of it.
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import ceiling, common
+from . import ceiling, common, ct2_peer
 
 PROMPT_TOKENS = 32
 NEW_TOKENS = 128
@@ -35,7 +37,8 @@ SCENARIOS = {
 
 
 def prepare(work: Path) -> dict[str, Path]:
-    """Checkpoint, Scriptorium bundles and optimum-onnx exports, built once and cached in `work`."""
+    """Checkpoint, Scriptorium bundles, optimum-onnx exports and CTranslate2 conversions, built
+    once and cached in `work`."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -71,6 +74,8 @@ def prepare(work: Path) -> dict[str, Path]:
         common.quantize_int8_like_export(
             paths["optimum-fp32"] / "model.onnx", paths["optimum-int8"] / "model.onnx"
         )
+    for precision in ("fp32", "int8"):
+        paths[f"ctranslate2-{precision}"] = ct2_peer.convert(paths["checkpoint"], work, precision)
     return paths
 
 
@@ -127,6 +132,16 @@ def runners(paths: dict[str, Path], threads: int, prompts: np.ndarray, settings:
             assert all(len(o.token_ids) == NEW_TOKENS for o in outs)
 
         out[("scriptorium", precision)] = run
+    for precision in ("fp32", "int8"):
+        model_dir = paths[f"ctranslate2-{precision}"]
+        model = ct2_peer.generator(model_dir, precision, threads)
+        tokens = ct2_peer.vocabulary(model_dir)
+
+        def run(model=model, tokens=tokens):
+            outs = ct2_peer.generate_ids(model, tokens, prompts, NEW_TOKENS, **sampling)
+            assert all(len(o) == NEW_TOKENS for o in outs)
+
+        out[("ctranslate2", precision)] = run
     for precision in ("fp32", "int8", "int4"):
         out[(CEILING, precision)] = ceiling.ceiling_runner(
             paths["checkpoint"], paths["checkpoint"].parent, precision, threads, batch, NEW_TOKENS
@@ -160,9 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             row.append(speeds[scenario])
             row.append(f"{speeds[scenario] / baseline[scenario]:.2f}×")
             peer = tok_per_s.get(("optimum-onnx", precision)) or tok_per_s[("optimum-onnx", "int8")]
+            ct2 = tok_per_s.get(("ctranslate2", precision)) or tok_per_s[("ctranslate2", "int8")]
             ceiling_speed = tok_per_s[(CEILING, precision)][scenario]
             ours = engine == "scriptorium"
             row.append(f"{speeds[scenario] / peer[scenario]:.2f}×" if ours else "")
+            row.append(f"{speeds[scenario] / ct2[scenario]:.2f}×" if ours else "")
             row.append(f"{speeds[scenario] / ceiling_speed:.0%}" if ours else "")
         rows.append(row)
     header = ["engine", "precision"]
@@ -171,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{scenario} tok/s",
             "vs transformers",
             "vs optimum (same precision)",
+            "vs ctranslate2 (same precision)",
             "of ceiling",
         ]
     table = common.markdown_table(header, rows)

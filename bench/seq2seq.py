@@ -1,12 +1,13 @@
-"""Seq2seq decode speed of a BART-base-shaped model: Scriptorium vs transformers vs optimum-onnx.
+"""Seq2seq decode speed of BART-base (random weights): Scriptorium vs transformers, optimum, CT2.
 
     python -m bench.seq2seq [--threads 2] [--repeats 5] [--work DIR] [--out FILE]
 
 One random-weight BART-base-shaped model (6+6 layers, d 768, 12 heads, vocab 50,265, torch seed
-0) is exported once to Scriptorium bundles (fp32, int8) and to optimum-onnx's own export (fp32).
-A 32-token source, exactly 64 new tokens (EOS suppressed via min_new_tokens), batch 1, greedy and
-beam search with 4 beams; tok/s counts the tokens of the returned sequence. Medians of
-`--repeats` runs.
+0) is exported once to Scriptorium bundles (fp32, int8), to optimum-onnx's own export (fp32) and
+to CTranslate2 by its own converter (fp32, and its int8 weights with int8 GEMMs). A 32-token
+source, exactly 64 new tokens (EOS suppressed via min_new_tokens, for CTranslate2 via
+min_decoding_length), batch 1, greedy and beam search with 4 beams; tok/s counts the tokens of
+the returned sequence. Medians of `--repeats` rounds in which every engine runs once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import common
+from . import common, ct2_peer
 
 SOURCE_TOKENS = 32
 NEW_TOKENS = 64
@@ -68,6 +69,8 @@ def prepare(work: Path) -> dict[str, Path]:
             task="text2text-generation-with-past",
             do_validation=False,
         )
+    for precision in ("fp32", "int8"):
+        paths[f"ctranslate2-{precision}"] = ct2_peer.convert(paths["checkpoint"], work, precision)
     return paths
 
 
@@ -117,6 +120,18 @@ def runners(paths: dict[str, Path], threads: int, source: np.ndarray, settings: 
             assert len(outs[0].token_ids) == NEW_TOKENS
 
         out[("scriptorium", precision)] = run
+    for precision in ("fp32", "int8"):
+        model_dir = paths[f"ctranslate2-{precision}"]
+        model = ct2_peer.translator(model_dir, precision, threads)
+        tokens = ct2_peer.vocabulary(model_dir, "source")
+
+        def run(model=model, tokens=tokens):
+            (ids,) = ct2_peer.translate_ids(
+                model, tokens, source, NEW_TOKENS, num_beams=settings["num_beams"]
+            )
+            assert len(ids) == NEW_TOKENS
+
+        out[("ctranslate2", precision)] = run
     return out
 
 
@@ -141,16 +156,23 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for (engine, precision), speeds in tok_per_s.items():
         row = [engine, precision]
+        ct2 = tok_per_s[("ctranslate2", precision)]
         for mode in MODES:
             row += [
                 speeds[mode],
                 f"{speeds[mode] / baseline[mode]:.2f}×",
                 f"{speeds[mode] / peer[mode]:.2f}×",
+                f"{speeds[mode] / ct2[mode]:.2f}×" if engine == "scriptorium" else "",
             ]
         rows.append(row)
     header = ["engine", "precision"]
     for mode in MODES:
-        header += [f"{mode} tok/s", "vs transformers", "vs optimum fp32"]
+        header += [
+            f"{mode} tok/s",
+            "vs transformers",
+            "vs optimum fp32",
+            "vs ctranslate2 (same precision)",
+        ]
     table = common.markdown_table(header, rows)
     print(table)
     common.write_results(

@@ -12,7 +12,7 @@ the top-k / top-p kernels. Nothing here imports torch or transformers.
 from . import sampling
 from .bundle import BundleError, ChecksumError
 from .config import GenerationConfig
-from .generator import GenerationOutput, Generator, StreamEvent, load
+from .generator import GenerationOutput, Generator, StreamEvent, load, providers_for
 
 __all__ = [
     "BundleError",
@@ -22,5 +22,6 @@ __all__ = [
     "Generator",
     "StreamEvent",
     "load",
+    "providers_for",
     "sampling",
 ]

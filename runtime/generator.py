@@ -73,8 +73,11 @@ def load(
 
     `path` may also be a directory of bundles, one per precision (`models/bible-lm/int8`, …):
     `precision` picks one, by default the first of int8, fp32, int4 that exists. Checksums are
-    verified before any session is created. `io_binding` keeps the KV cache on the device
-    between steps (default: on with CUDA, off on CPU where numpy arrays are already in place).
+    verified before any session is created. `providers` are onnxruntime execution providers in
+    order of preference (e.g. `providers_for("cuda")`; default: CUDA when onnxruntime-gpu sees a
+    GPU, else CPU); one this onnxruntime does not offer raises `ValueError`. `io_binding` keeps
+    the KV cache on the device between steps and brings only the logits back to the host
+    (default: on with CUDA, off on CPU where numpy arrays are already in place; docs/GPU.md).
     `spinning` lets onnxruntime's worker threads spin between operators instead of sleeping:
     about 8 % faster batch-1 decoding on 2 cores when this process has the cores to itself (a
     script, a benchmark), but it burns the cores that concurrent generations need, so the app
@@ -124,13 +127,47 @@ def _pick_bundle(path: Path, precision: str | None) -> Path:
     return next(iter(options.values()))
 
 
+DEVICE_PROVIDERS = {
+    "cpu": ["CPUExecutionProvider"],
+    # Operators CUDA lacks (e.g. fp32 GroupQueryAttention) fall back to the CPU provider.
+    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+}
+
+
+def providers_for(device: str | None) -> list[str]:
+    """The execution providers for `device` ("cpu" or "cuda"; None: `load`'s default), checked
+    as `load` checks them.
+
+    >>> providers_for("cpu")
+    ['CPUExecutionProvider']
+    """
+    if device is None:
+        return available_providers()
+    if device not in DEVICE_PROVIDERS:
+        raise ValueError(f"`device` must be one of {sorted(DEVICE_PROVIDERS)}, got {device!r}")
+    return available_providers(DEVICE_PROVIDERS[device])
+
+
 def available_providers(requested: list[str] | None = None) -> list[str]:
-    """CUDA when onnxruntime-gpu sees a GPU (or what the caller asks for), else CPU."""
-    if requested:
-        return list(requested)
-    if "CUDAExecutionProvider" in ort.get_available_providers():
-        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-    return ["CPUExecutionProvider"]
+    """`requested` (in its order of preference) once onnxruntime is known to offer each one;
+    by default CUDA then CPU when onnxruntime-gpu sees a GPU, else CPU alone.
+
+    A provider this onnxruntime build does not offer raises `ValueError` naming those it does
+    (onnxruntime itself would only warn and silently run on CPU).
+    """
+    offered = ort.get_available_providers()
+    if requested is None:
+        cuda = "CUDAExecutionProvider" in offered
+        return list(DEVICE_PROVIDERS["cuda" if cuda else "cpu"])
+    if isinstance(requested, str) or not requested:
+        raise ValueError(f"`providers` must be a non-empty list of names, got {requested!r}")
+    for provider in requested:
+        if provider not in offered:
+            raise ValueError(
+                f"`providers` must name providers this onnxruntime offers ({offered}), "
+                f"got {provider!r}"
+            )
+    return list(requested)
 
 
 def _session(

@@ -157,8 +157,11 @@ class CausalLM:
         self.head_size = manifest["head_size"]
         self.dtype = _past_dtype(session)
         kv_cache = manifest["graphs"]["decoder"].get("kv_cache")
-        # Device buffers would need the same in-place binding on the device: CPU only.
-        self.shared_cache = kv_cache == SHARED_BUFFER and self.runner.device == "cpu"
+        # The in-place buffers are numpy memory: CPU sessions without device binding only. Bound
+        # to a device (CUDA, or CPU with io_binding=True), such a graph takes its cache as
+        # separate past and present device tensors instead, which the graph equally accepts.
+        cpu_arrays = self.runner.device == "cpu" and not self.runner.io_binding
+        self.shared_cache = kv_cache == SHARED_BUFFER and cpu_arrays
         self.vocab_size = manifest.get("vocab_size")
 
     def _run(self, input_ids, attention_mask, positions, past):

@@ -79,7 +79,9 @@ def find_bundles(roots) -> list[tuple[str, Path, Path]]:
 
 
 class ModelRegistry:
-    def __init__(self, paths: dict[str, Path]):
+    def __init__(self, paths: dict[str, Path], providers: list[str] | None = None):
+        # onnxruntime execution providers every model is loaded with (None: runtime.load's default)
+        self.providers = providers
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
         self.problems: dict[str, str] = {}  # display name -> why its manifest is unreadable
         self._manifests: dict[str, dict] = {}
@@ -94,8 +96,8 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     @classmethod
-    def discover(cls, roots) -> ModelRegistry:
-        return cls({name: path for name, _, path in find_bundles(roots)})
+    def discover(cls, roots, providers: list[str] | None = None) -> ModelRegistry:
+        return cls({name: path for name, _, path in find_bundles(roots)}, providers)
 
     def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
         """Offer the bundle at `path` as `name`, optionally with a generator already loaded
@@ -206,7 +208,7 @@ class ModelRegistry:
             return self._loaded[name]
 
     def _load(self, name: str) -> runtime.Generator:
-        return runtime.load(self.paths[name])
+        return runtime.load(self.paths[name], providers=self.providers)
 
     def _embedding_matrix(self, name: str, gen) -> np.ndarray:
         return load_matrix(self.paths[name], gen.manifest)
