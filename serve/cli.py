@@ -9,20 +9,25 @@ on several machines.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Tokenized text generators. Masked LMs, word vectors and the character-level paraphraser have
+# no completion semantics (or no tokenizer) and stay with the in-process app.
+COMPLETION_TASKS = ("causal-lm", "seq2seq")
 DEFAULT_MODELS = ROOT / "models"
 
 
 def model_specs(
     roots, replicas=1, threads=1, cpus=None, autoscale=None, concurrency=4, max_ongoing=64
 ):
-    """A `ModelSpec` per bundle under `roots`; ids are paths relative to their root
-    ("bible-lm/int8"), as ui/registry.py's `find_bundles` names them."""
+    """A `ModelSpec` per text-completion bundle under `roots` (tasks in `COMPLETION_TASKS`);
+    ids are paths relative to their root ("bible-lm/int8"), as ui/registry.py's `find_bundles`
+    names them."""
     from ui.registry import find_bundles
 
     from .deployments import ModelSpec
@@ -39,7 +44,15 @@ def model_specs(
             max_ongoing_requests=max_ongoing,
         )
         for _, relative, path in find_bundles(roots)
+        if serves_completions(path)
     ]
+
+
+def serves_completions(path: Path) -> bool:
+    """Whether a model directory is one `/v1/completions` can serve: a plain optimum export
+    (no manifest) or a bundle whose task is in `COMPLETION_TASKS`."""
+    manifest = Path(path) / "manifest.json"
+    return not manifest.exists() or json.loads(manifest.read_text()).get("task") in COMPLETION_TASKS
 
 
 def parse_autoscale(text: str | None) -> tuple[int, int] | None:

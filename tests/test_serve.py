@@ -146,6 +146,8 @@ def test_the_command_line_finds_every_bundle_and_checks_its_flags():
     specs = {s.model_id: s for s in model_specs([ROOT / "models"], replicas=3, threads=2)}
     assert MODEL in specs and "bible-lm/fp32" in specs
     assert specs[MODEL].path == str(BUNDLE)
+    tasks = {json.loads(Path(s.path, "manifest.json").read_text())["task"] for s in specs.values()}
+    assert tasks == {"causal-lm", "seq2seq"}  # no masked LMs, word vectors or paraphrasers
     assert (specs[MODEL].replicas, specs[MODEL].threads) == (3, 2)
     assert parse_autoscale("0:4") == (0, 4)
     with pytest.raises(ValueError, match="`--autoscale` must be MIN:MAX"):
