@@ -123,7 +123,13 @@ def test_decoding_study(client):
         max_new_tokens=8,
         api_name="/decoding_study",
     )
-    assert chart["type"] == "matplotlib"
+    plot = chart["value"]  # the endpoint returns the LinePlot's update: its props and value
+    assert plot["mark"] == "line" and plot["columns"] == ["x", "value", "series"]
+    assert chart["sort"] == [row[1] for row in table["data"]]
+    plotted = {(x, series): y for x, y, series in plot["data"]}
+    for row in table["data"]:
+        series = f"{row[0]}, quality: BLEU"
+        assert row[2] == "–" or plotted[(row[1], series)] == pytest.approx(row[2], abs=1e-3)
     assert [row[1] for row in table["data"]] == [
         "k = 0",
         "k = 5",
@@ -171,7 +177,9 @@ def test_rewrite_sweep_covers_every_ratio(client):
     chart, table = client.predict(
         model=REWRITER, source="Blessed are the meek.", max_new_tokens=12, api_name="/rewrite_sweep"
     )
-    assert chart["type"] == "matplotlib"
+    assert chart["value"]["mark"] == "line" and chart["sort"] is None  # numeric ratios
+    achieved = [y for _, y, series in chart["value"]["data"] if series == "achieved, characters"]
+    assert len(achieved) == 20
     assert [row[0] for row in table["data"]] == [r / 10 for r in range(1, 21)]
 
 

@@ -145,7 +145,7 @@ def test_rewrite_sweep(page, artifacts):
     wait_until(
         lambda: "0.1" in table.inner_text() and "0.5" in table.inner_text(), "the sweep table"
     )
-    plot = page.locator("#rewrite-plot img")
+    plot = page.locator("#rewrite-plot .marks")  # Vega draws the native plot (canvas or svg)
     wait_until(lambda: plot.count() >= 1, "the requested-vs-achieved plot")
     page.get_by_role("button", name="Rewrite", exact=True).click()
     wait_until(lambda: page.locator(".badges .badge").count() >= 5, "the subtitle badges")

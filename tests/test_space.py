@@ -4,12 +4,14 @@ started with `python app.py`, answering a gradio_client request — without torc
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 import time
 import urllib.request
-from importlib.metadata import version
+from importlib.metadata import requires, version
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,30 @@ from tests.app_fixtures import free_port, models_tree
 __all__ = ["models_tree"]  # a session fixture, used by name
 REPO = Path(__file__).resolve().parents[1]
 FORBIDDEN = ("torch", "transformers", "optimum")
+# Cut from the Space to shrink its install (docs/SPACE.md): the app draws Gradio's native plots.
+LEFT_OUT = ("matplotlib",)
+
+
+def requirement_names() -> list[str]:
+    return [
+        line.split("==")[0].strip().lower()
+        for line in (REPO / "spaces" / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+
+def third_party_imports(root: Path) -> set[str]:
+    """Top-level modules that the Python files under `root` import (at any depth, lazy imports
+    included), less the standard library and `root`'s own modules and packages."""
+    own = {path.stem for path in root.iterdir() if path.is_dir() or path.suffix == ".py"}
+    modules = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules.add(node.module.split(".")[0])
+    return modules - set(sys.stdlib_module_names) - own
 
 
 def front_matter(readme: Path) -> dict[str, str]:
@@ -38,13 +64,9 @@ def test_front_matter_and_requirements():
     assert meta["app_file"] == "app.py" and meta["python_version"] == "3.11"
     assert meta["suggested_hardware"] == "cpu-basic"
     assert 0 < len(meta["short_description"]) <= 60  # the Hub's limit
-    requirements = [
-        line.split("==")[0].strip().lower()
-        for line in (REPO / "spaces" / "requirements.txt").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    requirements = requirement_names()
     assert "gradio" in requirements and "onnxruntime" in requirements
-    assert not set(requirements) & set(FORBIDDEN)
+    assert not set(requirements) & set(FORBIDDEN + LEFT_OUT)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +99,18 @@ def test_build_assembles_a_deployable_folder(space, models_tree):
     assert "*.onnx filter=lfs" in (space / ".gitattributes").read_text()
     code = "\n".join(p.read_text() for p in space.rglob("*.py"))
     assert "import torch" not in code and "import transformers" not in code
+
+
+def test_the_space_code_imports_only_its_requirements_and_their_dependencies(space):
+    installed = set(requirement_names())
+    for name in requirement_names():
+        for requirement in requires(name) or []:
+            if "extra ==" not in requirement:
+                installed.add(re.split(r"[ <>=~!;\[]", requirement, maxsplit=1)[0].lower())
+    imported = third_party_imports(space)
+    assert {"gradio", "pandas", "numpy", "onnxruntime"} <= imported  # the scan sees imports
+    assert imported <= installed, imported - installed
+    assert not imported & set(LEFT_OUT + FORBIDDEN)
 
 
 def test_build_can_keep_one_precision_and_refuses_to_overwrite(models_tree, tmp_path):
@@ -117,8 +151,26 @@ def test_space_installs_in_a_fresh_venv_and_answers(space, tmp_path):
         timeout=900,
     )
     assert install.returncode == 0, install.stderr[-3000:]
-    torch = subprocess.run([str(python), "-c", "import torch"], capture_output=True, timeout=120)
-    assert torch.returncode != 0  # the Space runs without torch
+    for absent in ("torch", *LEFT_OUT):  # the Space runs without them
+        found = subprocess.run(
+            [str(python), "-c", f"import {absent}"], capture_output=True, timeout=120
+        )
+        assert found.returncode != 0, absent
+    charts = subprocess.run(  # the charts and BLEU work with the Space's packages alone
+        [
+            str(python),
+            "-c",
+            "from ui import metrics, plots; "
+            "row = dict(sweep='top-k', label='k = 0', bleu=1.0, self_bleu=2.0); "
+            "print(len(plots.decoding_study([row]).value['data']), "
+            "round(metrics.self_bleu(['a b c d', 'a b c e']), 1))",
+        ],
+        cwd=space,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert charts.stdout.split() == ["2", "59.5"], charts.stderr[-3000:]
 
     port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONPATH": ""}

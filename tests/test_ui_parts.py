@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import gradio as gr
 import pytest
 
 from runtime import StreamEvent
@@ -304,13 +305,42 @@ def test_benchmark_tables_and_facts(tmp_path):
     assert rows["languages"] == "en → es" and rows["input embeddings"] == "not shipped"
 
 
-def test_plots_build_figures():
+def test_lines_is_long_format_and_skips_missing_points():
+    frame = plots.lines([0.5, 1.0], {"a": [0.6, None], "b": [0.55, 1.1]})
+    assert frame.columns.tolist() == [plots.X, plots.VALUE, plots.SERIES]
+    assert frame.values.tolist() == [[0.5, 0.6, "a"], [0.5, 0.55, "b"], [1.0, 1.1, "b"]]
+    with pytest.raises(ValueError, match="`series` 'a' must have 2 values, got 1"):
+        plots.lines([1, 2], {"a": [1.0]})
+
+
+def test_plots_are_native_line_plots_with_every_point():
     rows = [
         {"sweep": "top-k", "label": "k = 0", "bleu": 40.0, "self_bleu": 21.0},
+        {"sweep": "top-k", "label": "k = 5", "bleu": 12.5, "self_bleu": 80.0},
         {"sweep": "top-p", "label": "p = 0.95", "bleu": None, "self_bleu": 30.0},
     ]
-    assert len(plots.decoding_study(rows).axes) == 2
-    figure = plots.length_sweep([0.5, 1.0], [0.6, 1.1], [0.55, None])
-    assert figure.axes[0].get_xlabel().startswith("requested ratio")
+    study = plots.decoding_study(rows)
+    assert isinstance(study, gr.LinePlot) and study.sort == ["k = 0", "k = 5", "p = 0.95"]
+    data = study.value  # as the browser receives it
+    points = {(x, series): y for x, y, series in data["data"]}
+    assert points == {
+        ("k = 0", "top-k, quality: BLEU"): 40.0,
+        ("k = 5", "top-k, quality: BLEU"): 12.5,
+        ("k = 0", "top-k, Self-BLEU (lower = more diverse)"): 21.0,
+        ("k = 5", "top-k, Self-BLEU (lower = more diverse)"): 80.0,
+        ("p = 0.95", "top-p, Self-BLEU (lower = more diverse)"): 30.0,
+    }
+    assert data["mark"] == "line" and data["datatypes"][plots.X] == "nominal"
+
+    ratios = plots.length_sweep([0.5, 1.0], [0.6, 1.1], [0.55, None])
+    assert ratios.x_title.startswith("requested ratio") and ratios.sort is None
+    data = ratios.value
+    assert data["datatypes"][plots.X] == "quantitative"
+    assert [row for row in data["data"] if row[2] == "achieved = requested"] == [
+        [0.5, 0.5, "achieved = requested"],
+        [1.0, 1.0, "achieved = requested"],
+    ]
+    assert [row[:2] for row in data["data"] if row[2] == "achieved, characters"] == [[0.5, 0.55]]
     categorical = plots.length_sweep(["short", "long"], [0.7, 1.2], [0.8, 1.1])
-    assert [t.get_text() for t in categorical.axes[0].get_xticklabels()] == ["short", "long"]
+    assert categorical.sort == ["short", "long"]
+    assert categorical.x_title.startswith("requested length")

@@ -1,70 +1,116 @@
-"""Matplotlib figures for the decoding study and the length sweep. Pure: data in, Figure out.
+"""The app's charts as Gradio native plots: pure functions from results to `gr.LinePlot` values.
 
-Figures are built with `matplotlib.figure.Figure` (not pyplot), so nothing global keeps them
-alive between requests; matplotlib is imported on first use, which keeps app startup short.
+Gradio draws its native plots in the browser from a pandas DataFrame (pandas is a Gradio
+dependency), so the Space needs no plotting library. Every chart here is "lines over x for
+several series": `lines` builds that chart's long-format frame (one row per point: x, value,
+series) and `line_plot` the `gr.LinePlot` showing it, with the x order fixed when x is text.
+`decoding_study` and `length_sweep` are the two charts the app draws with them.
 This module runs no model.
 """
 
 from __future__ import annotations
 
-QUALITY, DIVERSITY = "#d97706", "#4f46e5"
+from collections.abc import Sequence
+
+import gradio as gr
+import pandas as pd
+
+QUALITY, DIVERSITY, GUIDE = "#d97706", "#4f46e5", "#a8a29e"
+X, VALUE, SERIES = "x", "value", "series"
 
 
-def decoding_study(rows: list[dict]):
-    """Two bar panels as in seed 000: the top-k sweep (p = 1) and the top-p sweep (k = 0).
+def lines(xs: Sequence, series: dict[str, Sequence[float | None]]) -> pd.DataFrame:
+    """Long-format frame of `series` (name → one y per x, None for no point) over `xs`.
 
-    `rows` hold "sweep" ("top-k" or "top-p"), "label", "bleu" and "self_bleu" (None is drawn as 0).
+    Columns are `X`, `VALUE` and `SERIES`; rows follow the series' order, then x's order, and a
+    None is left out, so a line simply skips it.
+
+    >>> lines(["a", "b"], {"s": [1.0, None], "t": [2.0, 3.0]}).values.tolist()
+    [['a', 1.0, 's'], ['a', 2.0, 't'], ['b', 3.0, 't']]
     """
-    from matplotlib.figure import Figure
+    for name, ys in series.items():
+        if len(ys) != len(xs):
+            raise ValueError(f"`series` {name!r} must have {len(xs)} values, got {len(ys)}")
+    rows = [
+        (x, float(y), name) for name, ys in series.items() for x, y in zip(xs, ys) if y is not None
+    ]
+    frame = pd.DataFrame(rows, columns=[X, VALUE, SERIES])
+    return frame.astype({VALUE: "float64"})
 
-    figure = Figure(figsize=(10, 3.8), layout="constrained")
-    panels = figure.subplots(1, 2, sharey=True)
-    for axes, sweep, title in zip(panels, ("top-k", "top-p"), ("top-k (p = 1.0)", "top-p (k = 0)")):
-        chosen = [row for row in rows if row["sweep"] == sweep]
-        xs = range(len(chosen))
-        quality = [row["bleu"] or 0.0 for row in chosen]
-        diversity = [row["self_bleu"] or 0.0 for row in chosen]
-        bars = axes.bar([x - 0.2 for x in xs], quality, 0.4, color=QUALITY, label="quality: BLEU")
-        axes.bar_label(bars, fmt="%.1f", fontsize=8)
-        bars = axes.bar(
-            [x + 0.2 for x in xs],
-            diversity,
-            0.4,
-            color=DIVERSITY,
-            label="Self-BLEU (lower = more diverse)",
-        )
-        axes.bar_label(bars, fmt="%.1f", fontsize=8)
-        axes.set_xticks(list(xs), [row["label"] for row in chosen])
-        axes.set_title(title)
-        axes.spines[["top", "right"]].set_visible(False)
-    panels[0].set_ylabel("score (0–100)")
-    figure.legend(
-        *panels[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, frameon=False
+
+def line_plot(
+    frame: pd.DataFrame,
+    *,
+    x_title: str,
+    y_title: str,
+    colors: dict[str, str] | None = None,
+    **plot_arguments,
+) -> gr.LinePlot:
+    """A `gr.LinePlot` of a `lines` frame: one coloured line per series. When x is text, the
+    x axis keeps the frame's order of first appearance (the browser would sort it otherwise).
+    Extra keyword arguments go to `gr.LinePlot` (e.g. `title`, `y_lim`)."""
+    textual = not pd.api.types.is_numeric_dtype(frame[X])
+    return gr.LinePlot(
+        frame,
+        x=X,
+        y=VALUE,
+        color=SERIES,
+        x_title=x_title,
+        y_title=y_title,
+        color_title="",
+        color_map=colors,
+        sort=list(dict.fromkeys(frame[X])) if textual else None,
+        **plot_arguments,
     )
-    return figure
 
 
-def length_sweep(requested: list, subwords: list, characters: list):
-    """Achieved vs requested length: ratios on a line with the diagonal where they would be
-    equal, or categories ("short", …) side by side when the requests are not numbers."""
-    from matplotlib.figure import Figure
+def decoding_study(rows: list[dict]) -> gr.LinePlot:
+    """Quality (BLEU) and diversity (Self-BLEU, lower = more diverse) per setting, in the order
+    of `rows`, a line per sweep and score: seed 000's top-k sweep (p = 1) and top-p sweep (k = 0).
 
-    figure = Figure(figsize=(6, 3.8), layout="constrained")
-    axes = figure.subplots()
+    `rows` hold "sweep" ("top-k" or "top-p"), "label", "bleu" and "self_bleu" (None: no point).
+    """
+    labels = [row["label"] for row in rows]
+    series, colors = {}, {}
+    for sweep in dict.fromkeys(row["sweep"] for row in rows):
+        for key, score, color in (
+            ("bleu", "quality: BLEU", QUALITY),
+            ("self_bleu", "Self-BLEU (lower = more diverse)", DIVERSITY),
+        ):
+            name = f"{sweep}, {score}"
+            series[name] = [row[key] if row["sweep"] == sweep else None for row in rows]
+            colors[name] = color
+    return line_plot(
+        lines(labels, series),
+        x_title="setting (top-k sweep with p = 1, then top-p sweep with k = 0)",
+        y_title="score (0–100)",
+        colors=colors,
+        y_lim=[0, None],
+    )
+
+
+def length_sweep(requested: list, subwords: list, characters: list) -> gr.LinePlot:
+    """Achieved vs requested length: ratios with the diagonal where they would be equal, or
+    categories ("short", …) in their order with the line where output and source are as long."""
     numeric = all(isinstance(value, (int, float)) for value in requested)
-    xs = list(requested) if numeric else list(range(len(requested)))
-    if numeric:
-        top = max(xs)
-        axes.plot([0, top], [0, top], color="#a8a29e", linestyle="--", label="achieved = requested")
-        axes.set_xlim(0, top * 1.05)
-        axes.set_xlabel("requested ratio (length_ratio token)")
-    else:
-        axes.axhline(1.0, color="#a8a29e", linestyle="--", label="same length as the source")
-        axes.set_xticks(xs, [str(value) for value in requested])
-        axes.set_xlabel("requested length (length token)")
-    axes.plot(xs, subwords, marker="o", color=QUALITY, label="achieved, subwords")
-    axes.plot(xs, characters, marker="s", color=DIVERSITY, label="achieved, characters")
-    axes.set_ylabel("achieved ratio (output / source)")
-    axes.spines[["top", "right"]].set_visible(False)
-    axes.legend(fontsize=8, frameon=False)
-    return figure
+    guide = (
+        ("achieved = requested", list(requested))
+        if numeric
+        else ("same length as the source", [1.0] * len(requested))
+    )
+    frame = lines(
+        requested if numeric else [str(value) for value in requested],
+        {
+            guide[0]: guide[1],
+            "achieved, subwords": subwords,
+            "achieved, characters": characters,
+        },
+    )
+    return line_plot(
+        frame,
+        x_title="requested ratio (length_ratio token)"
+        if numeric
+        else "requested length (length token)",
+        y_title="achieved ratio (output / source)",
+        colors={guide[0]: GUIDE, "achieved, subwords": QUALITY, "achieved, characters": DIVERSITY},
+    )

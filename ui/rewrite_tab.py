@@ -181,7 +181,7 @@ def build(registry) -> None:
                 report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
                 with gr.Accordion("Measurements", open=False):
                     measured = gr.JSON(label="Measurements")
-                chart = gr.Plot(
+                chart = gr.LinePlot(
                     label="Requested vs achieved length", show_label=False, elem_id="rewrite-plot"
                 )
                 table = gr.Dataframe(

@@ -4,8 +4,8 @@ As 000 did: pure sampling (temperature 1.0), top-k ∈ {0, 5, 10, 1000} with p =
 top-p ∈ {1.0, 0.95, 0.9, 0.8} with k = 0 (k = 0, p = 1.0 is one setting, run once), a batch of
 samples per prompt and seed. Quality = BLEU of all samples against a reference text, every
 line a reference (000 scored against its training set); diversity = Self-BLEU (lower = more
-diverse); UNGC-1..4 and distinct-2 as well. Endpoint `/decoding_study` returns the bar chart
-and the table.
+diverse); UNGC-1..4 and distinct-2 as well. Endpoint `/decoding_study` returns the chart (a
+line per sweep and score) and the table.
 """
 
 from __future__ import annotations
@@ -107,14 +107,14 @@ def build(registry, names: list[str]) -> None:
             prompts = gr.Textbox(examples.STUDY_PROMPTS, lines=4, label="Prompts (one per line)")
             reference = gr.Textbox(examples.REFERENCE, lines=4, label="Reference text")
         run = gr.Button("Run the decoding study", interactive=bool(names))
-        chart = gr.Plot(label="Quality and diversity per setting", show_label=False)
+        chart = gr.LinePlot(label="Quality and diversity per setting", show_label=False)
         result = gr.Dataframe(headers=HEADERS, label="Decoding study", interactive=False)
 
         @limits.shown_to_user
         def decoding_study(
             model, prompts, reference, samples, max_new_tokens, seed, progress=PROGRESS
         ):
-            """The bar chart and table of 000's sweep on `model`."""
+            """The chart and table of 000's sweep on `model`."""
             lines = [line for line in limits.text("prompts", prompts).splitlines() if line.strip()]
             if len(lines) > limits.LIMITS.max_study_prompts:
                 raise ValueError(
