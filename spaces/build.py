@@ -25,6 +25,8 @@ from ui.registry import find_bundles  # noqa: E402
 
 CODE = ("ui", "runtime", "study")
 CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists
+# The studies' command line and matplotlib figures serve cards and the CLI, not the app.
+NOT_FOR_THE_APP = ("study/cli.py", "study/figures.py")
 LFS_PATTERNS = ("*.onnx", "*.onnx_data", "*.npy", "*.bin", "*.safetensors")
 
 
@@ -33,6 +35,8 @@ def copy_code(out: Path) -> None:
     for package in CODE:
         sources = {p for pattern in CODE_PATTERNS for p in (REPO / package).rglob(pattern)}
         for source in sorted(sources):
+            if source.relative_to(REPO).as_posix() in NOT_FOR_THE_APP:
+                continue
             target = out / source.relative_to(REPO)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)

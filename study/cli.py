@@ -48,7 +48,9 @@ def masking(args) -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "masking.json").write_text(json.dumps(results, indent=2) + "\n")
-        ms.plot(results).savefig(args.out / "masking.png", dpi=100)
+        from study.figures import masking_plot
+
+        masking_plot(results).savefig(args.out / "masking.png", dpi=100)
         print(f"wrote {args.out / 'masking.json'} and {args.out / 'masking.png'}")
     return 0
 

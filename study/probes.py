@@ -115,21 +115,3 @@ def influence(gen, a: str, b: str) -> dict:
         "differing_position": differing[0] if differing else None,
         "differing_cosine": float(diagonal[differing[0]]) if differing else 1.0,
     }
-
-
-def heatmap(result: dict, title: str = ""):
-    """The all-to-all cosine matrix of `influence` as a heat map (seed 000, figures 18-19)."""
-    from matplotlib.figure import Figure
-
-    size = len(result["tokens_a"])
-    figure = Figure(figsize=(1.2 + 0.45 * size, 1.0 + 0.42 * size), layout="constrained")
-    axes = figure.subplots()
-    image = axes.imshow(np.array(result["matrix"]), vmin=-1, vmax=1, cmap="RdBu_r")
-    axes.set_xticks(range(size), [t.strip() for t in result["tokens_b"]], rotation=60, fontsize=8)
-    axes.set_yticks(range(size), [t.strip() for t in result["tokens_a"]], fontsize=8)
-    figure.colorbar(image, ax=axes, shrink=0.8)
-    axes.set_title(
-        title or f"average {result['average_similarity']:.3f}, AIS {result['ais']:.3f}",
-        fontsize=9,
-    )
-    return figure

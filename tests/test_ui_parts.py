@@ -344,3 +344,30 @@ def test_plots_are_native_line_plots_with_every_point():
     categorical = plots.length_sweep(["short", "long"], [0.7, 1.2], [0.8, 1.1])
     assert categorical.sort == ["short", "long"]
     assert categorical.x_title.startswith("requested length")
+
+
+def test_masking_study_plot_has_a_line_per_model_and_k_in_percent():
+    result = {"ratios": [0.1, 0.5], "top_k": [1, 5], "accuracy": {"1": [0.2, 0.1], "5": [0.6, 0.3]}}
+    frame = plots.masking_study({"base": result, "large": result}).value["data"]
+    points = {(row[2], row[0]): row[1] for row in frame}
+    assert points[("base, top 1", 10.0)] == pytest.approx(20.0)
+    assert points[("large, top 5", 50.0)] == pytest.approx(30.0)
+    assert len(points) == 8
+
+
+def test_cosine_table_shades_each_cell_by_its_sign_and_escapes_tokens():
+    from ui.masked_lm_tab import cosine_table
+
+    result = {
+        "tokens_a": [" <b>", " king"],
+        "tokens_b": [" <b>", " queen"],
+        "matrix": [[1.0, -0.5], [0.0, 0.25]],
+        "average_similarity": 0.1875,
+        "ais": 0.625,
+    }
+    table = cosine_table(result)
+    assert "&lt;b&gt;" in table and "<b>" not in table
+    assert 'background:rgb(255,0,0)" title="1.000"' in table  # +1: full red
+    assert 'background:rgb(128,128,255)" title="-0.500"' in table  # -0.5: half blue
+    assert 'background:rgb(255,255,255)" title="0.000"' in table  # 0: white
+    assert "AIS 0.625" in table

@@ -273,11 +273,12 @@ class MaskedLM:
         import runtime
         from study import bert_generation, probes
         from study import masking as ms
+        from study.figures import masking_plot
 
         gen = runtime.load(bundle_dir)
         sentences = ms.held_out_sentences(self.rows, self.size.study_sentences, self.seed)
         study = ms.masking_study(gen, sentences, repetitions=self.size.study_repetitions)
-        ms.plot({self.name: study}).savefig(self.out_dir / MASKING_PNG, dpi=100)
+        masking_plot({self.name: study}).savefig(self.out_dir / MASKING_PNG, dpi=100)
         pair = ("the king was tired so he went to sleep", "the queen was tired so he went to sleep")
         try:
             influence = probes.influence(gen, *pair)
@@ -381,13 +382,13 @@ def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
     """Draw every run's masking study (its evaluation.json) in one figure and put it, as
     masking.png, into each shipped bundle (its card shows that file), updating the checksums."""
     from export import manifest as mf
-    from study import masking as ms
+    from study.figures import masking_plot
 
     results = {}
     for run in runs:
         evaluation = common.read_json(run / common.EVALUATION)
         results[run.name] = evaluation["masking_study"]
-    figure = ms.plot(results)
+    figure = masking_plot(results)
     for bundle in bundles:
         figure.savefig(bundle / MASKING_PNG, dpi=100)
         manifest = common.read_json(bundle / "manifest.json")

@@ -11,13 +11,15 @@ Bible LM's greedy continuation of the same prompt. Endpoints: `/fill_mask`, `/ma
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 
 import runtime
 from study import bert_generation as strategies
 from study import masking, probes
 
-from . import limits
+from . import limits, plots
 
 EXAMPLE = "Jesus said to them, “I am the <|mask|> of life.”"
 STUDY_SENTENCES = (
@@ -50,6 +52,27 @@ def bars(predictions) -> dict[str, float]:
     """gr.Label's {label: score} for one mask's predictions (the first mask if several)."""
     first = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
     return {repr(p["token_str"]): p["score"] for p in first}
+
+
+def cosine_table(result: dict) -> str:
+    """`study.probes.influence`'s all-to-all cosine matrix as an HTML table, each cell shaded
+    from blue (-1) through white (0) to red (1): seed 000's heat maps (figures 18-19)."""
+
+    def cell(value: float) -> str:
+        strength = round(255 * (1 - min(abs(value), 1.0)))
+        color = f"255,{strength},{strength}" if value >= 0 else f"{strength},{strength},255"
+        return f'<td style="background:rgb({color})" title="{value:.3f}">{value:.2f}</td>'
+
+    header = "".join(f"<th>{html.escape(t.strip())}</th>" for t in result["tokens_b"])
+    rows = "".join(
+        f"<tr><th>{html.escape(token.strip())}</th>{''.join(cell(v) for v in values)}</tr>"
+        for token, values in zip(result["tokens_a"], result["matrix"])
+    )
+    caption = f"average {result['average_similarity']:.3f}, AIS {result['ais']:.3f}"
+    return (
+        f'<table class="cosines"><caption>{caption}</caption>'
+        f"<tr><th></th>{header}</tr>{rows}</table>"
+    )
 
 
 def build(registry) -> None:
@@ -87,7 +110,7 @@ def build(registry) -> None:
             sentences = gr.Slider(1, MAX_STUDY_SENTENCES, value=4, step=1, label="verses")
             repetitions = gr.Slider(1, MAX_STUDY_REPETITIONS, value=2, step=1, label="repetitions")
             run_study = gr.Button("Run the study")
-        study_plot = gr.Plot(label="Accuracy against masking ratio")
+        study_plot = gr.LinePlot(label="Accuracy against masking ratio")
 
         gr.Markdown(
             "### Token-vector probes (000, section 4.2)\nCosines of last-layer vectors: the word "
@@ -101,7 +124,7 @@ def build(registry) -> None:
             sentence_b = gr.Textbox("the queen was tired so he went to sleep", label="Sentence B")
             compare = gr.Button("Average Influence Similarity")
         with gr.Row():
-            heatmaps = [gr.Plot(label=name) for name in names]
+            heatmaps = [gr.HTML(label=name) for name in names]
 
         gr.Markdown(
             "### BERT as a generator (000, section 4.3)\nGreedy, one mask at a time from the "
@@ -155,7 +178,7 @@ def build(registry) -> None:
             }
 
         def study_figure(sentences, repetitions):
-            return masking.plot(masking_study(sentences, repetitions))
+            return plots.masking_study(masking_study(sentences, repetitions))
 
         @limits.shown_to_user
         def token_probes() -> dict:
@@ -190,7 +213,8 @@ def build(registry) -> None:
 
         def influence_figures(sentence_a, sentence_b):
             return [
-                probes.heatmap(influence(name, sentence_a, sentence_b))
+                f"<b>{html.escape(name)}</b>"
+                + cosine_table(influence(name, sentence_a, sentence_b))
                 for name in _models(registry)
             ]
 

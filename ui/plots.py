@@ -114,3 +114,24 @@ def length_sweep(requested: list, subwords: list, characters: list) -> gr.LinePl
         y_title="achieved ratio (output / source)",
         colors={guide[0]: GUIDE, "achieved, subwords": QUALITY, "achieved, characters": DIVERSITY},
     )
+
+
+def masking_study(results: dict[str, dict]) -> gr.LinePlot:
+    """Top-k accuracy (%) against the share of masked words (%), a line per model and k (seed
+    000, figures 16-17). `results`: {model name: study.masking.masking_study(...)}."""
+    frames = [
+        lines(
+            [100 * ratio for ratio in result["ratios"]],
+            {
+                f"{name}, top {k}": [100 * a for a in result["accuracy"][str(k)]]
+                for k in result["top_k"]
+            },
+        )
+        for name, result in results.items()
+    ]
+    return line_plot(
+        pd.concat(frames, ignore_index=True),
+        x_title="masked words (%)",
+        y_title="accuracy (%)",
+        y_lim=[0, 100],
+    )
