@@ -100,8 +100,11 @@ def decoding(
 ) -> runtime.GenerationConfig:
     """A validated GenerationConfig from the UI's decoding settings.
 
-    greedy ignores temperature/top-k/top-p/min-p; beam search uses `num_beams` and returns
-    `samples` of its best hypotheses; sampling draws `samples` sequences.
+    Only the settings the mode uses are checked; the others are ignored whatever their value
+    (an API caller may send `num_beams=1` with sampling, or no temperature for greedy). All modes
+    use max_new_tokens, repetition_penalty, no_repeat_ngram_size and samples (1 for greedy);
+    sampling also temperature, top_k, top_p, min_p and seed, drawing `samples` sequences; beam
+    search also num_beams, returning `samples` of its best hypotheses.
     """
     choice("mode", mode, MODES)
     penalty_low, penalty_high = LIMITS.repetition_penalty
@@ -114,11 +117,11 @@ def decoding(
             "no_repeat_ngram_size", no_repeat_ngram_size, 0, LIMITS.max_no_repeat_ngram
         ),
         num_return_sequences=integer("samples", samples, 1, LIMITS.max_samples),
-        seed=integer("seed", seed, 0, LIMITS.max_seed),
     )
     if mode == "sampling":
         settings.update(
             do_sample=True,
+            seed=integer("seed", seed, 0, LIMITS.max_seed),
             temperature=number("temperature", temperature, 0, LIMITS.max_temperature, True),
             top_k=integer("top_k", top_k, 0, LIMITS.max_top_k),
             top_p=number("top_p", top_p, 0, 1, low_open=True),

@@ -20,6 +20,30 @@ from .limits import LIMITS, MODES
 NONE = "(none)"
 
 
+class SettingSlider(gr.Slider):
+    """A slider whose range binds only the UI: the event function validates the value itself.
+
+    Gradio's Slider rejects out-of-range values before the event runs, which would (a) reject
+    settings the chosen mode ignores (`num_beams=1` in sampling mode) and (b) answer API callers
+    with a message that does not name the setting. `limits.decoding` checks each value the mode
+    uses, by name. The browser shows it as a plain slider (`is_template`).
+    """
+
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload
+
+
+class SettingNumber(gr.Number):
+    """A number field validated by the event function, like `SettingSlider`."""
+
+    is_template = True
+
+    def preprocess(self, payload):
+        return payload
+
+
 def model_picker(names: list[str], label: str = "Model") -> gr.Dropdown:
     """A model dropdown whose first choice (the best match for the tab) is selected."""
     return gr.Dropdown(
@@ -47,16 +71,16 @@ def model_card(registry, picker: gr.Dropdown) -> None:
 @dataclass
 class DecodingInputs:
     mode: gr.Radio
-    max_new_tokens: gr.Slider
-    temperature: gr.Slider
-    top_k: gr.Slider
-    top_p: gr.Slider
-    min_p: gr.Slider
-    repetition_penalty: gr.Slider
-    no_repeat_ngram_size: gr.Slider
-    num_beams: gr.Slider
-    samples: gr.Slider
-    seed: gr.Number
+    max_new_tokens: SettingSlider
+    temperature: SettingSlider
+    top_k: SettingSlider
+    top_p: SettingSlider
+    min_p: SettingSlider
+    repetition_penalty: SettingSlider
+    no_repeat_ngram_size: SettingSlider
+    num_beams: SettingSlider
+    samples: SettingSlider
+    seed: SettingNumber
 
     def components(self) -> list:
         """In the order of `limits.decoding`'s parameters."""
@@ -91,7 +115,7 @@ def decoding_inputs(
     with gr.Group():
         with gr.Row():
             mode_radio = gr.Radio(list(MODES), value=mode, label="Decoding", scale=3)
-            max_tokens = gr.Slider(
+            max_tokens = SettingSlider(
                 1,
                 LIMITS.max_new_tokens,
                 value=max_new_tokens,
@@ -100,7 +124,7 @@ def decoding_inputs(
                 scale=2,
             )
         with gr.Row():
-            temp = gr.Slider(
+            temp = SettingSlider(
                 0.05,
                 LIMITS.max_temperature,
                 value=temperature,
@@ -108,19 +132,19 @@ def decoding_inputs(
                 label="Temperature",
                 visible=sampling,
             )
-            p = gr.Slider(0.01, 1.0, value=top_p, step=0.01, label="Top-p", visible=sampling)
+            p = SettingSlider(0.01, 1.0, value=top_p, step=0.01, label="Top-p", visible=sampling)
         with gr.Row():
-            k = gr.Slider(
+            k = SettingSlider(
                 0, LIMITS.max_top_k, value=top_k, step=1, label="Top-k (0 = off)", visible=sampling
             )
-            min_p = gr.Slider(
+            min_p = SettingSlider(
                 0.0, 1.0, value=0.0, step=0.01, label="Min-p (0 = off)", visible=sampling
             )
         with gr.Row():
-            beams = gr.Slider(
+            beams = SettingSlider(
                 2, LIMITS.max_beams, value=num_beams, step=1, label="Beams", visible=beam
             )
-            count = gr.Slider(
+            count = SettingSlider(
                 1,
                 LIMITS.max_samples,
                 value=samples,
@@ -128,7 +152,7 @@ def decoding_inputs(
                 label="Samples (or best beams)",
                 visible=with_samples and mode != "greedy",
             )
-            seed = gr.Number(
+            seed = SettingNumber(
                 value=0,
                 precision=0,
                 minimum=0,
@@ -138,13 +162,13 @@ def decoding_inputs(
             )
     with gr.Accordion("Penalties", open=no_repeat_ngram_size > 0):
         with gr.Row():
-            penalty = gr.Slider(
+            penalty = SettingSlider(
                 *LIMITS.repetition_penalty,
                 value=1.0,
                 step=0.05,
                 label="Repetition penalty (1 = off)",
             )
-            ngram = gr.Slider(
+            ngram = SettingSlider(
                 0,
                 LIMITS.max_no_repeat_ngram,
                 value=no_repeat_ngram_size,
