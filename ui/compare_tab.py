@@ -151,17 +151,17 @@ def build(registry) -> None:
             )
             count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
         with gr.Row():
-            max_tokens = gr.Slider(
+            max_tokens = widgets.setting_slider(
                 1, limits.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens"
             )
-            samples = gr.Slider(
+            samples = widgets.setting_slider(
                 1,
                 limits.LIMITS.max_samples,
                 value=1,
                 step=1,
                 label="Samples per column (≥ 2 adds Self-BLEU and UNGC)",
             )
-            seed = gr.Number(
+            seed = widgets.setting_number(
                 value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
             )
         pickers = widgets.ControlPickers(registry, None, names)

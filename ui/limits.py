@@ -46,12 +46,19 @@ def queue_settings() -> dict:
 
 
 def text(name: str, value, allow_empty: bool = False, max_chars: int | None = None) -> str:
-    """`value` as a str within the character cap (and non-empty unless allowed)."""
+    """`value` as a str of valid Unicode (no lone surrogates) within the character cap (and
+    non-empty unless allowed)."""
     cap = max_chars or LIMITS.max_prompt_chars
     if not isinstance(value, str):
         raise ValueError(f"`{name}` must be a string, got {type(value).__name__}")
     if len(value) > cap:
         raise ValueError(f"`{name}` must be at most {cap} characters, got {len(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:  # JSON can carry lone surrogates; tokenizers cannot
+        raise ValueError(
+            f"`{name}` must be valid Unicode, got a lone surrogate at character {error.start}"
+        ) from None
     if not allow_empty and not value.strip():
         raise ValueError(f"`{name}` must not be empty")
     return value
@@ -74,6 +81,13 @@ def number(name: str, value, low: float, high: float, low_open: bool = False) ->
         bracket = "(" if low_open else "["
         raise ValueError(f"`{name}` must be in {bracket}{low}, {high}], got {value!r}")
     return float(value)
+
+
+def flag(name: str, value) -> bool:
+    """`value`, which must be a bool (a checkbox)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be true or false, got {value!r}")
+    return value
 
 
 def choice(name: str, value, options) -> str:
