@@ -54,6 +54,7 @@ def test_generate_streams_text_tokens_and_stats(client):
     assert all(update[0] == text[: len(update[0])] for update in updates)  # the text only grows
     assert text and 'class="tok p' in tokens and "alts" in tokens
     assert "time to first token" in stats and "tokens / s" in stats
+    assert "copied 8-grams" in stats and "no index in this bundle" in stats  # tiny-lm has none
 
 
 def test_settings_the_mode_does_not_use_do_not_fail(client):

@@ -14,6 +14,8 @@ import runtime
 from export.ngram_index import add_ngram_index, build_ngram_index
 from runtime.memorisation import memorised
 from train import data, evaluate
+from ui.generate_tab import memorisation
+from ui.streaming import stats_html
 
 REPO = Path(__file__).resolve().parents[1]
 BIBLE_LM = REPO / "models" / "bible-lm" / "int8"
@@ -97,3 +99,23 @@ def test_only_causal_lm_bundles_get_an_index(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"task": "seq2seq"}))
     with pytest.raises(ValueError, match="`bundle` must be a causal-lm bundle"):
         add_ngram_index(tmp_path, TRAINING, "x")
+
+
+def test_the_generate_tab_shows_the_share_and_highlights_the_span(bible_lm):
+    genesis = verse("Genesis", 1, 2)["web"]
+    meter = memorisation(bible_lm, [genesis, "nothing copied here at all, not one word of it"])
+    copied = len(genesis.split()) - 7  # every 8-gram of the verse; none of the 3 of the other
+    assert meter["share"] == pytest.approx(copied / (copied + 3))
+    assert meter["span"] == " ".join(genesis.split())
+    shown = stats_html(
+        {
+            "tokens": 3,
+            "time_to_first_token_s": 0.1,
+            "tokens_per_second": 9.0,
+            "mean_logprob": -1.0,
+            "finish_reasons": ["length"],
+            "memorised": meter,
+        }
+    )
+    assert f"<mark>{' '.join(genesis.split())}</mark>" in shown
+    assert f"{100 * meter['share']:.0f} %" in shown and "copied 8-grams" in shown
