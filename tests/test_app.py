@@ -124,6 +124,7 @@ def test_compare_streams_every_column_with_metrics(client):
     assert isinstance(sampled["Self-BLEU"], float) and isinstance(sampled["UNGC-2"], float)
     assert isinstance(sampled["mean log p"], float) and sampled["tokens"] > 0
     assert dict(zip(headers, rows[1]))["Self-BLEU"] == "–"  # greedy has one sample
+    assert sampled["copied 8-grams"] == "–"  # tiny-lm has no training n-gram index
 
 
 def test_decoding_study(client):

@@ -14,7 +14,9 @@ import runtime
 from export.ngram_index import add_ngram_index, build_ngram_index
 from runtime.memorisation import memorised
 from train import data, evaluate
+from ui.compare_tab import METRIC_HEADERS, run_columns
 from ui.generate_tab import memorisation
+from ui.registry import ModelRegistry
 from ui.streaming import stats_html
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,3 +121,15 @@ def test_the_generate_tab_shows_the_share_and_highlights_the_span(bible_lm):
     )
     assert f"<mark>{' '.join(genesis.split())}</mark>" in shown
     assert f"{100 * meter['share']:.0f} %" in shown and "copied 8-grams" in shown
+
+
+def test_the_compare_tab_measures_each_finished_column():
+    registry = ModelRegistry.discover([BIBLE_LM.parent])
+    name = registry.generators()[0]
+    columns = [(name, "greedy"), (name, "top-p 0.95")]
+    *_, (texts, rows) = run_columns(registry, "In the beginning, God", {}, columns, 24, 1, 0)
+    for text, row in zip(texts, rows):
+        meter = dict(zip(METRIC_HEADERS, row))
+        expected = registry.get(name).memorised(text)
+        assert meter["copied 8-grams"] == round(expected.share, 3)
+        assert meter["longest copy (words)"] == expected.longest_span_words
