@@ -28,6 +28,7 @@ from tokenizers import Tokenizer
 from .bundle import read_manifest
 from .config import GenerationConfig
 from .masked_lm import MaskedLM
+from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
 from .search import TokenSearch, beam_search
 from .text import IncrementalDecoder, control_prefix, find_stop
@@ -213,6 +214,7 @@ class Generator:
         self.pad_token_id = pad if pad is not None else (self.eos_token_id or 0)
         self.context_length = manifest.get("context_length") or 1024
         self.defaults = GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
+        self._ngram_index: np.ndarray | None = None  # loaded on the first `memorised` call
 
     @property
     def name(self) -> str:
@@ -230,6 +232,26 @@ class Generator:
             values = list(spec["values"])
             out[name] = [float(v) for v in values] if spec.get("kind") == "numeric" else values
         return out
+
+    @property
+    def has_memorisation_index(self) -> bool:
+        return "memorisation_index" in self.manifest
+
+    def memorised(self, text: str) -> Memorisation:
+        """How much of `text` is copied from the training text: the share of its word n-grams
+        (n = 8) found there and the longest copied span (runtime/memorisation.py).
+
+        Raises ValueError if the bundle carries no training n-gram index.
+        """
+        if not self.has_memorisation_index:
+            raise ValueError(
+                f"`model` must have a training n-gram index for the memorisation meter, got "
+                f"{self.name!r} without one (build it with `python -m export.ngram_index`)"
+            )
+        if self._ngram_index is None:
+            entry = self.manifest["memorisation_index"]
+            self._ngram_index = np.load(self.directory / entry["file"], allow_pickle=False)
+        return memorised(text, self._ngram_index, self.manifest["memorisation_index"]["n"])
 
     def config(self, **overrides) -> GenerationConfig:
         """The model's default settings (from its manifest) with `overrides` applied."""

@@ -42,7 +42,8 @@ decides (its softmax is accurate to ≈ 1e-6 relative; a token whose cumulative 
 close to 1 - top_p may go either way) and (b) ties at the top-p, min-p or min_tokens_to_keep
 boundary: every token equal to the last survivor survives here, transformers keeps an arbitrary
 subset of them (top-k ties survive in both). Rows need a finite maximum (no NaN, no +inf); -inf
-entries are fine (already removed).
+entries are fine (already removed). Any finite logits work at any temperature: every quantity
+computed from them stays finite (masses are taken relative to a shift near the row's maximum).
 """
 
 from __future__ import annotations
@@ -123,9 +124,11 @@ def filter_logits(
     (1.0 = off) → min-p: remove tokens whose probability is < min_p × the top probability, on the
     distribution left by the previous steps (0.0 = off) → typical-p: keep the tokens whose
     -log p is closest to the entropy until their mass reaches typical_p (1.0 = off). Removed
-    entries are -inf, kept entries are logits / temperature; other real dtypes are converted to
-    float32, and the input is never mutated. Tokens equal to the last survivor of top-p, min-p
-    or min_tokens_to_keep survive too (transformers keeps an arbitrary subset of such ties).
+    entries are -inf, kept entries are logits / temperature (where that overflows float32, which
+    takes |logit| > 3.4e38 × temperature, (logits - row max) / temperature: the same
+    distribution); other real dtypes are converted to float32, and the input is never mutated.
+    Tokens equal to the last survivor of top-p, min-p or min_tokens_to_keep survive too
+    (transformers keeps an arbitrary subset of such ties).
     """
     return Sampler(temperature, top_k, top_p, min_p, typical_p, min_tokens_to_keep).filter(logits)
 
@@ -254,8 +257,26 @@ class _Row:
 
     @functools.cached_property
     def values(self) -> np.ndarray:
-        """logits / temperature (V,)."""
-        return self.raw if self.temperature == 1.0 else self.raw / np.float32(self.temperature)
+        """logits / temperature (V,), or (logits - their max) / temperature if that overflows.
+
+        Only a temperature below 1 can overflow float32 (|logit| > 3.4e38 × temperature); the
+        shifted row defines the same distribution, with a finite maximum of 0.
+        """
+        if self.temperature == 1.0:
+            return self.raw
+        temperature = np.float32(self.temperature)
+        if self.temperature >= 1.0:
+            return self.raw / temperature
+        top = self.raw.max()
+        if not np.isfinite(top):
+            _reject("logits", "rows with a finite maximum (no NaN or +inf)", top)
+        # The lowest logits may reach -inf: they stay removed. A temperature that is 0 in float32
+        # (< 1.4e-45) is the greedy limit: the maximum's 0 / 0 is taken as 0.
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            if np.isfinite(top / temperature):
+                return self.raw / temperature
+            shifted = self.raw - top
+            return np.where(shifted == 0.0, np.float32(0.0), shifted / temperature)
 
     @functools.cached_property
     def sample(self) -> np.ndarray:
@@ -373,9 +394,12 @@ def _top_k_listed(row: _Row, k: int) -> _Listed:
     if row.temperature != 1.0 and 4 * k <= _subsample_size(row.raw.shape[0]):
         floor, indices = _candidates_above_sample(row.raw, k)
         if indices.shape[0] >= k:  # else NaN: reported below
-            scaled = row.raw.take(indices) / np.float32(row.temperature)
+            # Overflow (or a temperature that is 0 in float32): the whole row is shifted instead.
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                scaled = row.raw.take(indices) / np.float32(row.temperature)
+                floor = floor / np.float32(row.temperature)
             kth = np.partition(scaled, scaled.shape[0] - k)[scaled.shape[0] - k]
-            if floor / np.float32(row.temperature) < kth:
+            if floor < kth and np.isfinite(scaled.max()):
                 kept = _Listed(indices, scaled).at_least(kth)
     if kept is None:
         kept = _Listed(*_top_k_candidates(row.values, k))
@@ -411,11 +435,14 @@ def _top_p_row(row: _Row, cut: float, keep_min: int) -> _AtLeast:
     scale = values.shape[0] / sample.shape[0]
     guess = _prefix_within(sample_mass, removable / scale)
     # Its standard error in ranks: the estimated tail mass varies with the sampled tokens' masses
-    # (no error when the subsample is the whole row).
-    tail = sample_mass[:guess]
-    error = math.sqrt(float(np.dot(tail, tail)) * (1.0 - 1.0 / scale))
-    boundary_mass = float(sample_mass[min(guess, sample.shape[0] - 1)])  # >= every tail mass
-    spread = 2.0 + (3.0 * error / boundary_mass if error else 0.0)
+    # (no error when the subsample is the whole row). It is computed relative to the boundary's
+    # mass, which is >= every tail mass: each ratio is in [0, 1], so the sum of squares stays
+    # <= S whatever the logits' offset or scale (squared masses overflow float32 from e^44).
+    boundary_mass = sample_mass[min(guess, sample.shape[0] - 1)]
+    spread = 2.0
+    if scale > 1.0 and guess and boundary_mass > 0.0:
+        tail = sample_mass[:guess] / boundary_mass  # (guess,) in [0, 1]
+        spread += 3.0 * math.sqrt(float(np.dot(tail, tail)) * (1.0 - 1.0 / scale))
     while True:
         low_rank, high_rank = guess - int(spread), guess + int(spread)
         low = sample[low_rank] if low_rank >= 0 else -np.inf

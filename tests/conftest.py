@@ -4,18 +4,27 @@
   pytest is started.
 - `tiny_checkpoint(arch)` builds a tiny random checkpoint once per test session (see
   tests/tiny_models.py); tests must treat the directory as read-only.
+- Hypothesis runs the "ci" profile: derandomized (the same examples every run), 50 examples a
+  test, no example database, no deadline (the machine is shared). `HYPOTHESIS_PROFILE=explore`
+  draws 1,000 fresh random examples a test, to hunt for new failures by hand.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=50)
+settings.register_profile("explore", database=None, deadline=None, max_examples=1_000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

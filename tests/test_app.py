@@ -54,6 +54,17 @@ def test_generate_streams_text_tokens_and_stats(client):
     assert all(update[0] == text[: len(update[0])] for update in updates)  # the text only grows
     assert text and 'class="tok p' in tokens and "alts" in tokens
     assert "time to first token" in stats and "tokens / s" in stats
+    assert "copied 8-grams" in stats and "no index in this bundle" in stats  # tiny-lm has none
+
+
+def test_settings_the_mode_does_not_use_do_not_fail(client):
+    sampled = generate(client, num_beams=1, seed=3, **SAMPLE)[0]
+    assert sampled == generate(client, num_beams=5, seed=3, **SAMPLE)[0]
+    unused = dict(temperature=0, top_p=5, top_k=-1, num_beams=1, seed=-1)
+    greedy = generate(client, mode="greedy", max_new_tokens=8, **unused)[0]
+    assert greedy == generate(client, mode="greedy", max_new_tokens=8)[0]
+    beam = generate(client, mode="beam search", num_beams=2, max_new_tokens=8, temperature=0)[0]
+    assert beam == generate(client, mode="beam search", num_beams=2, max_new_tokens=8)[0]
 
 
 def test_controls_change_the_prompt(client):
@@ -113,6 +124,7 @@ def test_compare_streams_every_column_with_metrics(client):
     assert isinstance(sampled["Self-BLEU"], float) and isinstance(sampled["UNGC-2"], float)
     assert isinstance(sampled["mean log p"], float) and sampled["tokens"] > 0
     assert dict(zip(headers, rows[1]))["Self-BLEU"] == "–"  # greedy has one sample
+    assert sampled["copied 8-grams"] == "–"  # tiny-lm has no training n-gram index
 
 
 def test_decoding_study(client):
@@ -239,6 +251,9 @@ def test_models_endpoints(client):
         ("/generate", {"prompt": "x" * 2001}, "`prompt` must be at most 2000 characters"),
         ("/generate", {"max_new_tokens": 10_000}, "256"),
         ("/generate", {"mode": "greedy", "samples": 3}, "`samples` must be 1 for greedy"),
+        ("/generate", {"mode": "sampling", "temperature": 0}, "`temperature` must be in (0, 2.0]"),
+        ("/generate", {"mode": "beam search", "num_beams": 1}, "`num_beams` must be an int in [2"),
+        ("/generate", {"mode": "sampling", "seed": -1}, "`seed` must be an int in [0,"),
         (
             "/generate",
             {"mode": "beam search", "num_beams": 2, "samples": 4},

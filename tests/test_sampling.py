@@ -8,6 +8,8 @@ import zlib
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from scipy import stats
 from transformers.generation.logits_process import (
     MinPLogitsWarper,
@@ -314,3 +316,111 @@ def test_top_k_values_match_a_full_sort(vocab, k, kind):
 def test_top_k_values_rejects_bad_k():
     with pytest.raises(ValueError, match=re.escape("`k` must be an int in [1, 4], got 5")):
         sampling.top_k_values(np.zeros((1, 4), np.float32), 5)
+
+
+# --- Any finite logits at any temperature (issue 14) ------------------------------------------
+
+# Logits ~ N(offset, scale²) in float32 that crashed the top-p band estimate: its standard error
+# squared masses (e^50 and more) in float32 and reached inf, or inf × 0 = NaN on small rows.
+CRASH_CASES = [  # vocab, offset, scale, settings
+    (8_000, 0.0, 0.9, dict(temperature=0.05, top_p=0.9)),
+    (8_000, 0.0, 0.9, dict(temperature=0.05, top_p=0.3)),
+    (37, 50.0, 3.0, dict(top_p=0.9, min_p=0.1)),
+    (37, 50.0, 30.0, dict(temperature=2.0, top_k=42, top_p=0.9)),
+    (50_257, 50.0, 0.3, dict(top_k=50_262, top_p=0.01, min_p=0.1)),
+    (8_000, -80.0, 30.0, dict(temperature=0.5, top_p=0.01)),
+    (50_257, -80.0, 30.0, dict(temperature=0.5, top_p=0.01)),
+]
+
+
+@pytest.mark.parametrize("vocab,offset,scale,settings", CRASH_CASES)
+def test_logits_far_from_zero_keep_what_transformers_keeps(vocab, offset, scale, settings):
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        logits = rng.normal(offset, scale, (3, vocab)).astype(np.float32)
+        assert_same_kept(logits, settings)
+        tokens = sampling.Sampler(**settings)(logits, rng)
+        kept = np.isfinite(sampling.filter_logits(logits, **settings))
+        assert kept[np.arange(3), tokens].all()
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1e-3), dict(temperature=5e-3, top_k=3)])
+@pytest.mark.parametrize("extra", [dict(), dict(top_p=0.5), dict(min_p=0.2)], ids=settings_id)
+def test_logits_that_overflow_when_divided_by_the_temperature(settings, extra):
+    # 3e36 / 5e-3 overflows float32; the row is shifted by its max first (same distribution).
+    settings = settings | extra
+    logits = np.array([[3e36, 2.9e36, -3e38, 1.0, 2.95e36]], dtype=np.float32)
+    with np.errstate(over="ignore"):
+        shifted = (logits - logits.max()) / np.float32(settings["temperature"])
+    ours = sampling.filter_logits(logits, **settings)
+    theirs = reference_stages(logits - logits.max(), settings)[-1][1].numpy()
+    np.testing.assert_array_equal(np.isfinite(ours), np.isfinite(theirs))
+    np.testing.assert_array_equal(ours[np.isfinite(ours)], shifted[np.isfinite(ours)])
+    tokens = sampling.Sampler(**settings)(np.repeat(logits, 20, axis=0), np.random.default_rng(0))
+    assert set(tokens.tolist()) <= set(np.flatnonzero(np.isfinite(ours[0])).tolist())
+
+
+@pytest.mark.parametrize("temperature", [1e-30, 1e-40, 1e-46, 1e-300])
+@pytest.mark.parametrize("extra", [dict(), dict(top_k=2), dict(top_p=0.5), dict(min_p=0.2)])
+def test_tiny_temperatures_are_greedy(temperature, extra):
+    # Every gap between logits becomes huge: any filter keeps only the (tied) maximum, and
+    # sampling draws only it. 1e-46 and 1e-300 are 0 in float32: the limit, maxima at 0.
+    rng = np.random.default_rng(0)
+    logits = rng.normal(-80.0, 30.0, (2, 8_000)).astype(np.float32)
+    logits[:, [5, 7_000]] = logits.max(axis=1, keepdims=True) + 1.0  # a tie for the maximum
+    settings = dict(temperature=temperature) | extra
+    ours = sampling.filter_logits(logits, **settings)
+    if extra or np.float32(temperature) == 0:
+        for row in ours:
+            assert np.flatnonzero(np.isfinite(row)).tolist() == [5, 7_000]
+    if np.float32(temperature) == 0:
+        assert (ours[np.isfinite(ours)] == 0).all()
+    tokens = sampling.Sampler(**settings)(np.repeat(logits, 10, axis=0), rng)
+    assert set(tokens.tolist()) == {5, 7_000}
+
+
+@st.composite
+def logits_and_settings(draw) -> tuple[np.ndarray, dict]:
+    """Float32 logits offset + scale × z (z normal, Zipf-shaped or few-valued: ties) and a
+    setting of the warpers transformers' generate() adds for sampling."""
+    vocab = draw(st.sampled_from([1, 2, 3, 7, 37, 256, 1_000, 2_049, 8_000, 50_257]))
+    rows = draw(st.integers(1, 3 if vocab < 10_000 else 1))
+    offset = draw(st.sampled_from([0.0, -80.0, 50.0]) | st.floats(-1e4, 1e4))
+    scale = draw(st.sampled_from([0.3, 0.9, 3.0, 30.0]) | st.floats(1e-3, 100.0))
+    shape = draw(st.sampled_from(["normal", "zipf", "ties"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    if shape == "normal":
+        z = rng.standard_normal((rows, vocab))
+    elif shape == "zipf":
+        z = rng.permuted(-np.log(np.arange(1, vocab + 1)) * np.ones((rows, 1)), axis=1)
+    else:
+        z = rng.integers(-3, 4, (rows, vocab)).astype(np.float64)
+    logits = (offset + scale * z).astype(np.float32)
+    settings = {}
+    temperature = draw(st.sampled_from([1.0, 0.05, 0.5, 2.0]) | st.floats(1e-3, 1e3))
+    if temperature != 1.0:
+        settings["temperature"] = temperature
+    if draw(st.booleans()):
+        settings["top_k"] = draw(st.integers(1, vocab + 5))
+    if draw(st.booleans()):
+        settings["top_p"] = draw(st.sampled_from([0.01, 0.9, 0.95]) | st.floats(1e-4, 0.9999))
+    if draw(st.booleans()):
+        settings["min_p"] = draw(st.floats(0.01, 1.0))
+    if draw(st.integers(0, 3)) == 0:
+        settings["min_tokens_to_keep"] = draw(st.integers(2, 5))
+    return logits, settings
+
+
+@given(logits_and_settings())
+def test_filter_keeps_what_transformers_keeps_for_any_logits(case):
+    logits, settings = case
+    assert_same_kept(logits, settings)
+
+
+@given(logits_and_settings(), st.integers(0, 2**32 - 1))
+def test_sampler_draws_only_what_transformers_keeps(case, seed):
+    logits, settings = case
+    tokens = sampling.Sampler(**settings)(logits, np.random.default_rng(seed))
+    stages = reference_stages(logits, settings)
+    allowed = np.isfinite(stages[-1][1].numpy()) | either_way(stages)
+    assert allowed[np.arange(logits.shape[0]), tokens].all(), (tokens, settings)

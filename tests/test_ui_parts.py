@@ -10,6 +10,7 @@ from pathlib import Path
 import gradio as gr
 import pytest
 
+import runtime
 from runtime import StreamEvent
 from ui import limits, plots, streaming
 from ui.compare_tab import BusyClock, preset_config
@@ -24,7 +25,12 @@ from ui.translate_tab import format_translations
 
 def test_decoding_builds_configs_per_mode():
     greedy = limits.decoding("greedy", 16, temperature=0.3, top_k=5, seed=4)
-    assert (greedy.mode, greedy.max_new_tokens, greedy.top_k, greedy.seed) == ("greedy", 16, 0, 4)
+    assert (greedy.mode, greedy.max_new_tokens, greedy.top_k, greedy.seed) == (
+        "greedy",
+        16,
+        0,
+        None,
+    )
     sampled = limits.decoding("sampling", 16.0, 0.7, 50, 0.9, 0.05, samples=3)
     assert sampled.mode == "sample"
     assert (sampled.temperature, sampled.top_k, sampled.top_p, sampled.min_p) == (
@@ -59,7 +65,7 @@ def test_decoding_builds_configs_per_mode():
             {"mode": "beam search", "num_beams": 2, "samples": 3},
             "`samples` must be <= `num_beams` (2) for beam search, got 3",
         ),
-        ({"seed": -1}, "`seed` must be an int in [0, 4294967295], got -1"),
+        ({"mode": "sampling", "seed": -1}, "`seed` must be an int in [0, 4294967295], got -1"),
     ],
 )
 def test_decoding_rejects_bad_settings_with_clear_messages(kwargs, message):
@@ -67,6 +73,31 @@ def test_decoding_rejects_bad_settings_with_clear_messages(kwargs, message):
     with pytest.raises(ValueError) as error:
         limits.decoding(**settings)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("mode", "unused"),
+    [
+        ("sampling", {"num_beams": 1}),
+        ("sampling", {"num_beams": 0}),
+        ("greedy", {"temperature": 0, "top_p": 5, "top_k": -3, "min_p": None, "num_beams": 1}),
+        ("greedy", {"seed": -1, "num_beams": "many"}),
+        ("beam search", {"temperature": -1.0, "top_p": 0, "seed": 2**40}),
+    ],
+)
+def test_settings_the_mode_does_not_use_are_ignored(mode, unused):
+    settings = {"num_beams": 3} if mode == "beam search" else {}
+    config = limits.decoding(mode, 8, **{**settings, **unused})
+    defaults = runtime.GenerationConfig()
+    if mode != "sampling":
+        assert (config.temperature, config.top_p, config.top_k, config.seed) == (
+            defaults.temperature,
+            defaults.top_p,
+            defaults.top_k,
+            None,
+        )
+    if mode != "beam search":
+        assert config.num_beams == 1
 
 
 def test_text_limits():

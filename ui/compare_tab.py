@@ -4,7 +4,9 @@ Endpoint `/compare` streams every column's text and a metrics table. The columns
 advanced in turn, one token each, so they all grow at once on one worker; each column's clock
 runs only while its own model works, so its time to first token and tokens/s are its own.
 Metrics per column (ui/metrics.py): tokens/s, distinct-1/2, repetition rate, mean token
-logprob, and with two or more samples Self-BLEU and UNGC-1..4. Chosen controls apply to the
+logprob, with two or more samples Self-BLEU and UNGC-1..4, and once a column is done, for a
+causal LM with the training 8-gram index, the memorisation meter (share of copied 8-grams and
+the longest copy's length in words; ui/generate_tab.py). Chosen controls apply to the
 columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py.
 """
 
@@ -17,6 +19,7 @@ import gradio as gr
 import runtime
 
 from . import limits, metrics, study_section, widgets
+from .generate_tab import memorisation
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
@@ -54,6 +57,8 @@ METRIC_HEADERS = [
     "UNGC-2",
     "UNGC-3",
     "UNGC-4",
+    "copied 8-grams",
+    "longest copy (words)",
 ]
 
 
@@ -85,7 +90,11 @@ def preset_config(preset: str, max_new_tokens: int, samples: int, seed: int):
     return runtime.GenerationConfig(max_new_tokens=max_new_tokens, seed=seed, **fields).validate()
 
 
-def metric_row(column: int, model: str, preset: str, collector: StreamCollector) -> list:
+def metric_row(
+    column: int, model: str, preset: str, collector: StreamCollector, meter: dict | None = None
+) -> list:
+    """One column's metrics; `meter` is its memorisation meter (generate_tab.memorisation), once
+    the column is done and if its model has the index, else "–"."""
     texts = collector.texts
     several = len(texts) > 1
     unique = metrics.ungc(texts) if several else {}
@@ -98,6 +107,8 @@ def metric_row(column: int, model: str, preset: str, collector: StreamCollector)
         metrics.mean(collector.all_logprobs),
         metrics.self_bleu(texts) if several else None,
         *(unique.get(n) for n in range(1, 5)),
+        meter and meter["share"],
+        meter and meter["span_words"],
     ]
     shown = [round(v, 3) if isinstance(v, float) else ("–" if v is None else v) for v in values]
     return [column, model, preset, *shown]
@@ -119,17 +130,19 @@ def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, se
             collectors.append(collector)
             clocks.append(clock)
         running, shown = set(range(len(streams))), 0.0
+        meters = [None] * len(streams)
         while running:
             for i in sorted(running):
                 event = clocks[i].run(lambda i=i: next(streams[i], None))
                 if event is None:
                     running.discard(i)
+                    meters[i] = memorisation(registry.get(columns[i][0]), collectors[i].texts)
                 else:
                     collectors[i].add(event)
             if time.perf_counter() - shown >= UPDATE_EVERY or not running:
                 shown = time.perf_counter()
                 rows = [
-                    metric_row(i + 1, model, preset, collectors[i])
+                    metric_row(i + 1, model, preset, collectors[i], meters[i])
                     for i, (model, preset) in enumerate(columns)
                 ]
                 yield [c.text() for c in collectors], rows
@@ -151,17 +164,17 @@ def build(registry) -> None:
             )
             count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
         with gr.Row():
-            max_tokens = gr.Slider(
+            max_tokens = widgets.setting_slider(
                 1, limits.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens"
             )
-            samples = gr.Slider(
+            samples = widgets.setting_slider(
                 1,
                 limits.LIMITS.max_samples,
                 value=1,
                 step=1,
                 label="Samples per column (≥ 2 adds Self-BLEU and UNGC)",
             )
-            seed = gr.Number(
+            seed = widgets.setting_number(
                 value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
             )
         pickers = widgets.ControlPickers(registry, None, names)

@@ -117,7 +117,9 @@ def build(registry) -> None:
                 gr.Markdown("### Nearest neighbours")
                 with gr.Row():
                     word = gr.Textbox("light", label="Word or expression", scale=3)
-                    k = gr.Slider(1, limits.LIMITS.max_neighbours, value=10, step=1, label="k")
+                    k = widgets.setting_slider(
+                        1, limits.LIMITS.max_neighbours, value=10, step=1, label="k"
+                    )
                 words_only = gr.Checkbox(True, label="Only tokens with letters or digits")
                 find = gr.Button("Find neighbours")
                 neighbours = gr.Dataframe(
@@ -136,7 +138,7 @@ def build(registry) -> None:
         @limits.shown_to_user
         def embedding_similarity(model, pairs, leading_space):
             """Cosine × 100 of each pair's summed token embeddings."""
-            space = registry.embedding_space(model, bool(leading_space))
+            space = registry.embedding_space(model, limits.flag("leading_space", leading_space))
             rows = []
             for a, b in parse_pairs(limits.text("pairs", pairs)):
                 rows.append(
@@ -153,9 +155,11 @@ def build(registry) -> None:
         @limits.shown_to_user
         def nearest_neighbours(model, word, k, words_only, leading_space):
             """The k vocabulary tokens nearest to `word` (an expression is allowed)."""
-            space = registry.embedding_space(model, bool(leading_space))
+            space = registry.embedding_space(model, limits.flag("leading_space", leading_space))
             k = limits.integer("k", k, 1, limits.LIMITS.max_neighbours)
-            found = space.neighbours(limits.text("word", word, max_chars=200), k, bool(words_only))
+            found = space.neighbours(
+                limits.text("word", word, max_chars=200), k, limits.flag("words_only", words_only)
+            )
             return [
                 [rank, token, round(100 * sim, 1)]
                 for rank, (token, sim) in enumerate(found, start=1)
@@ -164,7 +168,7 @@ def build(registry) -> None:
         @limits.shown_to_user
         def analogy(model, expression, expected, leading_space):
             """Tokens nearest to `expression`, and how the expected answer compares."""
-            space = registry.embedding_space(model, bool(leading_space))
+            space = registry.embedding_space(model, limits.flag("leading_space", leading_space))
             expression = limits.text("expression", expression, max_chars=200)
             found = space.neighbours(expression, 10, True)
             rows = [

@@ -1,8 +1,11 @@
 """The Generate tab: one model, one prompt, streamed token by token, with a Stop button.
 
-Endpoint `/generate` streams (text, token view HTML, stats HTML). Stop cancels the event;
-Gradio then closes the event's generator, whose `finally` closes the runtime stream, which ends
-the decoding loop and frees the CPU. Examples are the prompts seed 002 gave its Bible models.
+Endpoint `/generate` streams (text, token view HTML, stats HTML). For a causal LM whose bundle
+has the training 8-gram index, the final stats add the memorisation meter (seed 002): the share
+of the output's word 8-grams found in the training text and the longest copied span. Stop
+cancels the event; Gradio then closes the event's generator, whose `finally` closes the runtime
+stream, which ends the decoding loop and frees the CPU. Examples are the prompts seed 002 gave
+its Bible models.
 """
 
 from __future__ import annotations
@@ -38,7 +41,22 @@ def stream_generation(registry, model, prompt, controls, config):
                 yield collector.text(), collector.token_view(), stats_html(collector.stats())
     finally:
         stream.close()
-    yield collector.text(), collector.token_view(), stats_html(collector.stats())
+    stats = collector.stats()
+    if gen.task == "causal-lm":
+        stats["memorised"] = memorisation(gen, collector.texts)
+    yield collector.text(), collector.token_view(), stats_html(stats)
+
+
+def memorisation(gen, texts: list[str]) -> dict | None:
+    """The memorisation meter over every sample: the share of their word 8-grams found in the
+    training text (pooled) and the longest copied span; None if the bundle has no index."""
+    if not getattr(gen, "has_memorisation_index", False):  # e.g. a `--backend` model
+        return None
+    meters = [gen.memorised(text) for text in texts]
+    grams = sum(m.ngrams for m in meters)
+    longest = max(meters, key=lambda m: m.longest_span_words)
+    share = sum(m.share * m.ngrams for m in meters) / grams if grams else None
+    return {"share": share, "span": longest.longest_span, "span_words": longest.longest_span_words}
 
 
 def build(registry) -> None:

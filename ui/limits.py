@@ -46,12 +46,19 @@ def queue_settings() -> dict:
 
 
 def text(name: str, value, allow_empty: bool = False, max_chars: int | None = None) -> str:
-    """`value` as a str within the character cap (and non-empty unless allowed)."""
+    """`value` as a str of valid Unicode (no lone surrogates) within the character cap (and
+    non-empty unless allowed)."""
     cap = max_chars or LIMITS.max_prompt_chars
     if not isinstance(value, str):
         raise ValueError(f"`{name}` must be a string, got {type(value).__name__}")
     if len(value) > cap:
         raise ValueError(f"`{name}` must be at most {cap} characters, got {len(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:  # JSON can carry lone surrogates; tokenizers cannot
+        raise ValueError(
+            f"`{name}` must be valid Unicode, got a lone surrogate at character {error.start}"
+        ) from None
     if not allow_empty and not value.strip():
         raise ValueError(f"`{name}` must not be empty")
     return value
@@ -74,6 +81,13 @@ def number(name: str, value, low: float, high: float, low_open: bool = False) ->
         bracket = "(" if low_open else "["
         raise ValueError(f"`{name}` must be in {bracket}{low}, {high}], got {value!r}")
     return float(value)
+
+
+def flag(name: str, value) -> bool:
+    """`value`, which must be a bool (a checkbox)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be true or false, got {value!r}")
+    return value
 
 
 def choice(name: str, value, options) -> str:
@@ -100,8 +114,11 @@ def decoding(
 ) -> runtime.GenerationConfig:
     """A validated GenerationConfig from the UI's decoding settings.
 
-    greedy ignores temperature/top-k/top-p/min-p; beam search uses `num_beams` and returns
-    `samples` of its best hypotheses; sampling draws `samples` sequences.
+    Only the settings the mode uses are checked; the others are ignored whatever their value
+    (an API caller may send `num_beams=1` with sampling, or no temperature for greedy). All modes
+    use max_new_tokens, repetition_penalty, no_repeat_ngram_size and samples (1 for greedy);
+    sampling also temperature, top_k, top_p, min_p and seed, drawing `samples` sequences; beam
+    search also num_beams, returning `samples` of its best hypotheses.
     """
     choice("mode", mode, MODES)
     penalty_low, penalty_high = LIMITS.repetition_penalty
@@ -114,11 +131,11 @@ def decoding(
             "no_repeat_ngram_size", no_repeat_ngram_size, 0, LIMITS.max_no_repeat_ngram
         ),
         num_return_sequences=integer("samples", samples, 1, LIMITS.max_samples),
-        seed=integer("seed", seed, 0, LIMITS.max_seed),
     )
     if mode == "sampling":
         settings.update(
             do_sample=True,
+            seed=integer("seed", seed, 0, LIMITS.max_seed),
             temperature=number("temperature", temperature, 0, LIMITS.max_temperature, True),
             top_k=integer("top_k", top_k, 0, LIMITS.max_top_k),
             top_p=number("top_p", top_p, 0, 1, low_open=True),

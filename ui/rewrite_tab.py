@@ -149,7 +149,7 @@ def build(registry) -> None:
                         value="ratio" if "length_ratio" in has else "category",
                         label="Target length",
                     )
-                    ratio = gr.Slider(
+                    ratio = widgets.setting_slider(
                         0.1, 2.0, value=0.8, step=0.1, label="Ratio (output / source)"
                     )
                     categories = list(has.get("length", {}).get("values", {}))
@@ -164,12 +164,16 @@ def build(registry) -> None:
                 )
                 with gr.Accordion("Subtitle limits", open=True):
                     with gr.Row():
-                        per_line = gr.Number(
+                        per_line = widgets.setting_number(
                             42, precision=0, minimum=10, maximum=200, label="Characters per line"
                         )
-                        max_lines = gr.Number(2, precision=0, minimum=1, maximum=10, label="Lines")
-                        speed = gr.Number(17, minimum=1, maximum=100, label="Characters per second")
-                        duration = gr.Number(
+                        max_lines = widgets.setting_number(
+                            2, precision=0, minimum=1, maximum=10, label="Lines"
+                        )
+                        speed = widgets.setting_number(
+                            17, minimum=1, maximum=100, label="Characters per second"
+                        )
+                        duration = widgets.setting_number(
                             4.0, minimum=0, maximum=600, label="Duration (s, 0 = none)"
                         )
                 with gr.Row():

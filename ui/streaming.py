@@ -152,7 +152,8 @@ class StreamCollector:
 
 
 def stats_html(stats: dict) -> str:
-    """The stats as a row of small cards."""
+    """The stats as a row of small cards; with `memorised` (see generate_tab.memorisation), a
+    card for the copied share and the longest copied span, highlighted, below them."""
 
     def fmt(value, spec):
         return "–" if value is None else format(value, spec)
@@ -164,9 +165,23 @@ def stats_html(stats: dict) -> str:
         ("mean log p", fmt(stats["mean_logprob"], ".2f")),
         ("finished", ", ".join(stats["finish_reasons"])),
     ]
+    copied = ""
+    if "memorised" in stats:
+        meter = stats["memorised"]
+        if meter is None:
+            cards.append(("copied 8-grams", "no index in this bundle"))
+        else:
+            percent = None if meter["share"] is None else 100 * meter["share"]
+            cards.append(("copied 8-grams", f"{fmt(percent, '.0f')} %"))
+            if meter["span_words"]:
+                span = html.escape(meter["span"])
+                copied = (
+                    '<div class="copied">longest span copied from the training text '
+                    f"({meter['span_words']} words): <mark>{span}</mark></div>"
+                )
     body = "".join(
         f'<div class="stat"><div class="stat-value">{html.escape(value)}</div>'
         f'<div class="stat-label">{label}</div></div>'
         for label, value in cards
     )
-    return f'<div class="stats">{body}</div>'
+    return f'<div class="stats">{body}</div>{copied}'

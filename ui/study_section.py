@@ -14,7 +14,7 @@ import gradio as gr
 
 import runtime
 
-from . import examples, limits, metrics, plots
+from . import examples, limits, metrics, plots, widgets
 
 PROGRESS = gr.Progress()  # Gradio fills this parameter with the request's progress bar
 
@@ -92,15 +92,15 @@ def build(registry, names: list[str]) -> None:
         )
         with gr.Row():
             model = gr.Dropdown(names, value=names[0] if names else None, label="Model")
-            samples = gr.Slider(
+            samples = widgets.setting_slider(
                 2,
                 limits.LIMITS.max_study_samples,
                 value=5,
                 step=1,
                 label="Samples per prompt and setting",
             )
-            max_tokens = gr.Slider(8, 128, value=40, step=1, label="Max new tokens")
-            seed = gr.Number(
+            max_tokens = widgets.setting_slider(8, 128, value=40, step=1, label="Max new tokens")
+            seed = widgets.setting_number(
                 value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
             )
         with gr.Row():

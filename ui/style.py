@@ -45,6 +45,8 @@ CSS = """
         min-width: 96px; background: var(--background-fill-secondary); }
 .stat-value { font-size: 18px; font-weight: 600; font-variant-numeric: tabular-nums; }
 .stat-label { font-size: 11px; text-transform: uppercase; letter-spacing: 0.04em; opacity: 0.7; }
+.copied { margin-top: 8px; font-size: 13px; }
+.copied mark { background: #fde68a; color: #1f2937; border-radius: 3px; padding: 0 2px; }
 
 .badges { display: flex; flex-wrap: wrap; gap: 6px; margin: 4px 0; }
 .badge { border-radius: 999px; padding: 3px 10px; font-size: 13px; font-weight: 600; }

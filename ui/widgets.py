@@ -20,6 +20,31 @@ from .limits import LIMITS, MODES
 NONE = "(none)"
 
 
+def setting_slider(*args, **kwargs) -> gr.Slider:
+    """A `gr.Slider` whose range binds only the page: the event function validates the value.
+
+    Gradio's Slider rejects out-of-range values before the event runs, which would (a) reject
+    settings the chosen mode ignores (`num_beams=1` in sampling mode), (b) answer API callers
+    with a message that does not name the setting, and (c) crash on a string. Every slider and
+    number field of the app is made here, and its event checks the value with `ui.limits`, by
+    name. (An instance attribute, not a subclass: Gradio writes a .pyi file for subclasses.)
+    """
+    slider = gr.Slider(*args, **kwargs)
+    slider.preprocess = _as_sent
+    return slider
+
+
+def setting_number(*args, **kwargs) -> gr.Number:
+    """A `gr.Number` validated by the event function, like `setting_slider`."""
+    number = gr.Number(*args, **kwargs)
+    number.preprocess = _as_sent
+    return number
+
+
+def _as_sent(payload):
+    return payload
+
+
 def model_picker(names: list[str], label: str = "Model") -> gr.Dropdown:
     """A model dropdown whose first choice (the best match for the tab) is selected."""
     return gr.Dropdown(
@@ -91,7 +116,7 @@ def decoding_inputs(
     with gr.Group():
         with gr.Row():
             mode_radio = gr.Radio(list(MODES), value=mode, label="Decoding", scale=3)
-            max_tokens = gr.Slider(
+            max_tokens = setting_slider(
                 1,
                 LIMITS.max_new_tokens,
                 value=max_new_tokens,
@@ -100,7 +125,7 @@ def decoding_inputs(
                 scale=2,
             )
         with gr.Row():
-            temp = gr.Slider(
+            temp = setting_slider(
                 0.05,
                 LIMITS.max_temperature,
                 value=temperature,
@@ -108,19 +133,19 @@ def decoding_inputs(
                 label="Temperature",
                 visible=sampling,
             )
-            p = gr.Slider(0.01, 1.0, value=top_p, step=0.01, label="Top-p", visible=sampling)
+            p = setting_slider(0.01, 1.0, value=top_p, step=0.01, label="Top-p", visible=sampling)
         with gr.Row():
-            k = gr.Slider(
+            k = setting_slider(
                 0, LIMITS.max_top_k, value=top_k, step=1, label="Top-k (0 = off)", visible=sampling
             )
-            min_p = gr.Slider(
+            min_p = setting_slider(
                 0.0, 1.0, value=0.0, step=0.01, label="Min-p (0 = off)", visible=sampling
             )
         with gr.Row():
-            beams = gr.Slider(
+            beams = setting_slider(
                 2, LIMITS.max_beams, value=num_beams, step=1, label="Beams", visible=beam
             )
-            count = gr.Slider(
+            count = setting_slider(
                 1,
                 LIMITS.max_samples,
                 value=samples,
@@ -128,7 +153,7 @@ def decoding_inputs(
                 label="Samples (or best beams)",
                 visible=with_samples and mode != "greedy",
             )
-            seed = gr.Number(
+            seed = setting_number(
                 value=0,
                 precision=0,
                 minimum=0,
@@ -138,13 +163,13 @@ def decoding_inputs(
             )
     with gr.Accordion("Penalties", open=no_repeat_ngram_size > 0):
         with gr.Row():
-            penalty = gr.Slider(
+            penalty = setting_slider(
                 *LIMITS.repetition_penalty,
                 value=1.0,
                 step=0.05,
                 label="Repetition penalty (1 = off)",
             )
-            ngram = gr.Slider(
+            ngram = setting_slider(
                 0,
                 LIMITS.max_no_repeat_ngram,
                 value=no_repeat_ngram_size,
