@@ -224,7 +224,9 @@ def build_word_vectors(registry) -> None:
     with gr.Row():
         with gr.Column():
             word = gr.Textbox("light", label="Word or phrase")
-            topn = gr.Slider(1, limits.LIMITS.max_neighbours, value=8, step=1, label="neighbours")
+            topn = widgets.setting_slider(
+                1, limits.LIMITS.max_neighbours, value=8, step=1, label="neighbours"
+            )
             find = gr.Button("Neighbours in every model")
         with gr.Column():
             with gr.Row():

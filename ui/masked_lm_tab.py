@@ -19,7 +19,7 @@ import runtime
 from study import bert_generation as strategies
 from study import masking, probes
 
-from . import limits, plots
+from . import limits, plots, widgets
 
 EXAMPLE = "Jesus said to them, “I am the <|mask|> of life.”"
 STUDY_SENTENCES = (
@@ -87,7 +87,7 @@ def build(registry) -> None:
         )
         with gr.Row():
             text = gr.Textbox(EXAMPLE, label="Text with one or more <|mask|>", scale=4)
-            top_k = gr.Slider(1, 20, value=5, step=1, label="top k", scale=1)
+            top_k = widgets.setting_slider(1, 20, value=5, step=1, label="top k", scale=1)
         fill = gr.Button("Fill the mask", variant="primary")
         with gr.Row():
             labels = [
@@ -107,8 +107,12 @@ def build(registry) -> None:
             "A small live run; the model cards show the full one."
         )
         with gr.Row():
-            sentences = gr.Slider(1, MAX_STUDY_SENTENCES, value=4, step=1, label="verses")
-            repetitions = gr.Slider(1, MAX_STUDY_REPETITIONS, value=2, step=1, label="repetitions")
+            sentences = widgets.setting_slider(
+                1, MAX_STUDY_SENTENCES, value=4, step=1, label="verses"
+            )
+            repetitions = widgets.setting_slider(
+                1, MAX_STUDY_REPETITIONS, value=2, step=1, label="repetitions"
+            )
             run_study = gr.Button("Run the study")
         study_plot = gr.LinePlot(label="Accuracy against masking ratio")
 
@@ -138,7 +142,9 @@ def build(registry) -> None:
                 scale=3,
             )
             right = gr.Textbox("and God saw that it was good.", label="Right context", scale=2)
-            tokens = gr.Slider(1, MAX_GENERATED, value=10, step=1, label="new tokens", scale=1)
+            tokens = widgets.setting_slider(
+                1, MAX_GENERATED, value=10, step=1, label="new tokens", scale=1
+            )
         generate = gr.Button("Generate")
         generated = gr.Dataframe(
             headers=GENERATION_HEADERS, interactive=False, wrap=True, label="Outputs"

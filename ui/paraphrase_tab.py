@@ -23,6 +23,7 @@ from . import limits, widgets
 CLOSEST = 4  # candidates shown by distance
 RANDOM_OTHERS = 4  # further candidates shown at random
 MAX_CANDIDATES = 100
+MAX_RANGE = 10.0  # highest temperature or noise weight offered: beyond it candidates are noise
 EXAMPLES = (
     "In the beginning, God created the heavens and the earth.",
     "The Lord is my shepherd; I shall not lack.",
@@ -87,7 +88,12 @@ def paraphrase(
     """(candidates HTML, reconstruction Markdown, shown candidates as a list of dicts)."""
     sentence = limits.text("sentence", sentence)
     num_candidates = limits.integer("num_candidates", num_candidates, 1, MAX_CANDIDATES)
-    seed = None if seed is None or seed < 0 else int(seed)
+    temperature_low = limits.number("temperature_low", temperature_low, 0.0, MAX_RANGE)
+    temperature_high = limits.number("temperature_high", temperature_high, 0.0, MAX_RANGE)
+    noise_low = limits.number("noise_low", noise_low, 0.0, MAX_RANGE)
+    noise_high = limits.number("noise_high", noise_high, 0.0, MAX_RANGE)
+    seed = None if seed is None else limits.integer("seed", seed, -1, 2**31 - 1)
+    seed = None if seed is None or seed < 0 else seed
     gen = registry.get(model)
     candidates = gen.paraphrase(
         sentence,
@@ -132,14 +138,20 @@ def build(registry) -> None:
                     lines=2,
                     max_length=limits.LIMITS.max_prompt_chars,
                 )
-                count = gr.Slider(1, MAX_CANDIDATES, value=40, step=1, label="Candidates")
+                count = widgets.setting_slider(
+                    1, MAX_CANDIDATES, value=40, step=1, label="Candidates"
+                )
                 with gr.Row():
-                    temperature_low = gr.Number(0.0, label="Temperature from", minimum=0)
-                    temperature_high = gr.Number(1.0, label="Temperature to", minimum=0)
+                    temperature_low = widgets.setting_number(
+                        0.0, label="Temperature from", minimum=0
+                    )
+                    temperature_high = widgets.setting_number(
+                        1.0, label="Temperature to", minimum=0
+                    )
                 with gr.Row():
-                    noise_low = gr.Number(0.0, label="Noise w from", minimum=0)
-                    noise_high = gr.Number(1.0, label="Noise w to", minimum=0)
-                seed = gr.Number(0, label="Seed (-1: random)", precision=0)
+                    noise_low = widgets.setting_number(0.0, label="Noise w from", minimum=0)
+                    noise_high = widgets.setting_number(1.0, label="Noise w to", minimum=0)
+                seed = widgets.setting_number(0, label="Seed (-1: random)", precision=0)
                 run = gr.Button("Paraphrase", variant="primary", interactive=bool(names))
                 gr.Examples([[e] for e in EXAMPLES], [sentence], label="WEB verses")
             with gr.Column(scale=3):

@@ -193,7 +193,7 @@ class ModelRegistry:
                 "no models are installed: put a bundle under models/ or start the app with "
                 "--models DIR"
             )
-        if name not in self.paths:
+        if not isinstance(name, str) or name not in self.paths:
             raise ValueError(f"`model` must be one of {self.names}, got {name!r}")
         return name
 
