@@ -19,19 +19,29 @@ TITLE = "# Scriptorium\nTransformer text generators, exported to ONNX, served wi
 def build(registry: ModelRegistry):
     import gradio as gr
 
-    from ui import compare_tab, embeddings_tab, generate_tab, models_tab, rewrite_tab, translate_tab
+    from ui import (
+        compare_tab,
+        embeddings_tab,
+        generate_tab,
+        links,
+        models_tab,
+        rewrite_tab,
+        translate_tab,
+    )
 
     with gr.Blocks(title="Scriptorium") as demo:
         gr.Markdown(TITLE, elem_id="title")
         if not registry.names:
             gr.Markdown(models_tab.NO_MODELS, elem_classes="notice")
-        with gr.Tabs():
+        links.notice()
+        with gr.Tabs() as tabs:
             generate_tab.build(registry)
             compare_tab.build(registry)
             rewrite_tab.build(registry)
             translate_tab.build(registry)
             embeddings_tab.build(registry)
             models_tab.build(registry, HERE / "bench" / "results")
+        links.attach(demo, tabs)
     return demo
 
 

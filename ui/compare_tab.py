@@ -16,7 +16,7 @@ import gradio as gr
 
 import runtime
 
-from . import limits, metrics, study_section, widgets
+from . import limits, links, metrics, study_section, widgets
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
@@ -187,6 +187,23 @@ def build(registry) -> None:
         with gr.Row():
             run = gr.Button("Compare", variant="primary", interactive=bool(names))
             stop = gr.Button("Stop", variant="stop")
+        column_inputs = {
+            f"{kind}_{i // 2 + 1}": component
+            for i, (kind, component) in enumerate(zip(["model", "preset"] * MAX_COLUMNS, inputs))
+        }
+        links.shareable(
+            "compare",
+            "compare",
+            {
+                "prompt": prompt,
+                "controls": pickers.controls,
+                "columns": count,
+                "max_new_tokens": max_tokens,
+                "samples": samples,
+                "seed": seed,
+            }
+            | column_inputs,
+        )
         table = gr.Dataframe(
             headers=METRIC_HEADERS,
             label="Metrics per column",

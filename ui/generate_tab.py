@@ -11,7 +11,7 @@ import time
 
 import gradio as gr
 
-from . import examples, limits, widgets
+from . import examples, limits, links, widgets
 from .streaming import StreamCollector, legend_html, stats_html
 
 UPDATE_EVERY = 0.04  # seconds between UI updates while streaming (the last one always goes out)
@@ -59,6 +59,12 @@ def build(registry) -> None:
                 with gr.Row():
                     run = gr.Button("Generate", variant="primary", interactive=bool(names))
                     stop = gr.Button("Stop", variant="stop")
+                links.shareable(
+                    "generate",
+                    "generate",
+                    {"model": model, "prompt": prompt, "controls": pickers.controls}
+                    | decoding.by_name(),
+                )
                 gr.Examples(
                     examples.GENERATE,
                     [prompt, decoding.mode, decoding.temperature],
