@@ -70,13 +70,13 @@ def shareable(tab: str, api_name: str, inputs: dict[str, gr.components.Component
         raise ValueError(f"`tab` must be registered once, got {tab!r} twice")
     share = Share(tab, api_name, dict(inputs))
     with gr.Row():
-        button = gr.Button("Link", size="sm", scale=0, min_width=80)
+        button = gr.Button("Link", size="sm", scale=0, min_width=80, elem_id=f"{tab}-link-button")
         share.box = gr.Textbox(
             label="Link to these settings (opens and runs them; drop &run=1 to only fill them in)",
             buttons=["copy"],
             interactive=False,
             scale=5,
-            elem_classes="share-link",
+            elem_id=f"{tab}-link",
         )
     names = list(share.inputs)
 
