@@ -16,7 +16,7 @@ import gradio as gr
 
 import runtime
 
-from . import limits, links, metrics, study_section, widgets
+from . import downloads, limits, links, metrics, study_section, widgets
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
@@ -104,7 +104,8 @@ def metric_row(column: int, model: str, preset: str, collector: StreamCollector)
 
 
 def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, seed):
-    """Yield ([text per column], metrics rows) while all columns stream."""
+    """Yield ([text per column], metrics rows, [collector per column]) while all columns
+    stream."""
     streams, collectors, clocks = [], [], []
     try:
         for model, preset in columns:
@@ -132,7 +133,7 @@ def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, se
                     metric_row(i + 1, model, preset, collectors[i])
                     for i, (model, preset) in enumerate(columns)
                 ]
-                yield [c.text() for c in collectors], rows
+                yield [c.text() for c in collectors], rows, collectors
     finally:
         for stream in streams:
             stream.close()
@@ -211,6 +212,24 @@ def build(registry) -> None:
             wrap=True,
             elem_id="compare-metrics",
         )
+        result = gr.State(None)
+        with gr.Row():
+            json_file = gr.DownloadButton(
+                "Download JSON", visible=False, size="sm", elem_id="compare-download"
+            )
+            csv_file = gr.DownloadButton(
+                "Download metrics (CSV)", visible=False, size="sm", elem_id="compare-csv"
+            )
+        result.change(
+            lambda record: (
+                gr.DownloadButton(value=downloads.write_json(record), visible=True),
+                gr.DownloadButton(value=metrics_csv(record), visible=True),
+            ),
+            result,
+            [json_file, csv_file],
+            queue=False,
+            api_visibility="private",
+        )
         count.change(
             lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
             count,
@@ -237,6 +256,7 @@ def build(registry) -> None:
             preset_4=None,
         ):
             """Stream each column's text and the metrics table (one row per column)."""
+            settings = dict(locals())  # the API arguments, for the downloadable record
             prompt = limits.text("prompt", prompt, allow_empty=True)
             columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
             max_new_tokens = limits.integer(
@@ -252,20 +272,35 @@ def build(registry) -> None:
             ][:columns]
             controls = widgets.controls_value(controls)
             blank = [""] * (MAX_COLUMNS - columns)
-            for texts, rows in run_columns(
+            texts, rows, collectors = [], [], []
+            for update in run_columns(
                 registry, prompt, controls, pairs, max_new_tokens, samples, seed
             ):
-                yield *texts, *blank, rows
+                texts, rows, collectors = update
+                yield *texts, *blank, rows, gr.skip()
+            runs = [
+                downloads.run_record(registry, model, collector)
+                for (model, _), collector in zip(pairs, collectors)
+            ]
+            metric_rows = [dict(zip(METRIC_HEADERS, row)) for row in rows]
+            record = downloads.record("compare", settings, runs, metric_rows)
+            yield *texts, *blank, rows, record  # the last update again, with the record
 
         event = run.click(
             compare,
             [prompt, pickers.controls, count, max_tokens, samples, seed, *inputs],
-            [*outputs, table],
+            [*outputs, table, result],
             api_name="compare",
             concurrency_id=limits.CONCURRENCY_ID,
         )
         stop.click(None, cancels=[event])
         study_section.build(registry, names)
+
+
+def metrics_csv(record: dict) -> str:
+    """Write a Compare record's metrics table as CSV (one row per column); return the path."""
+    rows = [[row.get(header) for header in METRIC_HEADERS] for row in record["metrics"]]
+    return downloads.write_csv(METRIC_HEADERS, rows, "compare-metrics")
 
 
 def _default_model(registry, names, column):

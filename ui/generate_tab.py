@@ -11,7 +11,7 @@ import time
 
 import gradio as gr
 
-from . import examples, limits, links, widgets
+from . import downloads, examples, limits, links, widgets
 from .streaming import StreamCollector, legend_html, stats_html
 
 UPDATE_EVERY = 0.04  # seconds between UI updates while streaming (the last one always goes out)
@@ -24,8 +24,11 @@ MARK_STOPPED = """() => setTimeout(() => {
 }, 800)"""
 
 
-def stream_generation(registry, model, prompt, controls, config):
-    """Yield (text, token view, stats) as tokens arrive; closing this closes the stream."""
+def stream_generation(registry, model, prompt, controls, config, settings=None):
+    """Yield (text, token view, stats, result) as tokens arrive; closing this closes the stream.
+
+    `result` is `gr.skip()` until the last update, which carries the downloadable record
+    (ui/downloads.py) of the run with `settings`, the endpoint's arguments."""
     gen = registry.get(model)
     collector = StreamCollector(config.num_return_sequences, gen.tokenizer, gen.eos_token_id)
     stream = gen.stream(prompt, config, controls=controls)
@@ -35,10 +38,15 @@ def stream_generation(registry, model, prompt, controls, config):
             collector.add(event)
             if time.perf_counter() - shown >= UPDATE_EVERY:
                 shown = time.perf_counter()
-                yield collector.text(), collector.token_view(), stats_html(collector.stats())
+                view = collector.token_view()
+                yield collector.text(), view, stats_html(collector.stats()), gr.skip()
     finally:
         stream.close()
-    yield collector.text(), collector.token_view(), stats_html(collector.stats())
+    stats = collector.stats()
+    result = downloads.record(
+        "generate", settings or {}, [downloads.run_record(registry, model, collector)], stats
+    )
+    yield collector.text(), collector.token_view(), stats_html(stats), result
 
 
 def build(registry) -> None:
@@ -77,6 +85,19 @@ def build(registry) -> None:
                 )
                 with gr.Accordion("Tokens by probability (hover for the top 5)", open=True):
                     tokens = gr.HTML(legend_html(), elem_id="token-view")
+                result = gr.State(None)
+                download = gr.DownloadButton(
+                    "Download JSON", visible=False, size="sm", elem_id="generate-download"
+                )
+                result.change(
+                    lambda record: gr.DownloadButton(
+                        value=downloads.write_json(record), visible=True
+                    ),
+                    result,
+                    download,
+                    queue=False,
+                    api_visibility="private",
+                )
 
         @limits.shown_to_user
         def generate(
@@ -96,6 +117,7 @@ def build(registry) -> None:
             seed,
         ):
             """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
+            settings = dict(locals())  # the API arguments, for the downloadable record
             prompt = limits.text("prompt", prompt, allow_empty=True)
             config = limits.decoding(
                 mode,
@@ -111,19 +133,19 @@ def build(registry) -> None:
                 seed,
             )
             controls = widgets.controls_value(controls)
-            yield from stream_generation(registry, model, prompt, controls, config)
+            yield from stream_generation(registry, model, prompt, controls, config, settings)
 
         event = run.click(
             generate,
             [model, prompt, pickers.controls, *decoding.components()],
-            [output, tokens, stats],
+            [output, tokens, stats, result],
             api_name="generate",
             concurrency_id=limits.CONCURRENCY_ID,
         )
         submitted = prompt.submit(
             generate,
             [model, prompt, pickers.controls, *decoding.components()],
-            [output, tokens, stats],
+            [output, tokens, stats, result],
             api_visibility="private",
             concurrency_id=limits.CONCURRENCY_ID,
         )
