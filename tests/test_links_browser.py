@@ -7,7 +7,9 @@ One browser for the module; the server runs the tiny models tree on 127.0.0.1.
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -74,8 +76,6 @@ def page(browser):
 
 
 def link(tab: str, values: dict, run: bool = True) -> str:
-    import json
-
     items = {"tab": tab}
     for name, value in values.items():
         items[name] = json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else value
@@ -148,3 +148,18 @@ def test_bad_parameters_are_named_and_the_page_loads(page, served):
     assert page.locator("#generate-link-button").is_visible(), "the Generate tab is selected"
     time.sleep(1.0)
     assert textarea(page, "generate-output").input_value() == "", "nothing ran"
+
+
+def test_download_json_after_a_linked_run(page, served, client):
+    expected = client.predict(**GENERATE, api_name="/generate")[0]
+    page.goto(served + link("generate", GENERATE))
+    assert settled(textarea(page, "generate-output")) == expected
+    button = page.locator("#generate-download")
+    button.wait_for(state="visible")
+    with page.expect_download() as download:
+        button.click()
+    record = json.loads(Path(download.value.path()).read_text())
+    assert record["endpoint"] == "generate" and record["settings"] == GENERATE
+    (run,) = record["runs"]
+    assert run["model"] == GENERATE["model"] and run["outputs"] == [expected]
+    assert len(run["token_ids"][0]) == len(run["logprobs"][0]) == record["metrics"]["tokens"]

@@ -10,6 +10,7 @@ columns whose model has them. The decoding study (seed 000) lives in ui/study_se
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import gradio as gr
@@ -222,8 +223,8 @@ def build(registry) -> None:
             )
         result.change(
             lambda record: (
-                gr.DownloadButton(value=downloads.write_json(record), visible=True),
-                gr.DownloadButton(value=metrics_csv(record), visible=True),
+                downloads.button(record),
+                downloads.button(record, metrics_csv),
             ),
             result,
             [json_file, csv_file],
@@ -256,7 +257,8 @@ def build(registry) -> None:
             preset_4=None,
         ):
             """Stream each column's text and the metrics table (one row per column)."""
-            settings = dict(locals())  # the API arguments, for the downloadable record
+            arguments = locals()  # the API arguments (and closure names), for the record
+            settings = {name: arguments[name] for name in inspect.signature(compare).parameters}
             prompt = limits.text("prompt", prompt, allow_empty=True)
             columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
             max_new_tokens = limits.integer(

@@ -49,6 +49,16 @@ def record(endpoint: str, settings: dict, runs: list[dict], metrics: dict | list
     }
 
 
+def button(record: dict | None, write=None):
+    """A `gr.DownloadButton` update offering `record` (hidden while there is none);
+    `write` turns the record into a file path (default: `write_json`)."""
+    import gradio as gr
+
+    if record is None:
+        return gr.DownloadButton(visible=False)
+    return gr.DownloadButton(value=(write or write_json)(record), visible=True)
+
+
 def _folder() -> Path:
     return Path(tempfile.mkdtemp(prefix="scriptorium-result-"))
 

@@ -7,6 +7,7 @@ the decoding loop and frees the CPU. Examples are the prompts seed 002 gave its 
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import gradio as gr
@@ -90,9 +91,7 @@ def build(registry) -> None:
                     "Download JSON", visible=False, size="sm", elem_id="generate-download"
                 )
                 result.change(
-                    lambda record: gr.DownloadButton(
-                        value=downloads.write_json(record), visible=True
-                    ),
+                    downloads.button,
                     result,
                     download,
                     queue=False,
@@ -117,7 +116,8 @@ def build(registry) -> None:
             seed,
         ):
             """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
-            settings = dict(locals())  # the API arguments, for the downloadable record
+            arguments = locals()  # the API arguments (and closure names), for the record
+            settings = {name: arguments[name] for name in inspect.signature(generate).parameters}
             prompt = limits.text("prompt", prompt, allow_empty=True)
             config = limits.decoding(
                 mode,
