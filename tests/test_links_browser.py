@@ -163,3 +163,23 @@ def test_download_json_after_a_linked_run(page, served, client):
     (run,) = record["runs"]
     assert run["model"] == GENERATE["model"] and run["outputs"] == [expected]
     assert len(run["token_ids"][0]) == len(run["logprobs"][0]) == record["metrics"]["tokens"]
+
+
+def test_model_card_images_render(browser):
+    """The shipped cards' loss plots (loss.png in each bundle) load in the Models tab."""
+    models = Path(__file__).resolve().parents[1] / "models"
+    demo = app.build(ModelRegistry.discover([models]))
+    url = serve(demo)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT * 1000)
+    try:
+        page.goto(url)
+        page.get_by_role("tab", name="Models").click()
+        image = page.locator('img[alt="loss curve"]:visible').first
+        image.wait_for()
+        wait_until(lambda: image.evaluate("(img) => img.complete"), "the image to load")
+        assert image.evaluate("(img) => img.naturalWidth") > 0
+        assert image.get_attribute("src").startswith("data:image/png;base64,")
+    finally:
+        page.close()
+        demo.close()

@@ -347,3 +347,20 @@ def test_plots_build_figures():
     assert figure.axes[0].get_xlabel().startswith("requested ratio")
     categorical = plots.length_sweep(["short", "long"], [0.7, 1.2], [0.8, 1.1])
     assert [t.get_text() for t in categorical.axes[0].get_xticklabels()] == ["short", "long"]
+
+
+def test_shipped_model_cards_inline_their_loss_plots():
+    import base64
+
+    from ui.registry import ModelRegistry
+
+    models = Path(__file__).resolve().parents[1] / "models"
+    registry = ModelRegistry.discover([models])
+    for name in registry.names:
+        plot = registry.paths[name] / "loss.png"
+        if not plot.exists():
+            continue
+        card = registry.card(name)
+        assert "](loss.png)" not in card
+        encoded = card.split("](data:image/png;base64,")[1].split(")")[0]
+        assert base64.b64decode(encoded) == plot.read_bytes()
