@@ -132,6 +132,8 @@ def test_compare_link_runs_and_matches_the_api(page, served, client):
     }
     expected = client.predict(**values, api_name="/compare")
     page.goto(served + link("compare", values))
+    count = "() => document.querySelectorAll('#compare-output-3 textarea').length"
+    wait_until(lambda: page.evaluate(count) == 1, "the Compare tab with three columns")
     for column in (1, 2, 3):
         shown = settled(textarea(page, f"compare-output-{column}"))
         assert shown == expected[column - 1], f"column {column}"

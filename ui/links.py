@@ -181,7 +181,7 @@ def convert(name: str, component, text: str):
 
 
 @dataclass
-class Request:
+class ParsedLink:
     """A parsed link: the tab, the restored values, whether to run, and what was wrong."""
 
     tab: str | None
@@ -190,7 +190,7 @@ class Request:
     problems: list[str]
 
 
-def parse_query(params: Mapping[str, str], shares: Mapping[str, Share]) -> Request:
+def parse_query(params: Mapping[str, str], shares: Mapping[str, Share]) -> ParsedLink:
     """Read a link's query parameters against the registered tabs.
 
     Every parameter that is not `tab`, `run` or an input of the chosen tab is a problem, as is
@@ -202,10 +202,10 @@ def parse_query(params: Mapping[str, str], shares: Mapping[str, Share]) -> Reque
         others = [name for name in params if name not in RESERVED]
         if others:
             problems.append(f"`tab` is missing, so {', '.join(others)} were not used")
-        return Request(None, {}, False, problems)
+        return ParsedLink(None, {}, False, problems)
     if tab not in shares:
         problems.append(f"`tab` must be one of {', '.join(shares)}; got {tab!r}")
-        return Request(None, {}, False, problems)
+        return ParsedLink(None, {}, False, problems)
     share = shares[tab]
     values = {}
     for name, text in params.items():
@@ -221,7 +221,7 @@ def parse_query(params: Mapping[str, str], shares: Mapping[str, Share]) -> Reque
     run = params.get("run", "0")
     if run not in ("0", "1"):
         problems.append(f"`run` must be 0 or 1, got {run!r}")
-    return Request(tab, values, run == "1" and not problems, problems)
+    return ParsedLink(tab, values, run == "1" and not problems, problems)
 
 
 def _endpoint(demo, api_name: str):
@@ -251,7 +251,7 @@ def attach(demo: gr.Blocks, tabs: gr.Tabs) -> None:
                 f"{params}, got {list(share.inputs)}"
             )
         endpoints[tab] = block_fn
-    components = [c for share in page.shares.values() for c in share.inputs.values()]
+    components = list(dict.fromkeys(c for s in page.shares.values() for c in s.inputs.values()))
     pending = gr.State(None)
 
     def restore(request: gr.Request):
