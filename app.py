@@ -24,6 +24,7 @@ def build(registry: ModelRegistry):
         compare_tab,
         embeddings_tab,
         generate_tab,
+        links,
         masked_lm_tab,
         models_tab,
         paraphrase_tab,
@@ -35,7 +36,8 @@ def build(registry: ModelRegistry):
         gr.Markdown(TITLE, elem_id="title")
         if not registry.names:
             gr.Markdown(models_tab.NO_MODELS, elem_classes="notice")
-        with gr.Tabs():
+        links.notice()
+        with gr.Tabs() as tabs:
             generate_tab.build(registry)
             compare_tab.build(registry)
             rewrite_tab.build(registry)
@@ -44,6 +46,7 @@ def build(registry: ModelRegistry):
             embeddings_tab.build(registry)
             masked_lm_tab.build(registry)
             models_tab.build(registry, HERE / "bench" / "results")
+        links.attach(demo, tabs)
     return demo
 
 

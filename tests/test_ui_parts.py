@@ -15,7 +15,7 @@ from runtime import StreamEvent
 from ui import limits, plots, streaming
 from ui.compare_tab import BusyClock, preset_config
 from ui.embeddings_tab import parse_pairs
-from ui.models_tab import benchmark_markdown, facts
+from ui.models_tab import benchmark_summary, facts, sampling_rows, speed_rows
 from ui.registry import ModelRegistry, languages
 from ui.rewrite_tab import target_controls
 from ui.translate_tab import format_translations
@@ -322,16 +322,49 @@ def test_format_translations():
     assert format_translations(outputs, 2, 2) == "1. t0\n2. t1\n\n1. t2\n2. t3"
 
 
-def test_benchmark_tables_and_facts(tmp_path):
-    assert "No benchmark results yet" in benchmark_markdown(tmp_path / "none")
-    (tmp_path / "decode.json").write_text(json.dumps({"benchmark": "decode", "table": "| a |"}))
-    (tmp_path / "other.json").write_text(json.dumps({"no": "table"}))
-    (tmp_path / "bad.json").write_text("{")
-    assert benchmark_markdown(tmp_path) == "#### decode (`decode.json`)\n\n| a |"
-    (tmp_path / "kernels.json").write_text(
-        json.dumps({"unit": "µs", "results": [{"vocab": 8000, "us": {"ours": 106.4}}]})
+def test_benchmark_summary_on_the_committed_results(tmp_path):
+    assert "No benchmark results yet" in benchmark_summary(tmp_path / "none")
+    results = Path(__file__).resolve().parents[1] / "bench" / "results"
+    decode = json.loads((results / "decode.json").read_text())["tok_per_s"]
+    summary = benchmark_summary(results)
+    for key, speeds in decode.items():  # every peer of every workload, against our precision
+        engine, precision = key.split("/")
+        if engine in ("scriptorium", "matmuls only"):
+            continue
+        ours = decode[f"scriptorium/{precision}"]
+        for workload, value in speeds.items():
+            row = (
+                f"| causal LM | {workload} | {engine} {precision} | {value:.1f} | "
+                f"{ours[workload]:.1f} | {ours[workload] / value:.2f}× |"
+            )
+            assert row in summary
+    assert "| seq2seq | beam 4 | transformers fp32 |" in summary
+    assert "matmuls only" not in summary and "attention" not in summary
+    quality = json.loads((results / "quality.json").read_text())
+    int8 = quality["perplexity"]["int8"]
+    assert f"| int8 | {int8:.2f} | {quality['change_pct']['int8']:+.2f}% |" in summary
+    assert "docs/BENCHMARKS.md" in summary
+
+
+def test_benchmark_summary_rows(tmp_path):
+    speeds = {
+        "tok_per_s": {
+            "ctranslate2/int8": {"greedy": 100.0},
+            "scriptorium/fp32": {"greedy": 40.0},
+            "scriptorium/int8": {"greedy": 80.0},
+        }
+    }
+    assert speed_rows(speeds) == [["greedy", "ctranslate2 int8", "100.0", "80.0", "0.80×"]]
+    times = [{"us": {"scriptorium": 2.0, "peer": 20.0}}, {"us": {"scriptorium": 1.0, "peer": 4.0}}]
+    assert sampling_rows({"results": times}) == [["peer", "2", "7.0×", "4.0× – 10.0×"]]
+    (tmp_path / "seq2seq.json").write_text(json.dumps(speeds))
+    (tmp_path / "decode.json").write_text("{")
+    assert "| seq2seq | greedy | ctranslate2 int8 | 100.0 | 80.0 | 0.80× |" in benchmark_summary(
+        tmp_path
     )
-    assert "µs\n\n| vocab | us ours |\n|---|---|\n| 8000 | 106 |" in benchmark_markdown(tmp_path)
+
+
+def test_facts():
     rows = dict(facts({"name": "m", "task": "seq2seq", "training_data": {"pair": "en-es"}}))
     assert rows["languages"] == "en → es" and rows["input embeddings"] == "not shipped"
 
@@ -402,3 +435,20 @@ def test_cosine_table_shades_each_cell_by_its_sign_and_escapes_tokens():
     assert 'background:rgb(128,128,255)" title="-0.500"' in table  # -0.5: half blue
     assert 'background:rgb(255,255,255)" title="0.000"' in table  # 0: white
     assert "AIS 0.625" in table
+
+
+def test_shipped_model_cards_inline_their_loss_plots():
+    import base64
+
+    from ui.registry import ModelRegistry
+
+    models = Path(__file__).resolve().parents[1] / "models"
+    registry = ModelRegistry.discover([models])
+    for name in registry.names:
+        plot = registry.paths[name] / "loss.png"
+        if not plot.exists():
+            continue
+        card = registry.card(name)
+        assert "](loss.png)" not in card
+        encoded = card.split("](data:image/png;base64,")[1].split(")")[0]
+        assert base64.b64decode(encoded) == plot.read_bytes()

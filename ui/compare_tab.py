@@ -12,13 +12,14 @@ columns whose model has them. The decoding study (seed 000) lives in ui/study_se
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import gradio as gr
 
 import runtime
 
-from . import limits, metrics, study_section, widgets
+from . import downloads, limits, links, metrics, study_section, widgets
 from .generate_tab import memorisation
 from .streaming import StreamCollector
 
@@ -115,7 +116,8 @@ def metric_row(
 
 
 def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, seed):
-    """Yield ([text per column], metrics rows) while all columns stream."""
+    """Yield ([text per column], metrics rows, [collector per column]) while all columns
+    stream."""
     streams, collectors, clocks = [], [], []
     try:
         for model, preset in columns:
@@ -145,7 +147,7 @@ def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, se
                     metric_row(i + 1, model, preset, collectors[i], meters[i])
                     for i, (model, preset) in enumerate(columns)
                 ]
-                yield [c.text() for c in collectors], rows
+                yield [c.text() for c in collectors], rows, collectors
     finally:
         for stream in streams:
             stream.close()
@@ -200,12 +202,47 @@ def build(registry) -> None:
         with gr.Row():
             run = gr.Button("Compare", variant="primary", interactive=bool(names))
             stop = gr.Button("Stop", variant="stop")
+        column_inputs = {
+            f"{kind}_{i // 2 + 1}": component
+            for i, (kind, component) in enumerate(zip(["model", "preset"] * MAX_COLUMNS, inputs))
+        }
+        links.shareable(
+            "compare",
+            "compare",
+            {
+                "prompt": prompt,
+                "controls": pickers.controls,
+                "columns": count,
+                "max_new_tokens": max_tokens,
+                "samples": samples,
+                "seed": seed,
+            }
+            | column_inputs,
+        )
         table = gr.Dataframe(
             headers=METRIC_HEADERS,
             label="Metrics per column",
             interactive=False,
             wrap=True,
             elem_id="compare-metrics",
+        )
+        result = gr.State(None)
+        with gr.Row():
+            json_file = gr.DownloadButton(
+                "Download JSON", visible=False, size="sm", elem_id="compare-download"
+            )
+            csv_file = gr.DownloadButton(
+                "Download metrics (CSV)", visible=False, size="sm", elem_id="compare-csv"
+            )
+        result.change(
+            lambda record: (
+                downloads.button(record),
+                downloads.button(record, metrics_csv),
+            ),
+            result,
+            [json_file, csv_file],
+            queue=False,
+            api_visibility="private",
         )
         count.change(
             lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
@@ -233,6 +270,8 @@ def build(registry) -> None:
             preset_4=None,
         ):
             """Stream each column's text and the metrics table (one row per column)."""
+            arguments = locals()  # the API arguments (and closure names), for the record
+            settings = {name: arguments[name] for name in inspect.signature(compare).parameters}
             prompt = limits.text("prompt", prompt, allow_empty=True)
             columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
             max_new_tokens = limits.integer(
@@ -248,20 +287,35 @@ def build(registry) -> None:
             ][:columns]
             controls = widgets.controls_value(controls)
             blank = [""] * (MAX_COLUMNS - columns)
-            for texts, rows in run_columns(
+            texts, rows, collectors = [], [], []
+            for update in run_columns(
                 registry, prompt, controls, pairs, max_new_tokens, samples, seed
             ):
-                yield *texts, *blank, rows
+                texts, rows, collectors = update
+                yield *texts, *blank, rows, gr.skip()
+            runs = [
+                downloads.run_record(registry, model, collector)
+                for (model, _), collector in zip(pairs, collectors)
+            ]
+            metric_rows = [dict(zip(METRIC_HEADERS, row)) for row in rows]
+            record = downloads.record("compare", settings, runs, metric_rows)
+            yield *texts, *blank, rows, record  # the last update again, with the record
 
         event = run.click(
             compare,
             [prompt, pickers.controls, count, max_tokens, samples, seed, *inputs],
-            [*outputs, table],
+            [*outputs, table, result],
             api_name="compare",
             concurrency_id=limits.CONCURRENCY_ID,
         )
         stop.click(None, cancels=[event])
         study_section.build(registry, names)
+
+
+def metrics_csv(record: dict) -> str:
+    """Write a Compare record's metrics table as CSV (one row per column); return the path."""
+    rows = [[row.get(header) for header in METRIC_HEADERS] for row in record["metrics"]]
+    return downloads.write_csv(METRIC_HEADERS, rows, "compare-metrics")
 
 
 def _default_model(registry, names, column):

@@ -10,11 +10,12 @@ its Bible models.
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import gradio as gr
 
-from . import examples, limits, widgets
+from . import downloads, examples, limits, links, widgets
 from .streaming import StreamCollector, legend_html, stats_html
 
 UPDATE_EVERY = 0.04  # seconds between UI updates while streaming (the last one always goes out)
@@ -27,8 +28,11 @@ MARK_STOPPED = """() => setTimeout(() => {
 }, 800)"""
 
 
-def stream_generation(registry, model, prompt, controls, config):
-    """Yield (text, token view, stats) as tokens arrive; closing this closes the stream."""
+def stream_generation(registry, model, prompt, controls, config, settings=None):
+    """Yield (text, token view, stats, result) as tokens arrive; closing this closes the stream.
+
+    `result` is `gr.skip()` until the last update, which carries the downloadable record
+    (ui/downloads.py) of the run with `settings`, the endpoint's arguments."""
     gen = registry.get(model)
     collector = StreamCollector(config.num_return_sequences, gen.tokenizer, gen.eos_token_id)
     stream = gen.stream(prompt, config, controls=controls)
@@ -38,13 +42,17 @@ def stream_generation(registry, model, prompt, controls, config):
             collector.add(event)
             if time.perf_counter() - shown >= UPDATE_EVERY:
                 shown = time.perf_counter()
-                yield collector.text(), collector.token_view(), stats_html(collector.stats())
+                view = collector.token_view()
+                yield collector.text(), view, stats_html(collector.stats()), gr.skip()
     finally:
         stream.close()
     stats = collector.stats()
     if gen.task == "causal-lm":
         stats["memorised"] = memorisation(gen, collector.texts)
-    yield collector.text(), collector.token_view(), stats_html(stats)
+    result = downloads.record(
+        "generate", settings or {}, [downloads.run_record(registry, model, collector)], stats
+    )
+    yield collector.text(), collector.token_view(), stats_html(stats), result
 
 
 def memorisation(gen, texts: list[str]) -> dict | None:
@@ -77,6 +85,12 @@ def build(registry) -> None:
                 with gr.Row():
                     run = gr.Button("Generate", variant="primary", interactive=bool(names))
                     stop = gr.Button("Stop", variant="stop")
+                links.shareable(
+                    "generate",
+                    "generate",
+                    {"model": model, "prompt": prompt, "controls": pickers.controls}
+                    | decoding.by_name(),
+                )
                 gr.Examples(
                     examples.GENERATE,
                     [prompt, decoding.mode, decoding.temperature],
@@ -89,6 +103,17 @@ def build(registry) -> None:
                 )
                 with gr.Accordion("Tokens by probability (hover for the top 5)", open=True):
                     tokens = gr.HTML(legend_html(), elem_id="token-view")
+                result = gr.State(None)
+                download = gr.DownloadButton(
+                    "Download JSON", visible=False, size="sm", elem_id="generate-download"
+                )
+                result.change(
+                    downloads.button,
+                    result,
+                    download,
+                    queue=False,
+                    api_visibility="private",
+                )
 
         @limits.shown_to_user
         def generate(
@@ -108,6 +133,8 @@ def build(registry) -> None:
             seed,
         ):
             """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
+            arguments = locals()  # the API arguments (and closure names), for the record
+            settings = {name: arguments[name] for name in inspect.signature(generate).parameters}
             prompt = limits.text("prompt", prompt, allow_empty=True)
             config = limits.decoding(
                 mode,
@@ -123,19 +150,19 @@ def build(registry) -> None:
                 seed,
             )
             controls = widgets.controls_value(controls)
-            yield from stream_generation(registry, model, prompt, controls, config)
+            yield from stream_generation(registry, model, prompt, controls, config, settings)
 
         event = run.click(
             generate,
             [model, prompt, pickers.controls, *decoding.components()],
-            [output, tokens, stats],
+            [output, tokens, stats, result],
             api_name="generate",
             concurrency_id=limits.CONCURRENCY_ID,
         )
         submitted = prompt.submit(
             generate,
             [model, prompt, pickers.controls, *decoding.components()],
-            [output, tokens, stats],
+            [output, tokens, stats, result],
             api_visibility="private",
             concurrency_id=limits.CONCURRENCY_ID,
         )

@@ -1,13 +1,15 @@
-"""The Models tab: each model's card, key facts and parity report, and the benchmark tables.
+"""The Models tab: each model's card, key facts and parity report, and a benchmark summary.
 
-Model cards are the bundles' README.md; facts and parity come from manifest.json; benchmark
-tables are the "table" field (Markdown) of every bench/results/*.json. Endpoints:
+Model cards are the bundles' README.md (their images inlined by the registry); facts and parity
+come from manifest.json; the benchmark summary is computed from bench/results/{decode,seq2seq,
+sampling,quality}.json: our speed against each peer and quantization quality. Endpoints:
 `/model_info` → (card, facts, parity) and `/list_models` → every model with what it is for.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import gradio as gr
@@ -77,60 +79,123 @@ def model_list(registry) -> dict:
     return out
 
 
-def _flat(row: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in row.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key} "))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
+OURS = "scriptorium"
+CEILING = "matmuls only"  # decode.json's bound (the graph's matmuls alone), not a peer
+BENCHMARKS_DOC = "docs/BENCHMARKS.md"
 
 
-def results_table(results: list) -> str | None:
-    """A Markdown table of a list of result rows (nested dicts become "outer inner" columns).
-
-    >>> print(results_table([{"setting": "top-k 50", "us": {"ours": 166.2, "peer": 5332.0}}]))
-    | setting | us ours | us peer |
-    |---|---|---|
-    | top-k 50 | 166 | 5,332 |
-    """
-    rows = [_flat(row) for row in results if isinstance(row, dict)]
-    if not rows:
+def _read(results_dir: Path, name: str) -> dict | None:
+    try:
+        result = json.loads((Path(results_dir) / name).read_text())
+    except (OSError, json.JSONDecodeError):
         return None
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-
-    def cell(value):
-        if isinstance(value, float):
-            return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
-        return "" if value is None else str(value)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row.get(c)) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
+    return result if isinstance(result, dict) else None
 
 
-def benchmark_markdown(results_dir: Path) -> str:
-    """Every bench/results/*.json under a heading naming it: its "table" (Markdown) if it has
-    one, else its "results" rows as a table (with the "unit" it states)."""
-    files = sorted(Path(results_dir).glob("*.json")) if Path(results_dir).is_dir() else []
+def speed_rows(result: dict) -> list[list[str]]:
+    """[workload, peer, peer tok/s, ours tok/s, speed-up] for every peer and workload of a
+    decode.json / seq2seq.json `tok_per_s` ({"engine/precision": {workload: tok/s}}); ours is
+    scriptorium at the peer's precision, or at fp32 if it has no such precision.
+
+    >>> speeds = {"hf/fp32": {"greedy": 20.0}, "scriptorium/fp32": {"greedy": 50.0}}
+    >>> speed_rows({"tok_per_s": speeds})
+    [['greedy', 'hf fp32', '20.0', '50.0', '2.50×']]
+    """
+    speeds = result.get("tok_per_s") or {}
+    ours = {key.split("/")[1]: row for key, row in speeds.items() if key.split("/")[0] == OURS}
+    rows = []
+    for key, peer in speeds.items():
+        engine, precision = key.split("/") if "/" in key else (key, "fp32")
+        if engine in (OURS, CEILING):
+            continue
+        mine = ours.get(precision) or ours.get("fp32") or {}
+        for workload, value in peer.items():
+            if workload in mine and value:
+                rows.append(
+                    [
+                        workload,
+                        f"{engine} {precision}",
+                        f"{value:.1f}",
+                        f"{mine[workload]:.1f}",
+                        f"{mine[workload] / value:.2f}×",
+                    ]
+                )
+    return rows
+
+
+def sampling_rows(result: dict) -> list[list[str]]:
+    """[peer, cases, median speed-up, range] of sampling.json: its time per step over ours."""
+    ratios: dict[str, list[float]] = {}
+    for row in result.get("results") or []:
+        times = row.get("us") or {}
+        if not times.get(OURS):
+            continue
+        for peer, value in times.items():
+            if peer != OURS and value:
+                ratios.setdefault(peer, []).append(value / times[OURS])
+    return [
+        [
+            peer,
+            str(len(values)),
+            f"{statistics.median(values):.1f}×",
+            f"{min(values):.1f}× – {max(values):.1f}×",
+        ]
+        for peer, values in ratios.items()
+    ]
+
+
+def quality_rows(result: dict) -> list[list[str]]:
+    """[precision, perplexity, change vs fp32] of quality.json."""
+    perplexity, change = result.get("perplexity") or {}, result.get("change_pct") or {}
+    return [
+        [precision, f"{value:.2f}", f"{change.get(precision, 0.0):+.2f}%"]
+        for precision, value in perplexity.items()
+    ]
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def benchmark_summary(results_dir: Path) -> str:
+    """A short Markdown summary of bench/results: our decoding speed against each peer
+    (decode.json, seq2seq.json), the sampling kernel against each peer (sampling.json) and
+    what quantization does to perplexity (quality.json); the full tables are in BENCHMARKS_DOC.
+    """
     parts = []
-    for path in files:
-        try:
-            result = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if not isinstance(result, dict):
-            continue
-        table = result.get("table")
-        if not isinstance(table, str) and isinstance(result.get("results"), list):
-            table = results_table(result["results"])
-            if table and result.get("unit"):
-                table = f"{result['unit']}\n\n{table}"
-        if isinstance(table, str):
-            parts.append(f"#### {result.get('benchmark', path.stem)} (`{path.name}`)\n\n{table}")
+    titles = {"decode.json": "causal LM", "seq2seq.json": "seq2seq"}
+    speed = []
+    for name, title in titles.items():
+        result = _read(results_dir, name)
+        if result:
+            speed += [[title, *row] for row in speed_rows(result)]
+    if speed:
+        headers = ["model", "workload", "peer", "peer tok/s", "scriptorium tok/s", "speed-up"]
+        parts.append(
+            "**Decoding speed** (tokens/s, higher is better; scriptorium at the peer's "
+            "precision)\n\n" + _table(headers, speed)
+        )
+    sampling = _read(results_dir, "sampling.json")
+    if sampling and sampling_rows(sampling):
+        headers = ["peer", "cases", "median speed-up", "range"]
+        parts.append(
+            "**Sampling kernel** (one filter + draw step; the peer's time over ours)\n\n"
+            + _table(headers, sampling_rows(sampling))
+        )
+    quality = _read(results_dir, "quality.json")
+    if quality and quality_rows(quality):
+        split = quality.get("split", "held-out")
+        parts.append(
+            f"**Quantization quality** (perplexity on the {split} books, lower is better)\n\n"
+            + _table(["precision", "perplexity", "change vs fp32"], quality_rows(quality))
+        )
     if not parts:
         return "No benchmark results yet: run `scriptorium bench …` to write bench/results/*.json."
+    parts.append(
+        f"Measured on a shared 2-core host. Every table, the setup and the notes: "
+        f"`{BENCHMARKS_DOC}` in the repository."
+    )
     return "\n\n".join(parts)
 
 
@@ -156,7 +221,7 @@ def build(registry, results_dir: Path) -> None:
                     label="Parity report (ONNX vs PyTorch)",
                 )
         gr.Markdown("### Benchmarks")
-        gr.Markdown(benchmark_markdown(results_dir))
+        gr.Markdown(benchmark_summary(results_dir), elem_id="benchmark-summary")
 
         @limits.shown_to_user
         def model_info(model):

@@ -20,6 +20,8 @@ shared by all users (sessions are thread-safe). This module builds no UI.
 
 from __future__ import annotations
 
+import base64
+import mimetypes
 import re
 import threading
 from pathlib import Path
@@ -55,6 +57,39 @@ def languages(manifest: dict) -> tuple[str, str] | None:
         return str(source).lower(), str(target).lower()
     match = PAIR.match(str(data.get("pair", "")))
     return (match[1].lower(), match[2].lower()) if match else None
+
+
+MARKDOWN_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def inline_images(markdown: str, read) -> str:
+    """`markdown` with each image whose target `read(target)` returns bytes for (a file of the
+    bundle) replaced by a `data:` URI, so the card's images render wherever it is shown; other
+    images (absolute URLs, missing files) are left as they are.
+
+    >>> inline_images("![plot](a.png) ![web](https://x/y.png)", {"a.png": b"PNG"}.get)
+    '![plot](data:image/png;base64,UE5H) ![web](https://x/y.png)'
+    """
+
+    def inline(match):
+        alt, target = match.groups()
+        kind = mimetypes.guess_type(target)[0]
+        data = read(target) if kind and kind.startswith("image/") else None
+        if data is None:
+            return match.group(0)
+        return f"![{alt}](data:{kind};base64,{base64.b64encode(data).decode()})"
+
+    return MARKDOWN_IMAGE.sub(inline, markdown)
+
+
+def _bundle_file(folder: Path, target: str) -> bytes | None:
+    """The bytes of `target` if it names a file inside `folder` (no URL, no escaping it)."""
+    if ":" in target or target.startswith("/"):
+        return None
+    path = (folder / target).resolve()
+    if not path.is_file() or folder.resolve() not in path.parents:
+        return None
+    return path.read_bytes()
 
 
 def find_bundles(roots) -> list[tuple[str, Path, Path]]:
@@ -116,9 +151,13 @@ class ModelRegistry:
         return self._manifests[self._check(name)]
 
     def card(self, name: str) -> str:
-        """The bundle's README.md (its model card), or a line saying it has none."""
-        path = self.paths[self._check(name)] / "README.md"
-        return path.read_text() if path.exists() else self.no_card(name)
+        """The bundle's README.md (its model card, with its images inlined), or a line saying
+        it has none."""
+        folder = self.paths[self._check(name)]
+        path = folder / "README.md"
+        if not path.exists():
+            return self.no_card(name)
+        return inline_images(path.read_text(), lambda target: _bundle_file(folder, target))
 
     @staticmethod
     def no_card(name: str) -> str:

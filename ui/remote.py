@@ -25,7 +25,7 @@ from tokenizers import Tokenizer
 
 import runtime
 
-from .registry import ModelRegistry
+from .registry import ModelRegistry, inline_images
 
 STREAM_LOGPROBS = 5  # top alternatives per token the token view shows
 
@@ -183,7 +183,11 @@ class RemoteRegistry(ModelRegistry):
     def card(self, name: str) -> str:
         if "README.md" not in self.manifest(name).get("files", {}):
             return self.no_card(name)
-        return self._file(name, "README.md").decode()
+        listed = self.manifest(name).get("files", {})
+        return inline_images(
+            self._file(name, "README.md").decode(),
+            lambda target: self._file(name, target) if target in listed else None,
+        )
 
     def _load(self, name: str) -> RemoteGenerator:
         tokenizer = Tokenizer.from_str(self._file(name, "tokenizer.json").decode())

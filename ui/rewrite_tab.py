@@ -14,7 +14,7 @@ import html
 
 import gradio as gr
 
-from . import examples, limits, plots, subtitles, widgets
+from . import examples, limits, links, plots, subtitles, widgets
 
 PROGRESS = gr.Progress()  # Gradio fills this parameter with the request's progress bar
 
@@ -179,6 +179,24 @@ def build(registry) -> None:
                 with gr.Row():
                     run = gr.Button("Rewrite", variant="primary", interactive=bool(names))
                     sweep = gr.Button("Sweep every ratio", interactive=bool(names))
+                links.shareable(
+                    "rewrite",
+                    "rewrite",
+                    {
+                        "model": model,
+                        "source": source,
+                        "target": target,
+                        "ratio": ratio,
+                        "category": category,
+                    }
+                    | decoding.by_name()
+                    | {
+                        "chars_per_line": per_line,
+                        "max_lines": max_lines,
+                        "chars_per_second": speed,
+                        "duration": duration,
+                    },
+                )
                 gr.Examples([[line] for line in examples.KJV], [source], label="KJV verses")
             with gr.Column(scale=3):
                 output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])

@@ -88,6 +88,7 @@ class StreamCollector:
         self.texts = [""] * samples
         self.tokens: list[list[Token]] = [[] for _ in range(samples)]
         self.logprobs: list[list[float]] = [[] for _ in range(samples)]
+        self.token_ids: list[list[int]] = [[] for _ in range(samples)]
         self.finish: list[str | None] = [None] * samples
         self.count = 0  # tokens generated, all samples together
 
@@ -101,9 +102,13 @@ class StreamCollector:
             self.finish[row] = event.finish_reason
         if event.token_id is None:  # beam search: a whole sequence at once
             self.tokens[row].append(Token(event.text, None))
-            self.count += len(self.tokenizer.encode(event.text, add_special_tokens=False).ids)
+            ids = self.tokenizer.encode(event.text, add_special_tokens=False).ids
+            if not self.logprobs[row]:  # beam search, not a sampled row's final flush
+                self.token_ids[row] += ids
+            self.count += len(ids)
             return
         self.count += 1
+        self.token_ids[row].append(event.token_id)
         self.logprobs[row].append(event.logprob)
         special = event.token_id == self.eos_token_id and not event.text
         prob = math.exp(event.logprob)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from . import examples, limits, widgets
+from . import examples, limits, links, widgets
 from .registry import languages
 
 
@@ -51,6 +51,9 @@ def build(registry) -> None:
                     mode="beam search", max_new_tokens=128, num_beams=5, top_p=0.9
                 )
                 run = gr.Button("Translate", variant="primary", interactive=bool(names))
+                links.shareable(
+                    "translate", "translate", {"model": model, "text": source} | decoding.by_name()
+                )
                 gr.Examples([[line] for line in examples.WEB], [source], label="WEB verses")
             with gr.Column(scale=2):
                 output = gr.Textbox(label="Translation", lines=10, buttons=["copy"])

@@ -99,6 +99,12 @@ class DecodingInputs:
             self.seed,
         ]
 
+    def by_name(self) -> dict:
+        """The components by the API parameter names the endpoints give them."""
+        names = ["mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p"]
+        names += ["repetition_penalty", "no_repeat_ngram_size", "num_beams", "samples", "seed"]
+        return dict(zip(names, self.components()))
+
 
 def decoding_inputs(
     mode: str = "sampling",

@@ -1,0 +1,308 @@
+"""Shareable links: a URL whose query string holds a tab's endpoint arguments, restored on open.
+
+A tab opts in with one call inside its `gr.Tab`, naming its endpoint and its input components by
+the endpoint's API parameter names:
+
+    links.shareable("generate", "generate", {"model": model, "prompt": prompt, ...})
+
+That adds a **Link** button and a box showing a URL such as
+`?tab=generate&model=bible-lm+(int8)&prompt=In+the+beginning&seed=3&run=1`. The URL is relative
+(only a query string), so the browser resolves it against the page it is on, which keeps any path
+prefix (a reverse proxy, a Space). On page load `attach`'s handler reads `request.query_params`,
+selects the tab, sets every named input (converted to its component's type and checked against
+its range or choices) and, with `run=1`, calls the endpoint with those arguments (and the
+components' defaults for the others), so the output equals the original's. Unknown or invalid
+parameters are named in a message on top of the page; the valid ones are still restored, and
+nothing runs. This module holds no model logic.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+import gradio as gr
+from gradio.context import Context
+
+RESERVED = ("tab", "run")
+# In the browser, turn the relative link the server made into the page's full URL.
+ABSOLUTE_URL = "(query) => query ? new URL(query, window.location.href).href : ''"
+
+
+@dataclass
+class Share:
+    """One tab's link settings: its id, its endpoint and its inputs by API parameter name."""
+
+    tab: str
+    api_name: str
+    inputs: dict[str, gr.components.Component]
+    box: gr.Textbox | None = None
+
+
+@dataclass
+class _PageLinks:
+    shares: dict[str, Share] = field(default_factory=dict)
+    notice: gr.Markdown | None = None
+
+
+_PAGES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _page() -> _PageLinks:
+    root = Context.root_block
+    if root is None:
+        raise RuntimeError("links.shareable and links.notice must be called inside gr.Blocks")
+    return _PAGES.setdefault(root, _PageLinks())
+
+
+def shareable(tab: str, api_name: str, inputs: dict[str, gr.components.Component]) -> Share:
+    """Give the current tab (`gr.Tab(..., id=tab)`) a Link button for endpoint `/api_name`.
+
+    `inputs` maps each of the endpoint's API parameter names to the component that feeds it;
+    `attach` checks that they are exactly the endpoint's parameters.
+    """
+    page = _page()
+    if tab in page.shares:
+        raise ValueError(f"`tab` must be registered once, got {tab!r} twice")
+    share = Share(tab, api_name, dict(inputs))
+    with gr.Row():
+        button = gr.Button("Link", size="sm", scale=0, min_width=80, elem_id=f"{tab}-link-button")
+        share.box = gr.Textbox(
+            label="Link to these settings (opens and runs them; drop &run=1 to only fill them in)",
+            buttons=["copy"],
+            interactive=False,
+            scale=5,
+            elem_id=f"{tab}-link",
+        )
+    names = list(share.inputs)
+
+    def link(*values):
+        return build_query(share, dict(zip(names, values)))
+
+    button.click(
+        link, list(share.inputs.values()), share.box, queue=False, api_visibility="private"
+    ).then(None, share.box, share.box, js=ABSOLUTE_URL, queue=False, api_visibility="private")
+    page.shares[tab] = share
+    return share
+
+
+def notice() -> gr.Markdown:
+    """The (hidden until needed) message that names a link's unknown or invalid parameters."""
+    page = _page()
+    page.notice = gr.Markdown(visible=False, elem_id="link-notice", elem_classes="notice")
+    return page.notice
+
+
+def kind(component) -> str:
+    """How a query value converts for `component`: int, float, bool, json, choice or text."""
+    if isinstance(component, gr.Slider):
+        integral = float(component.step).is_integer() and float(component.minimum).is_integer()
+        return "int" if integral else "float"
+    if isinstance(component, gr.Number):
+        return "int" if component.precision == 0 else "float"
+    if isinstance(component, gr.Checkbox):
+        return "bool"
+    if isinstance(component, gr.JSON):
+        return "json"
+    if isinstance(component, (gr.Radio, gr.Dropdown)):
+        return "choice"
+    return "text"
+
+
+def _choices(component) -> list:
+    return [choice[1] if isinstance(choice, tuple) else choice for choice in component.choices]
+
+
+def _format(component, value) -> str:
+    if kind(component) == "json":
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if kind(component) == "int" and isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if kind(component) == "bool":
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+def build_query(share: Share, values: Mapping, run: bool = True) -> str:
+    """The relative URL (a query string) that reopens `share`'s tab with `values`.
+
+    Values that are None (an unused column) are left out; `run=1` asks to run on open.
+    """
+    items = [("tab", share.tab)]
+    for name, component in share.inputs.items():
+        if name in values and values[name] is not None:
+            items.append((name, _format(component, values[name])))
+    if run:
+        items.append(("run", "1"))
+    return "?" + urlencode(items, safe="()")
+
+
+def convert(name: str, component, text: str):
+    """`text` from the query string as `component`'s value; ValueError names what is wrong."""
+    how = kind(component)
+    if how in ("int", "float"):
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"`{name}` must be a number, got {text!r}") from None
+        if how == "int":
+            if not number.is_integer():
+                raise ValueError(f"`{name}` must be an integer, got {text!r}")
+            number = int(number)
+        low, high = component.minimum, component.maximum
+        if (low is not None and number < low) or (high is not None and number > high):
+            raise ValueError(f"`{name}` must be in [{low:g}, {high:g}], got {text}")
+        return number
+    if how == "bool":
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"`{name}` must be true or false, got {text!r}")
+        return text.lower() in ("true", "1")
+    if how == "json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise ValueError(f"`{name}` must be JSON, got {text!r}") from None
+    if how == "choice":
+        choices = _choices(component)
+        for choice in choices:
+            if str(choice) == text:
+                return choice
+        if getattr(component, "allow_custom_value", False):
+            return text
+        raise ValueError(f"`{name}` must be one of {', '.join(map(str, choices))}; got {text!r}")
+    max_length = getattr(component, "max_length", None)
+    if max_length and len(text) > max_length:
+        raise ValueError(f"`{name}` must be at most {max_length} characters, got {len(text)}")
+    return text
+
+
+@dataclass
+class ParsedLink:
+    """A parsed link: the tab, the restored values, whether to run, and what was wrong."""
+
+    tab: str | None
+    values: dict
+    run: bool
+    problems: list[str]
+
+
+def parse_query(params: Mapping[str, str], shares: Mapping[str, Share]) -> ParsedLink:
+    """Read a link's query parameters against the registered tabs.
+
+    Every parameter that is not `tab`, `run` or an input of the chosen tab is a problem, as is
+    a value its component cannot take; `run` only stands when there is no problem.
+    """
+    problems = []
+    tab = params.get("tab")
+    if tab is None:
+        others = [name for name in params if name not in RESERVED]
+        if others:
+            problems.append(f"`tab` is missing, so {', '.join(others)} were not used")
+        return ParsedLink(None, {}, False, problems)
+    if tab not in shares:
+        problems.append(f"`tab` must be one of {', '.join(shares)}; got {tab!r}")
+        return ParsedLink(None, {}, False, problems)
+    share = shares[tab]
+    values = {}
+    for name, text in params.items():
+        if name in RESERVED:
+            continue
+        if name not in share.inputs:
+            problems.append(f"unknown parameter `{name}` for the {tab} tab")
+            continue
+        try:
+            values[name] = convert(name, share.inputs[name], text)
+        except ValueError as error:
+            problems.append(str(error))
+    run = params.get("run", "0")
+    if run not in ("0", "1"):
+        problems.append(f"`run` must be 0 or 1, got {run!r}")
+    return ParsedLink(tab, values, run == "1" and not problems, problems)
+
+
+def _endpoint(demo, api_name: str):
+    for block_fn in demo.fns.values():
+        if block_fn.api_name == api_name:
+            return block_fn
+    raise ValueError(f"`api_name` must name an endpoint of the app, got {api_name!r}")
+
+
+def _parameters(block_fn) -> list[str]:
+    return list(inspect.signature(block_fn.fn).parameters)
+
+
+def attach(demo: gr.Blocks, tabs: gr.Tabs) -> None:
+    """Restore (and with run=1 run) a link's settings when the page loads; call after the tabs."""
+    page = _PAGES.get(demo, _PageLinks())
+    if not page.shares:
+        return
+    notice_box = page.notice or notice()
+    endpoints = {}
+    for tab, share in page.shares.items():
+        block_fn = _endpoint(demo, share.api_name)
+        params = _parameters(block_fn)
+        if set(params) != set(share.inputs):
+            raise ValueError(
+                f"the {tab} tab's link inputs must be /{share.api_name}'s parameters "
+                f"{params}, got {list(share.inputs)}"
+            )
+        endpoints[tab] = block_fn
+    components = list(dict.fromkeys(c for s in page.shares.values() for c in s.inputs.values()))
+    pending = gr.State(None)
+
+    def restore(request: gr.Request):
+        params = dict(request.query_params)
+        parsed = parse_query(params, page.shares)
+        updates = {c: gr.skip() for c in components}
+        if parsed.tab:
+            for name, value in parsed.values.items():
+                updates[page.shares[parsed.tab].inputs[name]] = value
+        if parsed.problems:
+            text = "**This link could not be used in full:** " + "; ".join(parsed.problems)
+            text += ". Nothing was run." if params.get("run") == "1" else ""
+            message = gr.Markdown(text, visible=True)
+        else:
+            message = gr.skip()
+        selected = gr.Tabs(selected=parsed.tab) if parsed.tab else gr.skip()
+        run = {"tab": parsed.tab, "values": parsed.values} if parsed.run else None
+        return [message, selected, *updates.values(), run]
+
+    loaded = demo.load(
+        restore,
+        None,
+        [notice_box, tabs, *components, pending],
+        queue=False,
+        api_visibility="private",
+    )
+    for tab, share in page.shares.items():
+        loaded.then(
+            _runner(share, endpoints[tab]),
+            pending,
+            endpoints[tab].outputs,
+            concurrency_id=endpoints[tab].concurrency_id,
+            api_visibility="private",
+        )
+
+
+def _runner(share: Share, block_fn):
+    """A generator that runs `share`'s endpoint when the pending link is for its tab."""
+    params = _parameters(block_fn)
+    skip = [gr.skip()] * len(block_fn.outputs)
+
+    def run_link(pending):
+        if not pending or pending["tab"] != share.tab:
+            yield skip[0] if len(skip) == 1 else skip
+            return
+        values = pending["values"]
+        args = [values.get(name, share.inputs[name].value) for name in params]
+        result = block_fn.fn(*args)
+        if inspect.isgenerator(result):
+            yield from result
+        else:
+            yield result
+
+    return run_link
