@@ -127,7 +127,7 @@ def test_the_compare_tab_measures_each_finished_column():
     registry = ModelRegistry.discover([BIBLE_LM.parent])
     name = registry.generators()[0]
     columns = [(name, "greedy"), (name, "top-p 0.95")]
-    *_, (texts, rows) = run_columns(registry, "In the beginning, God", {}, columns, 24, 1, 0)
+    *_, (texts, rows, _) = run_columns(registry, "In the beginning, God", {}, columns, 24, 1, 0)
     for text, row in zip(texts, rows):
         meter = dict(zip(METRIC_HEADERS, row))
         expected = registry.get(name).memorised(text)
