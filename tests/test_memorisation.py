@@ -33,7 +33,7 @@ def bible_lm():
 
 
 def verse(book: str, chapter: int, number: int) -> dict:
-    rows = data.load_verses(REPO / "data" / "verses.tsv")
+    rows = data.load_verses(REPO / "tests" / "fixtures" / "verses.tsv")  # committed slice
     return next(r for r in rows if (r["book"], r["chapter"], r["verse"]) == (book, chapter, number))
 
 
