@@ -189,3 +189,45 @@ def test_model_card_images_render(browser):
     finally:
         page.close()
         demo.close()
+
+
+@pytest.fixture(scope="module")
+def served_under_a_prefix(models_tree):
+    """The app mounted at /demo/ of a FastAPI app, as behind a reverse proxy's path prefix."""
+    import threading
+
+    import gradio as gr
+    import uvicorn
+    from fastapi import FastAPI
+
+    from tests.app_fixtures import free_port
+    from ui.limits import queue_settings
+
+    demo = app.build(ModelRegistry.discover([models_tree])).queue(**queue_settings())
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            gr.mount_gradio_app(FastAPI(), demo, path="/demo"),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + TIMEOUT
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}/demo/"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_a_link_behind_a_path_prefix_keeps_it_and_runs(page, served_under_a_prefix, client):
+    expected = client.predict(**GENERATE, api_name="/generate")[0]
+    page.goto(served_under_a_prefix + link("generate", GENERATE))
+    assert settled(textarea(page, "generate-output")) == expected
+    page.locator("#generate-link-button").click()
+    box = page.locator("#generate-link textarea")
+    wait_until(lambda: box.input_value().startswith("http"), "the Link box")
+    assert box.input_value().startswith(served_under_a_prefix + "?tab=generate&")
