@@ -231,3 +231,45 @@ def test_a_link_behind_a_path_prefix_keeps_it_and_runs(page, served_under_a_pref
     box = page.locator("#generate-link textarea")
     wait_until(lambda: box.input_value().startswith("http"), "the Link box")
     assert box.input_value().startswith(served_under_a_prefix + "?tab=generate&")
+
+
+@pytest.fixture(scope="module")
+def served_from_a_space_folder(models_tree, tmp_path_factory):
+    """`python app.py` started inside a folder built by spaces/build.py, as a Space runs it."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.app_fixtures import free_port
+
+    repo = Path(__file__).resolve().parents[1]
+    space = tmp_path_factory.mktemp("space") / "scriptorium"
+    build = [sys.executable, str(repo / "spaces" / "build.py"), str(space), "--models"]
+    subprocess.run([*build, str(models_tree)], check=True, capture_output=True, timeout=300)
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "app.py", "--port", str(port)],
+        cwd=space,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            break
+        except OSError:
+            time.sleep(0.2)
+    yield url
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_a_link_works_on_a_built_space_folder(page, served_from_a_space_folder):
+    from gradio_client import Client
+
+    space = Client(served_from_a_space_folder, verbose=False)
+    expected = space.predict(**GENERATE, api_name="/generate")[0]
+    page.goto(served_from_a_space_folder + link("generate", GENERATE))
+    assert settled(textarea(page, "generate-output")) == expected
