@@ -220,6 +220,20 @@ def test_paraphrase_tab_in_the_browser(bundle):
             assert title.endswith("nits") or title.endswith("(sampled)")
             assert classes <= {"char-argmax", "char-sampled"} and classes
             page.get_by_text("nits/char").wait_for()
+            # A shareable link reruns the same paraphrase: the API's candidates, in its order.
+            from urllib.parse import urlencode
+
+            from gradio_client import Client
+
+            settings = {"model": "tiny-paraphraser", "sentence": "The earth was empty.",
+                        "num_candidates": 6, "temperature_low": 0.0, "temperature_high": 1.0,
+                        "noise_low": 0.0, "noise_high": 1.0, "seed": 2}  # fmt: skip
+            listing = Client(url, verbose=False).predict(**settings, api_name="/paraphrase")[2]
+            page.goto(url + "?" + urlencode({"tab": "paraphrase", **settings, "run": 1}))
+            cells = page.locator("#paraphrase-candidates td.candidate")
+            cells.nth(len(listing) - 1).wait_for()
+            shown = [text.replace("\xa0", " ") for text in cells.all_inner_texts()]  # nbsp drawn
+            assert shown == [item["text"] for item in listing]
             browser.close()
     finally:
         demo.close()

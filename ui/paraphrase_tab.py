@@ -18,7 +18,7 @@ import html
 import gradio as gr
 import numpy as np
 
-from . import limits, widgets
+from . import limits, links, widgets
 
 CLOSEST = 4  # candidates shown by distance
 RANDOM_OTHERS = 4  # further candidates shown at random
@@ -153,6 +153,20 @@ def build(registry) -> None:
                     noise_high = widgets.setting_number(1.0, label="Noise w to", minimum=0)
                 seed = widgets.setting_number(0, label="Seed (-1: random)", precision=0)
                 run = gr.Button("Paraphrase", variant="primary", interactive=bool(names))
+                links.shareable(
+                    "paraphrase",
+                    "paraphrase",
+                    {
+                        "model": model,
+                        "sentence": sentence,
+                        "num_candidates": count,
+                        "temperature_low": temperature_low,
+                        "temperature_high": temperature_high,
+                        "noise_low": noise_low,
+                        "noise_high": noise_high,
+                        "seed": seed,
+                    },
+                )
                 gr.Examples([[e] for e in EXAMPLES], [sentence], label="WEB verses")
             with gr.Column(scale=3):
                 table = gr.HTML(label="Candidates", elem_id="paraphrase-candidates")
