@@ -309,27 +309,15 @@ def build_word_vectors(registry) -> None:
         rows = static_vs_contextual(word, sentence_1, sentence_2)
         return gr.Dataframe(rows, headers=["model", "where", "neighbours"])
 
-    find.click(
-        neighbour_rows,
-        [word, topn],
-        table,
-        api_visibility="private",
-        concurrency_id=limits.CONCURRENCY_ID,
+    limits.view_and_endpoint(
+        find, neighbour_rows, [word, topn], table, word_neighbours, "word_neighbours"
     )
-    gr.api(word_neighbours, api_name="word_neighbours")
-    solve.click(
-        analogy_rows,
-        [a, b, c],
-        table,
-        api_visibility="private",
-        concurrency_id=limits.CONCURRENCY_ID,
-    )
-    gr.api(word_analogy, api_name="word_analogy")
-    contrast.click(
+    limits.view_and_endpoint(solve, analogy_rows, [a, b, c], table, word_analogy, "word_analogy")
+    limits.view_and_endpoint(
+        contrast,
         contrast_rows,
         [sense_word, first, second],
         contrast_table,
-        api_visibility="private",
-        concurrency_id=limits.CONCURRENCY_ID,
+        static_vs_contextual,
+        "static_vs_contextual",
     )
-    gr.api(static_vs_contextual, api_name="static_vs_contextual")

@@ -40,6 +40,15 @@ LIMITS = Limits()
 CONCURRENCY_ID = "models"  # every event that runs a model shares one concurrency limit
 
 
+def view_and_endpoint(button, view, inputs, outputs, endpoint, api_name: str) -> None:
+    """Wire a button that shows `view`'s page-shaped output (kept off the API) and publish the
+    plain-data `endpoint` as `/api_name`, both sharing the models' concurrency limit."""
+    import gradio as gr
+
+    button.click(view, inputs, outputs, api_visibility="private", concurrency_id=CONCURRENCY_ID)
+    gr.api(endpoint, api_name=api_name)
+
+
 def queue_settings() -> dict:
     """Keyword arguments for `Blocks.queue`."""
     return {"default_concurrency_limit": LIMITS.concurrency, "max_size": LIMITS.max_queue}

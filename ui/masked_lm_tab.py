@@ -242,47 +242,32 @@ def build(registry) -> None:
                 rows.append([name, "causal LM, greedy (left context only)", text])
             return rows
 
-        fill.click(
-            fill_side_by_side,
-            [text, top_k],
-            [*labels, every_mask],
-            api_visibility="private",
-            concurrency_id=limits.CONCURRENCY_ID,
+        limits.view_and_endpoint(
+            fill, fill_side_by_side, [text, top_k], [*labels, every_mask], fill_mask, "fill_mask"
         )
-        gr.api(fill_mask, api_name="fill_mask")
-        run_study.click(
+        limits.view_and_endpoint(
+            run_study,
             study_figure,
             [sentences, repetitions],
             study_plot,
-            api_visibility="private",
-            concurrency_id=limits.CONCURRENCY_ID,
+            masking_study,
+            "masking_study",
         )
-        gr.api(masking_study, api_name="masking_study")
-        run_probes.click(
-            probe_rows,
-            None,
-            probe_table,
-            api_visibility="private",
-            concurrency_id=limits.CONCURRENCY_ID,
+        limits.view_and_endpoint(
+            run_probes, probe_rows, None, probe_table, token_probes, "token_probes"
         )
-        gr.api(token_probes, api_name="token_probes")
-        compare.click(
-            influence_figures,
-            [sentence_a, sentence_b],
-            heatmaps,
-            api_visibility="private",
-            concurrency_id=limits.CONCURRENCY_ID,
+        limits.view_and_endpoint(
+            compare, influence_figures, [sentence_a, sentence_b], heatmaps, influence, "influence"
         )
-        gr.api(influence, api_name="influence")
 
         def generation_rows(prompt, right, tokens):
             return bert_generation(prompt, right, tokens)
 
-        generate.click(
+        limits.view_and_endpoint(
+            generate,
             generation_rows,
             [prompt, right, tokens],
             generated,
-            api_visibility="private",
-            concurrency_id=limits.CONCURRENCY_ID,
+            bert_generation,
+            "bert_generation",
         )
-        gr.api(bert_generation, api_name="bert_generation")
