@@ -80,7 +80,7 @@ def test_round_trip_restores_typed_values(share):
     }
     parsed = links.parse_query(query(links.build_query(share, values)), {"generate": share})
     assert parsed.problems == []
-    assert parsed.tab == "generate" and parsed.run
+    assert parsed.share is share and parsed.run
     assert parsed.values == values
     assert type(parsed.values["max_new_tokens"]) is int and type(parsed.values["columns"]) is int
 
@@ -116,7 +116,68 @@ def test_bad_parameters_are_named_and_nothing_runs(share, params, problem):
 
 def test_unknown_or_missing_tab(share):
     parsed = links.parse_query({"tab": "nope", "seed": "1"}, {"generate": share})
-    assert parsed.tab is None and parsed.problems == ["`tab` must be one of generate; got 'nope'"]
+    assert parsed.share is None
+    assert parsed.problems == ["`tab` must be one of generate; got 'nope'"]
     parsed = links.parse_query({"seed": "1"}, {"generate": share})
     assert parsed.problems == ["`tab` is missing, so seed were not used"]
     assert links.parse_query({}, {"generate": share}).problems == []
+
+
+@pytest.fixture(scope="module")
+def sections():
+    """Two link targets on one tab, as the Masked LM and Embeddings tabs have."""
+    with gr.Blocks(), gr.Tabs(), gr.Tab("Masked LM", id="masked-lm"):
+        text = gr.Textbox("the <|mask|> of God")
+        fill = links.shareable(
+            "masked-lm",
+            "fill_mask_view",
+            {"text": text, "top_k": gr.Slider(1, 20, step=1)},
+            section="fill_mask",
+        )
+        probes = links.shareable("masked-lm", "token_probes_view", {}, section="token_probes")
+        with pytest.raises(ValueError, match="registered once per section"):
+            links.shareable("masked-lm", "again", {"text": text}, section="fill_mask")
+        with pytest.raises(ValueError, match="registered once per section"):
+            links.shareable("masked-lm", "whole_tab", {"text": text})
+    return {share.key: share for share in (fill, probes)}
+
+
+def test_a_section_link_names_its_section_and_reads_back(sections):
+    fill = sections["masked-lm-fill_mask"]
+    url = links.build_query(fill, {"text": "the <|mask|> of God", "top_k": 3.0})
+    assert url == "?tab=masked-lm&section=fill_mask&text=the+%3C%7Cmask%7C%3E+of+God&top_k=3&run=1"
+    parsed = links.parse_query(query(url), sections)
+    assert parsed.share is fill and parsed.run and parsed.problems == []
+    assert parsed.values == {"text": "the <|mask|> of God", "top_k": 3}
+    parsed = links.parse_query(
+        {"tab": "masked-lm", "section": "token_probes", "run": "1"}, sections
+    )
+    assert parsed.share is sections["masked-lm-token_probes"] and parsed.values == {}
+    assert parsed.run
+
+
+@pytest.mark.parametrize(
+    "params, problem",
+    [
+        (
+            {"tab": "masked-lm", "text": "x"},
+            "`section` must be one of fill_mask, token_probes for the masked-lm tab; got None",
+        ),
+        (
+            {"tab": "masked-lm", "section": "nope"},
+            "`section` must be one of fill_mask, token_probes for the masked-lm tab; got 'nope'",
+        ),
+        (
+            {"tab": "masked-lm", "section": "token_probes", "text": "x"},
+            "unknown parameter `text` for the masked-lm tab's token_probes section",
+        ),
+    ],
+)
+def test_bad_sections_are_named_and_nothing_runs(sections, params, problem):
+    parsed = links.parse_query(params | {"run": "1"}, sections)
+    assert parsed.problems == [problem] and not parsed.run
+
+
+def test_a_section_on_a_tab_without_sections_is_named(share):
+    parsed = links.parse_query({"tab": "generate", "section": "x"}, {"generate": share})
+    assert parsed.problems == ["the generate tab has no sections, got `section` 'x'"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from gradio_client import Client
@@ -140,3 +141,51 @@ def test_the_tabs_in_a_browser(url):
                 time.sleep(0.1)
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed")
+def test_section_links_rerun_their_section_in_a_browser(url, client):
+    """A Masked LM and an Embeddings section link (`section=`) run that section's button and
+    show what the API gives for the same arguments; the section's Link button makes such a link."""
+    from playwright.sync_api import sync_playwright
+
+    text = "In the <|mask|> God created"
+    filled = client.predict(LARGE, text, 3, api_name="/fill_mask")
+    neighbours = client.predict("bread", 3, api_name="/word_neighbours")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(90_000)
+            page.goto(url + "?" + urlencode({"tab": "masked-lm", "section": "fill_mask"})
+                      + "&" + urlencode({"text": text, "top_k": 3, "run": 1}))  # fmt: skip
+            large = page.locator("#fill-mask-1")  # LARGE's column
+            wait_for_text(large, repr(filled[0]["token_str"]))
+            assert all(repr(p["token_str"]) in large.inner_text() for p in filled)
+            page.locator("#masked-lm-fill_mask-link-button").click()
+            box = page.locator("#masked-lm-fill_mask-link textarea")
+            wait_for_value(box, "section=fill_mask")
+            assert "top_k=3" in box.input_value().split("&")
+
+            page.goto(url + "?tab=embeddings&section=word_neighbours&word=bread&topn=3&run=1")
+            table = page.locator("#word-vectors")
+            words = [found[0][0] for found in neighbours.values() if found]
+            assert len(words) >= 2, neighbours  # skip-gram and CBOW know "bread"
+            for word in words:
+                wait_for_text(table, word)
+        finally:
+            browser.close()
+
+
+def wait_for_text(locator, text: str, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in locator.inner_text():
+        assert time.monotonic() < deadline, f"{text!r} never appeared"
+        time.sleep(0.1)
+
+
+def wait_for_value(locator, text: str, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while text not in locator.input_value():
+        assert time.monotonic() < deadline, f"{text!r} never appeared in the box"
+        time.sleep(0.1)

@@ -21,7 +21,7 @@ import gradio as gr
 
 from study import word_analogies
 
-from . import examples, limits, widgets
+from . import examples, limits, links, widgets
 from .embeddings import cosine
 
 SIMILARITY_HEADERS = ["phrase A", "phrase B", "tokens A", "tokens B", "cosine × 100"]
@@ -107,6 +107,12 @@ def build(registry) -> None:
                 )
                 pairs = gr.Textbox(examples.SIMILARITY_PAIRS, lines=4, label="Pairs, one per line")
                 compare = gr.Button("Compare phrases", variant="primary")
+                links.shareable(
+                    "embeddings",
+                    "embedding_similarity",
+                    {"model": model, "pairs": pairs, "leading_space": leading},
+                    section="embedding_similarity",
+                )
                 similarity = gr.Dataframe(
                     headers=SIMILARITY_HEADERS,
                     interactive=False,
@@ -122,6 +128,13 @@ def build(registry) -> None:
                     )
                 words_only = gr.Checkbox(True, label="Only tokens with letters or digits")
                 find = gr.Button("Find neighbours")
+                links.shareable(
+                    "embeddings",
+                    "nearest_neighbours",
+                    {"model": model, "word": word, "k": k, "words_only": words_only}
+                    | {"leading_space": leading},
+                    section="nearest_neighbours",
+                )
                 neighbours = gr.Dataframe(
                     headers=NEIGHBOUR_HEADERS, interactive=False, label="Nearest tokens"
                 )
@@ -130,6 +143,13 @@ def build(registry) -> None:
                 expression = gr.Textbox("king - man + woman", label="Expression")
                 expected = gr.Textbox("queen", label="Expected answer (optional)")
                 solve = gr.Button("Solve")
+                links.shareable(
+                    "embeddings",
+                    "analogy",
+                    {"model": model, "expression": expression, "expected": expected}
+                    | {"leading_space": leading},
+                    section="analogy",
+                )
                 verdict = gr.Markdown()
                 answers = gr.Dataframe(
                     headers=NEIGHBOUR_HEADERS, interactive=False, label="Nearest tokens"
@@ -212,6 +232,11 @@ def build(registry) -> None:
         build_word_vectors(registry)
 
 
+def word_vector_link(section: str, inputs: dict) -> None:
+    """A Link for one word-vector section: it reruns the section's button (every model)."""
+    links.shareable("embeddings", f"{section}_view", inputs, section=section)
+
+
 def build_word_vectors(registry) -> None:
     models = word_models(registry)
     gr.Markdown(
@@ -228,12 +253,14 @@ def build_word_vectors(registry) -> None:
                 1, limits.LIMITS.max_neighbours, value=8, step=1, label="neighbours"
             )
             find = gr.Button("Neighbours in every model")
+            word_vector_link("word_neighbours", {"word": word, "topn": topn})
         with gr.Column():
             with gr.Row():
                 a = gr.Textbox("man", label="a")
                 b = gr.Textbox("king", label="b")
                 c = gr.Textbox("woman", label="c")
             solve = gr.Button("a : b :: c : ?")
+            word_vector_link("word_analogy", {"a": a, "b": b, "c": c})
     headers = ["rank", *models] if models else ["rank"]
     table = gr.Dataframe(
         headers=headers, interactive=False, wrap=True, label="Side by side", elem_id="word-vectors"
@@ -248,6 +275,9 @@ def build_word_vectors(registry) -> None:
         first = gr.Textbox(word_analogies.POLYSEMOUS["light"][0], label="Sentence 1")
         second = gr.Textbox(word_analogies.POLYSEMOUS["light"][1], label="Sentence 2")
     contrast = gr.Button("Compare static and contextual neighbours")
+    word_vector_link(
+        "static_vs_contextual", {"word": sense_word, "sentence_1": first, "sentence_2": second}
+    )
     contrast_table = gr.Dataframe(interactive=False, wrap=True, label="Neighbours")
 
     def _check(model: str) -> str:

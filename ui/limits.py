@@ -41,11 +41,19 @@ CONCURRENCY_ID = "models"  # every event that runs a model shares one concurrenc
 
 
 def view_and_endpoint(button, view, inputs, outputs, endpoint, api_name: str) -> None:
-    """Wire a button that shows `view`'s page-shaped output (kept off the API) and publish the
-    plain-data `endpoint` as `/api_name`, both sharing the models' concurrency limit."""
+    """Wire a button that shows `view`'s page-shaped output (kept off the API, named
+    `<api_name>_view` for links.shareable) and publish the plain-data `endpoint` as `/api_name`,
+    both sharing the models' concurrency limit."""
     import gradio as gr
 
-    button.click(view, inputs, outputs, api_visibility="private", concurrency_id=CONCURRENCY_ID)
+    button.click(
+        view,
+        inputs,
+        outputs,
+        api_name=f"{api_name}_view",
+        api_visibility="private",
+        concurrency_id=CONCURRENCY_ID,
+    )
     gr.api(endpoint, api_name=api_name)
 
 

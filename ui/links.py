@@ -6,14 +6,18 @@ the endpoint's API parameter names:
     links.shareable("generate", "generate", {"model": model, "prompt": prompt, ...})
 
 That adds a **Link** button and a box showing a URL such as
-`?tab=generate&model=bible-lm+(int8)&prompt=In+the+beginning&seed=3&run=1`. The URL is relative
-(only a query string), so the browser resolves it against the page it is on, which keeps any path
-prefix (a reverse proxy, a Space). On page load `attach`'s handler reads `request.query_params`,
-selects the tab, sets every named input (converted to its component's type and checked against
-its range or choices) and, with `run=1`, calls the endpoint with those arguments (and the
-components' defaults for the others), so the output equals the original's. Unknown or invalid
-parameters are named in a message on top of the page; the valid ones are still restored, and
-nothing runs. This module holds no model logic.
+`?tab=generate&model=bible-lm+(int8)&prompt=In+the+beginning&seed=3&run=1`. A tab with several
+sections, each with its own button (Masked LM, Embeddings), makes one call per section, adding
+`section=<name>` to its links; the event a link runs may be a section's private view (the one its
+button runs, e.g. every masked LM side by side), whose parameters are the API's names too.
+
+The URL is relative (only a query string), so the browser resolves it against the page it is on,
+which keeps any path prefix (a reverse proxy, a Space). On page load `attach`'s handler reads
+`request.query_params`, selects the tab, sets every named input (converted to its component's type
+and checked against its range or choices) and, with `run=1`, calls the endpoint with those
+arguments (and the components' defaults for the others), so the output equals the original's.
+Unknown or invalid parameters are named in a message on top of the page; the valid ones are still
+restored, and nothing runs. This module holds no model logic.
 """
 
 from __future__ import annotations
@@ -28,19 +32,25 @@ from urllib.parse import urlencode
 import gradio as gr
 from gradio.context import Context
 
-RESERVED = ("tab", "run")
+RESERVED = ("tab", "section", "run")
 # In the browser, turn the relative link the server made into the page's full URL.
 ABSOLUTE_URL = "(query) => query ? new URL(query, window.location.href).href : ''"
 
 
 @dataclass
 class Share:
-    """One tab's link settings: its id, its endpoint and its inputs by API parameter name."""
+    """One link target: its tab's id, its section (None for a one-section tab), the event it
+    runs (by api_name) and that event's inputs by parameter name."""
 
     tab: str
     api_name: str
     inputs: dict[str, gr.components.Component]
+    section: str | None = None
     box: gr.Textbox | None = None
+
+    @property
+    def key(self) -> str:
+        return self.tab if self.section is None else f"{self.tab}-{self.section}"
 
 
 @dataclass
@@ -59,24 +69,35 @@ def _page() -> _PageLinks:
     return _PAGES.setdefault(root, _PageLinks())
 
 
-def shareable(tab: str, api_name: str, inputs: dict[str, gr.components.Component]) -> Share:
-    """Give the current tab (`gr.Tab(..., id=tab)`) a Link button for endpoint `/api_name`.
+def shareable(
+    tab: str,
+    api_name: str,
+    inputs: dict[str, gr.components.Component],
+    section: str | None = None,
+) -> Share:
+    """Give the current tab (`gr.Tab(..., id=tab)`), or one `section` of it, a Link button that
+    reruns the event named `api_name` (a public endpoint or a private view).
 
-    `inputs` maps each of the endpoint's API parameter names to the component that feeds it;
-    `attach` checks that they are exactly the endpoint's parameters.
+    `inputs` maps each of the event function's parameter names to the component that feeds it;
+    `attach` checks that they are exactly its parameters. A tab registers either once without a
+    section or once per section.
     """
     page = _page()
-    if tab in page.shares:
-        raise ValueError(f"`tab` must be registered once, got {tab!r} twice")
-    share = Share(tab, api_name, dict(inputs))
+    share = Share(tab, api_name, dict(inputs), section)
+    same_tab = [s for s in page.shares.values() if s.tab == tab]
+    if any(s.section == section or s.section is None or section is None for s in same_tab):
+        where = f"section {section!r} of " if section else ""
+        raise ValueError(f"`tab` must be registered once per section, got {where}{tab!r} twice")
     with gr.Row():
-        button = gr.Button("Link", size="sm", scale=0, min_width=80, elem_id=f"{tab}-link-button")
+        button = gr.Button(
+            "Link", size="sm", scale=0, min_width=80, elem_id=f"{share.key}-link-button"
+        )
         share.box = gr.Textbox(
             label="Link to these settings (opens and runs them; drop &run=1 to only fill them in)",
             buttons=["copy"],
             interactive=False,
             scale=5,
-            elem_id=f"{tab}-link",
+            elem_id=f"{share.key}-link",
         )
     names = list(share.inputs)
 
@@ -86,7 +107,7 @@ def shareable(tab: str, api_name: str, inputs: dict[str, gr.components.Component
     button.click(
         link, list(share.inputs.values()), share.box, queue=False, api_visibility="private"
     ).then(None, share.box, share.box, js=ABSOLUTE_URL, queue=False, api_visibility="private")
-    page.shares[tab] = share
+    page.shares[share.key] = share
     return share
 
 
@@ -133,6 +154,8 @@ def build_query(share: Share, values: Mapping, run: bool = True) -> str:
     Values that are None (an unused column) are left out; `run=1` asks to run on open.
     """
     items = [("tab", share.tab)]
+    if share.section is not None:
+        items.append(("section", share.section))
     for name, component in share.inputs.items():
         if name in values and values[name] is not None:
             items.append((name, _format(component, values[name])))
@@ -182,37 +205,51 @@ def convert(name: str, component, text: str):
 
 @dataclass
 class ParsedLink:
-    """A parsed link: the tab, the restored values, whether to run, and what was wrong."""
+    """A parsed link: its target (None when unusable), the restored values, whether to run,
+    and what was wrong."""
 
-    tab: str | None
+    share: Share | None
     values: dict
     run: bool
     problems: list[str]
 
 
-def parse_query(params: Mapping[str, str], shares: Mapping[str, Share]) -> ParsedLink:
-    """Read a link's query parameters against the registered tabs.
-
-    Every parameter that is not `tab`, `run` or an input of the chosen tab is a problem, as is
-    a value its component cannot take; `run` only stands when there is no problem.
-    """
-    problems = []
-    tab = params.get("tab")
+def _target(params: Mapping[str, str], shares: Mapping[str, Share]) -> Share | str:
+    """The share a link's `tab` and `section` name, or the problem that prevents it."""
+    tab, section = params.get("tab"), params.get("section")
     if tab is None:
         others = [name for name in params if name not in RESERVED]
-        if others:
-            problems.append(f"`tab` is missing, so {', '.join(others)} were not used")
-        return ParsedLink(None, {}, False, problems)
-    if tab not in shares:
-        problems.append(f"`tab` must be one of {', '.join(shares)}; got {tab!r}")
-        return ParsedLink(None, {}, False, problems)
-    share = shares[tab]
+        return f"`tab` is missing, so {', '.join(others)} were not used" if others else ""
+    tabs = list(dict.fromkeys(s.tab for s in shares.values()))
+    if tab not in tabs:
+        return f"`tab` must be one of {', '.join(tabs)}; got {tab!r}"
+    sections = {s.section: s for s in shares.values() if s.tab == tab}
+    if None in sections:
+        if section is not None:
+            return f"the {tab} tab has no sections, got `section` {section!r}"
+        return sections[None]
+    if section not in sections:
+        return f"`section` must be one of {', '.join(sections)} for the {tab} tab; got {section!r}"
+    return sections[section]
+
+
+def parse_query(params: Mapping[str, str], shares: Mapping[str, Share]) -> ParsedLink:
+    """Read a link's query parameters against the registered link targets.
+
+    Every parameter that is not `tab`, `section`, `run` or an input of the chosen target is a
+    problem, as is a value its component cannot take; `run` only stands when there is no problem.
+    """
+    share = _target(params, shares)
+    if isinstance(share, str):
+        return ParsedLink(None, {}, False, [share] if share else [])
+    problems = []
+    where = f"the {share.tab} tab" + (f"'s {share.section} section" if share.section else "")
     values = {}
     for name, text in params.items():
         if name in RESERVED:
             continue
         if name not in share.inputs:
-            problems.append(f"unknown parameter `{name}` for the {tab} tab")
+            problems.append(f"unknown parameter `{name}` for {where}")
             continue
         try:
             values[name] = convert(name, share.inputs[name], text)
@@ -221,7 +258,7 @@ def parse_query(params: Mapping[str, str], shares: Mapping[str, Share]) -> Parse
     run = params.get("run", "0")
     if run not in ("0", "1"):
         problems.append(f"`run` must be 0 or 1, got {run!r}")
-    return ParsedLink(tab, values, run == "1" and not problems, problems)
+    return ParsedLink(share, values, run == "1" and not problems, problems)
 
 
 def _endpoint(demo, api_name: str):
@@ -242,15 +279,15 @@ def attach(demo: gr.Blocks, tabs: gr.Tabs) -> None:
         return
     notice_box = page.notice or notice()
     endpoints = {}
-    for tab, share in page.shares.items():
+    for key, share in page.shares.items():
         block_fn = _endpoint(demo, share.api_name)
         params = _parameters(block_fn)
         if set(params) != set(share.inputs):
             raise ValueError(
-                f"the {tab} tab's link inputs must be /{share.api_name}'s parameters "
+                f"the {key} link's inputs must be /{share.api_name}'s parameters "
                 f"{params}, got {list(share.inputs)}"
             )
-        endpoints[tab] = block_fn
+        endpoints[key] = block_fn
     components = list(dict.fromkeys(c for s in page.shares.values() for c in s.inputs.values()))
     pending = gr.State(None)
 
@@ -258,17 +295,16 @@ def attach(demo: gr.Blocks, tabs: gr.Tabs) -> None:
         params = dict(request.query_params)
         parsed = parse_query(params, page.shares)
         updates = {c: gr.skip() for c in components}
-        if parsed.tab:
-            for name, value in parsed.values.items():
-                updates[page.shares[parsed.tab].inputs[name]] = value
+        for name, value in parsed.values.items():
+            updates[parsed.share.inputs[name]] = value
         if parsed.problems:
             text = "**This link could not be used in full:** " + "; ".join(parsed.problems)
             text += ". Nothing was run." if params.get("run") == "1" else ""
             message = gr.Markdown(text, visible=True)
         else:
             message = gr.skip()
-        selected = gr.Tabs(selected=parsed.tab) if parsed.tab else gr.skip()
-        run = {"tab": parsed.tab, "values": parsed.values} if parsed.run else None
+        selected = gr.Tabs(selected=parsed.share.tab) if parsed.share else gr.skip()
+        run = {"key": parsed.share.key, "values": parsed.values} if parsed.run else None
         return [message, selected, *updates.values(), run]
 
     loaded = demo.load(
@@ -278,23 +314,23 @@ def attach(demo: gr.Blocks, tabs: gr.Tabs) -> None:
         queue=False,
         api_visibility="private",
     )
-    for tab, share in page.shares.items():
+    for key, share in page.shares.items():
         loaded.then(
-            _runner(share, endpoints[tab]),
+            _runner(share, endpoints[key]),
             pending,
-            endpoints[tab].outputs,
-            concurrency_id=endpoints[tab].concurrency_id,
+            endpoints[key].outputs,
+            concurrency_id=endpoints[key].concurrency_id,
             api_visibility="private",
         )
 
 
 def _runner(share: Share, block_fn):
-    """A generator that runs `share`'s endpoint when the pending link is for its tab."""
+    """A generator that runs `share`'s event when the pending link is for it."""
     params = _parameters(block_fn)
     skip = [gr.skip()] * len(block_fn.outputs)
 
     def run_link(pending):
-        if not pending or pending["tab"] != share.tab:
+        if not pending or pending["key"] != share.key:
             yield skip[0] if len(skip) == 1 else skip
             return
         values = pending["values"]

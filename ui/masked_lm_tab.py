@@ -19,7 +19,7 @@ import runtime
 from study import bert_generation as strategies
 from study import masking, probes
 
-from . import limits, plots, widgets
+from . import limits, links, plots, widgets
 
 EXAMPLE = "Jesus said to them, “I am the <|mask|> of life.”"
 STUDY_SENTENCES = (
@@ -75,6 +75,11 @@ def cosine_table(result: dict) -> str:
     )
 
 
+def section_link(section: str, inputs: dict) -> None:
+    """A Link for one section: it reruns the section's button (every masked LM side by side)."""
+    links.shareable("masked-lm", f"{section}_view", inputs, section=section)
+
+
 def build(registry) -> None:
     names = registry.masked_lms()
     with gr.Tab("Masked LM", id="masked-lm"):
@@ -89,6 +94,7 @@ def build(registry) -> None:
             text = gr.Textbox(EXAMPLE, label="Text with one or more <|mask|>", scale=4)
             top_k = widgets.setting_slider(1, 20, value=5, step=1, label="top k", scale=1)
         fill = gr.Button("Fill the mask", variant="primary")
+        section_link("fill_mask", {"text": text, "top_k": top_k})
         with gr.Row():
             labels = [
                 gr.Label(label=name, num_top_classes=20, elem_id=f"fill-mask-{index}")
@@ -114,6 +120,7 @@ def build(registry) -> None:
                 1, MAX_STUDY_REPETITIONS, value=2, step=1, label="repetitions"
             )
             run_study = gr.Button("Run the study")
+        section_link("masking_study", {"sentences": sentences, "repetitions": repetitions})
         study_plot = gr.LinePlot(label="Accuracy against masking ratio")
 
         gr.Markdown(
@@ -122,11 +129,13 @@ def build(registry) -> None:
             "Similarity of two sentences that differ in one word."
         )
         run_probes = gr.Button("Run the probes")
+        section_link("token_probes", {})
         probe_table = gr.Dataframe(headers=PROBE_HEADERS, interactive=False, label="Probes")
         with gr.Row():
             sentence_a = gr.Textbox("the king was tired so he went to sleep", label="Sentence A")
             sentence_b = gr.Textbox("the queen was tired so he went to sleep", label="Sentence B")
             compare = gr.Button("Average Influence Similarity")
+        section_link("influence", {"sentence_a": sentence_a, "sentence_b": sentence_b})
         with gr.Row():
             heatmaps = [gr.HTML(label=name) for name in names]
 
@@ -146,6 +155,7 @@ def build(registry) -> None:
                 1, MAX_GENERATED, value=10, step=1, label="new tokens", scale=1
             )
         generate = gr.Button("Generate")
+        section_link("bert_generation", {"prompt": prompt, "right": right, "tokens": tokens})
         generated = gr.Dataframe(
             headers=GENERATION_HEADERS, interactive=False, wrap=True, label="Outputs"
         )
