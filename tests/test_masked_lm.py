@@ -65,6 +65,24 @@ def _same(ours, theirs):
     np.testing.assert_allclose([p["score"] for p in ours], [p["score"] for p in theirs], rtol=1e-4)
 
 
+def test_training_loss_is_bert_for_masked_lm_loss(tmp_path):
+    """The recipe's loss (MLM head at masked positions only) equals BertForMaskedLM's own."""
+    import torch
+
+    from train import data, masked_lm
+
+    recipe = masked_lm.MaskedLM(
+        "masked-lm-large", True, data.FIXTURE, Path("data/tokenizers"), tmp_path, seed=0
+    )
+    model, task, _ = recipe.setup()
+    model.eval()
+    with torch.no_grad():
+        for batch in task.batches(0)[:3]:
+            assert (batch["labels"] != -100).any()
+            ours = masked_lm.masked_cross_entropy(model, batch)
+            torch.testing.assert_close(ours, model(**batch).loss, rtol=1e-5, atol=1e-6)
+
+
 def test_load_picks_the_masked_lm_from_the_manifest(gen, tiny_mlm):
     manifest = json.loads((tiny_mlm[1] / "manifest.json").read_text())
     assert manifest["task"] == "fill-mask" and manifest["mask_token"] == "<|mask|>"
