@@ -5,8 +5,9 @@ else: app.py, ui/, runtime/ and study/ (Python files, and study's word lists), R
 Space front matter and requirements.txt (both from spaces/), .gitattributes putting graphs and
 arrays in Git LFS, bench/results/*.json (the Models tab's benchmark tables), and models/: every
 chosen bundle, checksums verified, with only the files its manifest lists. The models are the
-repository's models/ unless `--models` names other directories; `--precision int8` keeps only
-int8 bundles.
+repository's models/ unless `--models` names other directories; `--precision int8` keeps a
+model's int8 bundle and drops its other precisions, while a family with no int8 bundle at all
+(the word2vec vectors, plain fp32 arrays) is kept whole.
 This script does not upload anything.
 """
 
@@ -52,11 +53,20 @@ def copy_code(out: Path) -> None:
 
 
 def copy_models(roots: list[Path], precisions: list[str], out: Path) -> list[str]:
-    """Copy the chosen bundles into out/models; return their display names."""
+    """Copy the chosen bundles into out/models; return their display names.
+
+    With `precisions`, a bundle of another precision is left out when its family (the folder
+    that holds it) has a bundle of a chosen one; a family with none is copied whole.
+    """
+    # read_manifest verifies every checksum: never ship a broken bundle
+    bundles = [(name, rel, path, read_manifest(path)) for name, rel, path in find_bundles(roots)]
+    families_with_a_choice = {
+        path.parent for _, _, path, manifest in bundles if manifest.get("precision") in precisions
+    }
     copied = []
-    for name, relative, path in find_bundles(roots):
-        manifest = read_manifest(path)  # verifies every checksum: never ship a broken bundle
-        if precisions and manifest.get("precision") not in precisions:
+    for name, relative, path, manifest in bundles:
+        chosen = manifest.get("precision") in precisions
+        if precisions and not chosen and path.parent in families_with_a_choice:
             continue
         target = out / "models" / relative
         target.mkdir(parents=True)

@@ -121,11 +121,20 @@ def test_build_can_keep_one_precision_and_refuses_to_overwrite(models_tree, tmp_
         str(out),
         "--models",
         str(models_tree),
+        "--models",
+        str(REPO / "models" / "word2vec"),  # a family with no int8 bundle is kept whole
         "--precision",
         "int8",
     ]
     subprocess.run(build, check=True, capture_output=True, timeout=300)
-    assert [p.parent.name for p in out.rglob("manifest.json")] == ["int8"]
+    shipped = sorted(p.parent.relative_to(out / "models") for p in out.rglob("manifest.json"))
+    assert [str(p) for p in shipped] == [
+        "cbow",
+        "skipgram",
+        "tiny-lm/int8",  # its fp32 sibling is dropped
+        "tiny-rewriter/fp32",  # these families have no int8 bundle
+        "tiny-translator/fp32",
+    ]
     again = subprocess.run(build, capture_output=True, text=True, timeout=300)
     assert again.returncode != 0 and "not empty" in again.stderr
 
