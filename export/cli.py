@@ -1,14 +1,18 @@
 """`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] …`.
 
-Parses arguments, runs `export_bundle` and prints a short summary of the bundle and its parity
-report. Errors in the inputs (missing directory, config, weights or tokenizer; an unsupported
-architecture; a failed fp32 parity check) print one line and return exit code 1.
+Parses arguments, runs `export_bundle` (a text generator) or, for a checkpoint whose config names a
+`…ForMaskedLM` architecture, `export_fill_mask_bundle` (fp32 or int8), and prints a short summary
+of the bundle and its parity report. Errors in the inputs (missing directory, config, weights or
+tokenizer; an unsupported architecture; a failed fp32 parity check) print one line and return exit
+code 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from .exporter import PRECISIONS, ParityError, export_bundle
 
@@ -35,15 +39,46 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def is_masked_lm(model_dir: str) -> bool:
+    """Whether the checkpoint's config.json names a masked-LM architecture."""
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return False  # export_bundle names what is missing
+    try:
+        architectures = json.loads(config.read_text()).get("architectures") or []
+    except (json.JSONDecodeError, AttributeError):
+        return False
+    return any(str(name).endswith("ForMaskedLM") for name in architectures)
+
+
+def _headline(manifest: dict, out_dir: str) -> str:
+    size = sum(entry["size"] for entry in manifest["files"].values())
+    return (
+        f"wrote {manifest['name']} ({manifest['task']}, {manifest['architecture']}, "
+        f"{manifest['precision']}) to {out_dir}: {len(manifest['files'])} files, "
+        f"{size / 1e6:.1f} MB"
+    )
+
+
+def fill_mask_summary(manifest: dict, out_dir: str) -> str:
+    bundle = manifest["parity"]["bundle"]
+    return "\n".join(
+        [
+            _headline(manifest, out_dir),
+            f"mask token {manifest['mask_token']!r}; against PyTorch on "
+            f"{bundle['sentences']} sentences: max |Δlogit| {bundle['max_abs_logit_diff']:.3g} "
+            f"(logit scale {bundle['max_abs_logit']:.3g}), masked-position argmax agreement "
+            f"{bundle['masked_argmax_agreement']:.3f}",
+        ]
+    )
+
+
 def summary(manifest: dict, out_dir: str) -> str:
     parity = manifest["parity"]
     logits, greedy, ppl = parity["logits"], parity["greedy"], parity["perplexity"]
-    size = sum(entry["size"] for entry in manifest["files"].values())
     return "\n".join(
         [
-            f"wrote {manifest['name']} ({manifest['task']}, {manifest['architecture']}, "
-            f"{manifest['precision']}) to {out_dir}: {len(manifest['files'])} files, "
-            f"{size / 1e6:.1f} MB",
+            _headline(manifest, out_dir),
             f"optimizer: {manifest['export']['optimizer']['summary']}",
             f"max |Δlogit| prefill {logits['prefill_max_abs_diff']:.3g}, cached step "
             f"{logits['cached_step_max_abs_diff']:.3g} (logit scale {logits['max_abs_logit']:.3g})",
@@ -57,6 +92,22 @@ def summary(manifest: dict, out_dir: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if is_masked_lm(args.model_dir):
+        from .fill_mask import export_fill_mask_bundle
+
+        try:
+            manifest = export_fill_mask_bundle(
+                args.model_dir,
+                args.out_dir,
+                args.precision,
+                optimize=not args.no_optimize,
+                name=args.name,
+            )
+        except (FileNotFoundError, ValueError) as error:
+            print(f"scriptorium export: error: {error}", file=sys.stderr)
+            return 1
+        print(fill_mask_summary(manifest, args.out_dir))
+        return 0
     try:
         manifest = export_bundle(
             args.model_dir,

@@ -83,6 +83,20 @@ def test_training_loss_is_bert_for_masked_lm_loss(tmp_path):
             torch.testing.assert_close(ours, model(**batch).loss, rtol=1e-5, atol=1e-6)
 
 
+def test_scriptorium_export_takes_a_masked_lm_checkpoint(tiny_mlm, tmp_path, capsys):
+    from export import cli
+
+    model_dir, _ = tiny_mlm
+    out = tmp_path / "int8"
+    assert cli.main([str(model_dir), str(out), "--precision", "int8", "--no-optimize"]) == 0
+    printed = capsys.readouterr().out
+    assert "(fill-mask, bert, int8)" in printed and "masked-position argmax agreement" in printed
+    gen = runtime.load(out)
+    assert isinstance(gen, MaskedLM) and gen.fill_mask(f"In the {gen.mask_token}", top_k=2)
+    assert cli.main([str(model_dir), str(tmp_path / "int4"), "--precision", "int4"]) == 1
+    assert "`precision` must be one of fp32, int8, got 'int4'" in capsys.readouterr().err
+
+
 def test_load_picks_the_masked_lm_from_the_manifest(gen, tiny_mlm):
     manifest = json.loads((tiny_mlm[1] / "manifest.json").read_text())
     assert manifest["task"] == "fill-mask" and manifest["mask_token"] == "<|mask|>"
