@@ -85,12 +85,14 @@ def test_export_parity_with_pytorch(bundle):
     assert parity["gru_linear_before_reset"]["word_decoder"] == [1]
 
 
-def test_gru_kind_exports_with_linear_before_reset_and_dynamic_batch(tmp_path):
+@pytest.mark.parametrize("kind", hm.KINDS)
+def test_every_kind_exports_with_parity_at_any_batch_and_length(kind, tmp_path):
     torch.manual_seed(0)
-    config = hm.tiny_config(hm.HierarchicalConfig(kind="gru", charset=list("abc .")))
+    config = hm.tiny_config(hm.HierarchicalConfig(kind=kind, charset=list("abc .")))
     model = hm.HierarchicalLM(config).eval()
     graphs = eh.export_graphs(model, tmp_path)
-    for role in ("sentence_encoder", "sentence_decoder", "word_decoder"):
+    gru_roles = ("sentence_encoder", "sentence_decoder") if kind == "gru" else ()
+    for role in (*gru_roles, "word_decoder"):
         assert set(eh.gru_linear_before_reset(tmp_path / graphs[role])) == {1}
     # graph_parity runs every graph at batch sizes 1, 3, 7 and lengths 1, 4, 9
     diffs = eh.graph_parity(model, tmp_path, graphs, {"sentence_decoder": model})
