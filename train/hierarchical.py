@@ -395,10 +395,17 @@ class PairTask(common.Task):
     """Shuffled batches of (source, target) pairs; validation = nits/char on a fixed subset."""
 
     def __init__(
-        self, vocab, train_pairs, validation_pairs, batch_size: int, seed: int, word_chars: int
+        self,
+        vocab,
+        train_pairs,
+        validation_pairs,
+        batch_size: int,
+        seed: int,
+        word_chars: int,
+        bf16: bool = False,
     ):
         self.vocab, self.train_pairs, self.batch_size = vocab, train_pairs, batch_size
-        self.seed, self.word_chars = seed, word_chars
+        self.seed, self.word_chars, self.bf16 = seed, word_chars, bf16
         self.validation = batches_of(vocab, validation_pairs, 64, word_chars)
 
     def batches(self, epoch: int) -> list[dict]:
@@ -414,10 +421,13 @@ class PairTask(common.Task):
         ]
 
     def loss(self, model, batch: dict) -> torch.Tensor:
-        total, count = model(
-            batch["source"], batch["source_mask"], batch["target"], batch["target_mask"]
-        )
-        return total / count
+        """Training nits/char of the batch (under bfloat16 autocast with `bf16`; validation and
+        test stay float32)."""
+        with common.bf16_autocast(self.bf16):
+            total, count = model(
+                batch["source"], batch["source_mask"], batch["target"], batch["target_mask"]
+            )
+        return total.float() / count
 
     def validation_loss(self, model) -> float:
         return nits_per_char(model, self.validation)
@@ -612,7 +622,13 @@ def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: 
     )
     vocab = ht.CharVocab(model.config.charset)
     task = PairTask(
-        vocab, train_pairs, validation_pairs, args.batch_size, args.seed, model.config.word_chars
+        vocab,
+        train_pairs,
+        validation_pairs,
+        args.batch_size,
+        args.seed,
+        model.config.word_chars,
+        bf16=args.bf16,
     )
     state = common.train(
         model,
@@ -644,6 +660,7 @@ def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: 
             nits_per_char(model, batches_of(vocab, test_pairs, 64, model.config.word_chars)), 4
         ),
         "threads": args.threads,
+        "bf16": args.bf16,
         "batch_size": args.batch_size,
         "lr": args.lr,
     }
@@ -1039,6 +1056,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bfloat16 autocast in training steps (default on; --no-bf16 trains in float32)",
+    )
     parser.add_argument("--max-minutes", type=float)
     parser.add_argument(
         "--max-steps", type=int, help="stop (and evaluate) at this step of the --steps schedule"

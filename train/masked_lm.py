@@ -162,7 +162,7 @@ class MLMTask(common.Task):
     def loss(self, model, batch: dict) -> torch.Tensor:
         """The training loss: `masked_cross_entropy`, under bfloat16 autocast when the size asks
         for it (1.6× faster per step on an AVX512-BF16 CPU; weights and optimizer stay fp32)."""
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.size.bf16):
+        with common.bf16_autocast(self.size.bf16):
             return masked_cross_entropy(model, batch)
 
     def validation_loss(self, model) -> float:
