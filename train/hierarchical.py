@@ -782,11 +782,12 @@ def budget_note(results: dict, shipped: dict, best: str) -> str:
         note += f" of the same {', '.join(map(str, sorted(planned)))}-step schedule"
     note += ", same data order, seed 0, batch 32, one thread."
     if shipped["steps"] not in steps:
+        precision = "bfloat16 autocast" if shipped.get("bf16") else "float32"
         note += (
-            f" The shared host's load (load average ≈ 12 on 2 cores) left no time to take all "
-            f"three to {shipped['steps']} steps; the shipped {best} model is the run that got "
-            "there, and the comparison uses its schedule's first steps (re-run from the same "
-            "seed)."
+            f" The best kind at that budget, {best}, was then trained on its own "
+            f"{shipped['steps']}-step schedule (same data order and seed, {precision}, "
+            f"{shipped['train_seconds'] / 60:.0f} minutes): that run is the shipped model; the "
+            "table compares the kinds at equal budget."
         )
     return note + "\n\n"
 
