@@ -39,6 +39,11 @@ from train import common, data, lm
 from train import tokenizer as tk
 
 MASK = "<|mask|>"
+# BERT's learned absolute positions left both sizes on the unigram plateau (base: validation loss
+# 5.93 at step 600 and 5.60 at 2,200, filling "I am the <|mask|> of life" with "," and "said");
+# with relative position embeddings (Shaw et al. 2018, a BertConfig option) base reached 5.00 at
+# step 600 of the same recipe. A lower learning rate (3e-4) did worse (6.22 at 600).
+POSITIONS = "relative_key"
 MLM_PROBABILITY = 0.15
 MASKING_PNG = "masking.png"
 GENERATION_PROMPT = "In the beginning, God created the heavens and the earth. The earth was"
@@ -69,11 +74,11 @@ class MLMSize:
 # 0.99 s/step under bfloat16 autocast, which makes 4,000 large steps fit in about 70 minutes.
 SIZES = {
     "masked-lm-base": MLMSize(
-        layers=4, width=128, heads=2, context=128, batch_size=32, steps=4000, lr=1e-3,
+        layers=4, width=128, heads=2, context=128, batch_size=32, steps=3000, lr=1e-3,
         warmup=200, bf16=True,
     ),
     "masked-lm-large": MLMSize(
-        layers=5, width=256, heads=4, context=128, batch_size=32, steps=4000, lr=8e-4,
+        layers=5, width=256, heads=4, context=128, batch_size=32, steps=3000, lr=8e-4,
         warmup=200, bf16=True,
     ),
 }  # fmt: skip
@@ -197,9 +202,11 @@ def build_model(size: MLMSize, vocab_size: int, pad_id: int, seed: int):
         num_attention_heads=size.heads,
         intermediate_size=4 * size.width,
         max_position_embeddings=size.context,
+        position_embedding_type=POSITIONS,
         type_vocab_size=1,
         pad_token_id=pad_id,
     )
+    config._attn_implementation = "eager"  # PyTorch's fused kernel has no relative positions
     torch.manual_seed(seed)
     return BertForMaskedLM(config)
 
