@@ -234,13 +234,14 @@ def build(registry) -> None:
             csv_file = gr.DownloadButton(
                 "Download metrics (CSV)", visible=False, size="sm", elem_id="compare-csv"
             )
+        # One event per button: Gradio 6.17's page froze for minutes (Chromium's main thread busy
+        # in Svelte's flush) when one event showed both buttons at once, as in gradio#12932.
         result.change(
-            lambda record: (
-                downloads.button(record),
-                downloads.button(record, metrics_csv),
-            ),
+            downloads.button, result, json_file, queue=False, api_visibility="private"
+        ).then(
+            lambda record: downloads.button(record, metrics_csv),
             result,
-            [json_file, csv_file],
+            csv_file,
             queue=False,
             api_visibility="private",
         )
