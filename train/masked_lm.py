@@ -392,7 +392,7 @@ class MaskedLM:
         ]
         lines += [f"- {name}: {text}" for name, text in generation["outputs"].items()]
         limits = (
-            "- Trained from scratch for minutes on one book: predictions favour frequent Bible "
+            "- Trained from scratch in one or two hours on one book: predictions favour Bible "
             "words; it is a study model, not a general masked LM.\n"
             "- The mask token absorbs the space before it, as RoBERTa's does: write "
             f"`the {MASK} of God`.\n"
