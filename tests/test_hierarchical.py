@@ -74,6 +74,20 @@ def test_recipes_write_results_and_autoencoder_changes_only_the_sentence_decoder
     assert changed == {"sentence_decoder"}
 
 
+def test_autoencoder_data_is_every_fitting_verse_copied():
+    rows = [
+        {"split": "train", "book": "Gen", "chapter": 1, "verse": v, "web": text}
+        for v, text in enumerate(["In the beginning.", "", "a" * 25, "Last verse."], start=1)
+    ]
+    rows.append({**rows[0], "split": "test"})
+    copies = hm.verse_copies(rows, "train")
+    # the empty and the over-long verse are dropped; the last verse has no next verse but counts
+    assert copies == [
+        (ht.split_words(t), ht.split_words(t)) for t in ("In the beginning.", "Last verse.")
+    ]
+    assert hm.verse_pairs(rows, "train") == []
+
+
 def test_export_parity_with_pytorch(bundle):
     _, manifest = bundle
     assert manifest["task"] == "hierarchical-lm"

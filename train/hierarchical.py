@@ -367,6 +367,13 @@ def verse_pairs(rows: list[dict], split: str) -> list[tuple[list[str], list[str]
     return pairs
 
 
+def verse_copies(rows: list[dict], split: str) -> list[tuple[list[str], list[str]]]:
+    """(verse, the same verse) word lists for every WEB verse of one split that fits: the
+    autoencoder's data, which needs no next verse, so it has more than `verse_pairs`."""
+    verses = (ht.split_words(row["web"]) for row in rows if row["split"] == split and row["web"])
+    return [(words, words) for words in verses if encodable(words)]
+
+
 def collate(vocab, pairs, word_chars: int) -> dict:
     """Padded id tensors for the model; `labels` counts predicted characters for the loop."""
     sources = [spell_sentence(vocab, s, end=False) for s, _ in pairs]
@@ -694,22 +701,19 @@ def tiny_config(config: HierarchicalConfig) -> HierarchicalConfig:
 
 
 def run_autoencoder(args) -> dict:
-    """Seed 003 §4.3: freeze all but the sentence decoder, train it to reconstruct the input."""
+    """Seed 003 §4.3: freeze all but the sentence decoder, train it to reconstruct the input
+    (every WEB verse that fits, not only those with a next verse)."""
     common.seed_everything(args.seed)
-    pairs, _ = web_pairs(args.verses)
+    rows = data.load_verses(args.verses)
     model = load_run(args.init)
     for name, parameter in model.named_parameters():
         parameter.requires_grad = name.startswith("sentence_decoder.")
     model.embedding.weight.requires_grad = False
-
-    def itself(split_pairs):
-        return [(s, s) for s, _ in split_pairs]
-
     return train_run(
         model,
-        itself(pairs["train"]),
-        itself(pairs["validation"])[:512],
-        itself(pairs["test"]),
+        verse_copies(rows, "train"),
+        verse_copies(rows, "validation")[:512],
+        verse_copies(rows, "test"),
         args,
         "hierarchical-autoencoder",
     )
