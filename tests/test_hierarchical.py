@@ -72,6 +72,14 @@ def test_recipes_write_results_and_autoencoder_changes_only_the_sentence_decoder
         if not torch.equal(v, ae.state_dict()[k])
     }
     assert changed == {"sentence_decoder"}
+    hm.check_shared_weights(runs / "lm-sarah", runs / "ae")
+
+
+def test_ship_refuses_an_autoencoder_whose_encoder_was_trained(runs, tmp_path):
+    lm = runs / "lm-sarah"
+    _train("autoencoder", tmp_path / "ae", "--init", str(lm), "--steps", "2", "--train-encoder")
+    with pytest.raises(ValueError, match="must change only the sentence decoder"):
+        hm.check_shared_weights(lm, tmp_path / "ae")
 
 
 def test_autoencoder_data_is_every_fitting_verse_copied():

@@ -702,12 +702,17 @@ def tiny_config(config: HierarchicalConfig) -> HierarchicalConfig:
 
 def run_autoencoder(args) -> dict:
     """Seed 003 §4.3: freeze all but the sentence decoder, train it to reconstruct the input
-    (every WEB verse that fits, not only those with a next verse)."""
+    (every WEB verse that fits, not only those with a next verse). `--train-encoder` also
+    trains the sentence encoder: a measurement of what the freeze costs, which `ship` refuses
+    (the bundle's two decoders share one encoder)."""
     common.seed_everything(args.seed)
     rows = data.load_verses(args.verses)
     model = load_run(args.init)
+    trained = (
+        ("sentence_decoder.", "sentence_encoder.") if args.train_encoder else "sentence_decoder."
+    )
     for name, parameter in model.named_parameters():
-        parameter.requires_grad = name.startswith("sentence_decoder.")
+        parameter.requires_grad = name.startswith(trained)
     model.embedding.weight.requires_grad = False
     return train_run(
         model,
@@ -819,6 +824,23 @@ def budget_note(results: dict, shipped: dict, best: str) -> str:
     return note + "\n\n"
 
 
+def check_shared_weights(lm_run: Path, autoencoder_run: Path) -> None:
+    """The bundle stores one word encoder, sentence encoder and word decoder for both sentence
+    decoders, so an autoencoder run must have changed nothing else of its language model."""
+    lm, autoencoder = load_run(lm_run).state_dict(), load_run(autoencoder_run).state_dict()
+    changed = sorted(
+        name
+        for name, weights in lm.items()
+        if not name.startswith("sentence_decoder.") and not torch.equal(weights, autoencoder[name])
+    )
+    if changed:
+        raise ValueError(
+            f"`{autoencoder_run}` must change only the sentence decoder of `{lm_run}`, got "
+            f"{len(changed)} other changed tensors ({changed[0]}, …): was it trained with "
+            "--train-encoder or from another run?"
+        )
+
+
 def comparison_run(runs: Path, kind: str) -> Path:
     """The run of `kind` in the three-way comparison: runs/compare/<kind> when the comparison
     was made at a shorter budget than the shipped run, else runs/lm-<kind>."""
@@ -843,6 +865,7 @@ def ship(args) -> int:
     best = args.ship_kind or min(results, key=lambda k: results[k]["test_nits_per_char"])
     shipped = common.read_json(runs / f"lm-{best}" / "result.json")
     autoencoder = common.read_json(runs / "ae" / "result.json")
+    check_shared_weights(runs / f"lm-{best}", runs / "ae")
     style = {
         name: common.read_json(runs / f"style-{name}" / "result.json")
         for name in ("finetune", "scratch")
@@ -1103,6 +1126,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-minutes", type=float)
     parser.add_argument(
         "--max-steps", type=int, help="stop (and evaluate) at this step of the --steps schedule"
+    )
+    parser.add_argument(
+        "--train-encoder",
+        action="store_true",
+        help="autoencoder: also train the sentence encoder (seed 003 freezes it; not shippable)",
     )
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--quiet", action="store_true")
