@@ -709,9 +709,7 @@ def run_autoencoder(args) -> dict:
     common.seed_everything(args.seed)
     rows = data.load_verses(args.verses)
     model = load_run(args.init)
-    trained = (
-        ("sentence_decoder.", "sentence_encoder.") if args.train_encoder else "sentence_decoder."
-    )
+    trained = ("sentence_decoder.",) + (("sentence_encoder.",) if args.train_encoder else ())
     for name, parameter in model.named_parameters():
         parameter.requires_grad = name.startswith(trained)
     model.embedding.weight.requires_grad = False
@@ -1003,9 +1001,8 @@ def ship(args) -> int:
         f"## Reconstruction cost (seed 003, table 4.2)\n\n{reconstruction}\n\n"
         f"Over the first {quality['sentences']} test verses, the greedy reconstruction is the "
         f"verse exactly for {quality['exact_share']:.1%} of them ({exact_verses}); against the "
-        "verses "
-        f"themselves it scores BLEU {quality['bleu']} and chrF {quality['chrf']} (sacreBLEU; "
-        f"a copy scores 100; another verse of the same list scores BLEU "
+        f"verses themselves it scores BLEU {quality['bleu']} and chrF {quality['chrf']} "
+        "(sacreBLEU; a copy scores 100; another verse of the same list scores BLEU "
         f"{quality['unrelated_bleu']}, chrF {quality['unrelated_chrf']}).\n\n"
         "## Paraphrase example (40 candidates, seed 0, closest 4)\n\n"
         + common.markdown_table(("distance", "T", "noise w", "candidate"), example_rows)
