@@ -26,6 +26,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from .bundle import read_manifest
+from .chat import ChatMixin
 from .config import GenerationConfig
 from .masked_lm import MaskedLM
 from .memorisation import Memorisation, memorised
@@ -182,8 +183,9 @@ def _session(
     return ort.InferenceSession(str(path), sess_options=options, providers=providers)
 
 
-class Generator:
-    """A loaded model: `generate`, `stream`, its `manifest` and `controls`."""
+class Generator(ChatMixin):
+    """A loaded model: `generate`, `stream`, its `manifest` and `controls`; `chat` and
+    `stream_chat` when its bundle has a chat template (runtime/chat.py)."""
 
     def __init__(
         self,
@@ -287,8 +289,9 @@ class Generator:
         return ids
 
     def _batch(self, prompts, controls):
-        """Encode prompts and pad them: left for a causal LM, right for a seq2seq source."""
-        encoded = [self.encode_prompt(p, controls) for p in prompts]
+        """Encode prompts and pad them: left for a causal LM, right for a seq2seq source. A
+        prompt may come encoded already (a list of token ids: a chat's rendered conversation)."""
+        encoded = [p if isinstance(p, list) else self.encode_prompt(p, controls) for p in prompts]
         width = max(len(ids) for ids in encoded)
         input_ids = np.full((len(encoded), width), self.pad_token_id, dtype=np.int64)  # (B, T)
         mask = np.zeros((len(encoded), width), dtype=np.int64)
@@ -371,8 +374,11 @@ class Generator:
             return
         yield from self._token_events(self._plan([prompt], config, controls), alternatives=5)
 
-    def _token_events(self, plan, alternatives) -> Iterator[StreamEvent]:
+    def _token_events(self, plan, alternatives, end_ids=None) -> Iterator[StreamEvent]:
+        """Events of the plan's rows; a row ends on EOS, or on any of `end_ids` when given (a
+        chat's end-of-turn tokens)."""
         config, encoded, input_ids, mask, history, history_mask, max_steps, limit, rng = plan
+        ends = {self.eos_token_id} if end_ids is None else set(end_ids)
         copies = config.num_return_sequences
         rows = np.repeat(np.arange(len(encoded)), copies)  # prompt of each row
         search = TokenSearch(
@@ -382,7 +388,7 @@ class Generator:
             config,
             history=history[rows],
             history_mask=history_mask[rows],
-            eos_token_id=self.eos_token_id,
+            eos_token_id=self.eos_token_id if end_ids is None else tuple(end_ids),
             pad_token_id=self.pad_token_id,
             max_steps=max_steps,
             rng=rng,
@@ -400,7 +406,7 @@ class Generator:
                 if cut is not None:
                     text, reason = text[:cut], "stop"
                     search.finish(row)
-                elif token == self.eos_token_id:
+                elif token in ends:
                     reason = "eos"
                 elif step.index + 1 == max_steps:
                     reason = limit
