@@ -21,8 +21,9 @@ Three parts, each testable without a server:
   choices; then `data: [DONE]`. `logprobs: true` (+ `top_logprobs` ≤ 5) gives
   `choices[].logprobs.content[]`, each with token, logprob, UTF-8 bytes and the top
   alternatives; the end-of-turn token is not listed (it is not in the text). Each choice also
-  carries a `scriptorium` object with the token ids and the runtime's own finish reason, as
-  completions do.
+  carries a `scriptorium` object, as completions do: the token ids (end of turn included), their
+  log-probabilities, the runtime's own finish reason and, streamed, the token's top-5
+  alternatives (what ui/remote.py needs to stand in for a local generator).
 
 A model whose bundle has no chat template gets a 400 naming `model` (it serves /v1/completions).
 """
@@ -345,8 +346,14 @@ def logprob_entries(gen, token_ids, logprobs, alternatives, k: int) -> list[dict
     return entries
 
 
-def _choice_extras(token_ids, finish_reason) -> dict:
-    return {"token_ids": list(token_ids), "finish_reason": finish_reason}
+def _choice_extras(token_ids, logprobs, finish_reason, alternatives=None) -> dict:
+    """What OpenAI's schema has no field for: the token ids (end of turn included), each
+    token's log-probability, the runtime's own finish reason; streamed, the token's top-5."""
+    extras = {"token_ids": list(token_ids), "logprobs": list(logprobs)}
+    extras["finish_reason"] = finish_reason
+    if alternatives is not None:
+        extras["alternatives"] = [list(pair) for pair in alternatives]
+    return extras
 
 
 def replica_complete(gen, request: ChatRequest) -> dict:
@@ -375,7 +382,9 @@ def replica_complete(gen, request: ChatRequest) -> dict:
                 "message": {"role": "assistant", "content": output.text, "refusal": None},
                 "logprobs": logprobs,
                 "finish_reason": api.openai_finish_reason(output.finish_reason),
-                "scriptorium": _choice_extras(output.token_ids, output.finish_reason),
+                "scriptorium": _choice_extras(
+                    output.token_ids, output.logprobs, output.finish_reason
+                ),
             }
         )
     prompt_tokens = outputs[0].prompt_tokens if outputs else 0
@@ -431,7 +440,9 @@ def replica_stream(gen, request: ChatRequest) -> Iterator[dict]:
                     "delta": delta,
                     "logprobs": logprobs,
                     "finish_reason": api.openai_finish_reason(event.finish_reason),
-                    "scriptorium": _choice_extras([event.token_id], event.finish_reason),
+                    "scriptorium": _choice_extras(
+                        [event.token_id], [event.logprob], event.finish_reason, event.alternatives
+                    ),
                 }
             }
     finally:

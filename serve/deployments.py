@@ -87,8 +87,10 @@ class ModelServer:
         return self.generator.manifest
 
     def file(self, name: str) -> bytes:
-        """A file the manifest lists, as bytes; FileNotFoundError for any other name."""
-        if name not in self.generator.manifest.get("files", {}):
+        """A file the manifest lists (or tokenizer.json), as bytes; FileNotFoundError for any
+        other name."""
+        # tokenizer.json is in every model directory, a plain optimum export's included.
+        if name not in {*self.generator.manifest.get("files", {}), "tokenizer.json"}:
             raise FileNotFoundError(f"`{name}` is not a file of this model's bundle")
         return (self.generator.directory / name).read_bytes()
 

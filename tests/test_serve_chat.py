@@ -317,3 +317,35 @@ def test_unknown_routes_answer_in_openai_shape(server):
         error = response.json()["error"]
         assert f"no route {method} /v1{path}" in error["message"]
         assert error["type"] == "invalid_request_error" and "detail" not in response.json()
+
+
+def test_the_app_backend_chats_through_the_endpoint(server, local):
+    """`python app.py --backend URL`: ui/remote.py's generator chats as the local one does."""
+    from ui.remote import RemoteRegistry
+
+    registry = RemoteRegistry(server)
+    remote, plain = registry.get("chat"), registry.get(PLAIN)
+    assert remote.is_chat_model and not plain.is_chat_model
+    assert remote.apply_chat_template(MESSAGES) == local.apply_chat_template(MESSAGES)
+    assert remote.count_chat_tokens(MESSAGES) == local.count_chat_tokens(MESSAGES)
+    config = runtime.GenerationConfig(max_new_tokens=20, **SAMPLING)
+    ours, theirs = remote.chat(MESSAGES, config)[0], local.chat(MESSAGES, config)[0]
+    assert (ours.text, ours.token_ids, ours.finish_reason, ours.prompt_tokens) == (
+        theirs.text,
+        theirs.token_ids,
+        theirs.finish_reason,
+        theirs.prompt_tokens,
+    )
+    assert ours.logprobs == pytest.approx(theirs.logprobs, abs=1e-5)
+    streamed, expected = (
+        list(remote.stream_chat(MESSAGES, config)),
+        list(local.stream_chat(MESSAGES, config)),
+    )
+    assert [(e.text, e.token_id, e.finish_reason) for e in streamed] == [
+        (e.text, e.token_id, e.finish_reason) for e in expected
+    ]
+    assert [e.alternatives[0][0] for e in streamed] == [e.alternatives[0][0] for e in expected]
+    with pytest.raises(ValueError, match="is not a chat model"):
+        plain.chat(MESSAGES)
+    with pytest.raises(ValueError, match="the conversation is .* tokens"):
+        remote.stream_chat([{"role": "user", "content": "In the beginning " * 40}], config)
