@@ -12,7 +12,10 @@ the top-k / top-p kernels. Nothing here imports torch or transformers.
 from . import sampling
 from .bundle import BundleError, ChecksumError
 from .config import GenerationConfig
-from .generator import GenerationOutput, Generator, StreamEvent, load, providers_for
+from .generator import Generator
+from .loading import load
+from .outputs import GenerationOutput, StreamEvent
+from .sessions import providers_for
 
 __all__ = [
     "BundleError",

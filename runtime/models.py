@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .sessions import io_binding_for
+
 SHARED_BUFFER = "shared-buffer"  # manifest `graphs.decoder.kv_cache`: past and present share memory
 _CACHE_HEADROOM = 128  # positions a shared buffer holds beyond the prompt before it must grow
 _LAST_POSITION = np.array(1, dtype=np.int64)  # `logits_to_keep` feed: the last position only
@@ -97,9 +99,8 @@ class GraphRunner:
 
     def __init__(self, session, io_binding: bool | None = None):
         self.session = session
-        cuda = "CUDAExecutionProvider" in session.get_providers()
-        self.io_binding = cuda if io_binding is None else io_binding
-        self.device = "cuda" if cuda else "cpu"
+        self.io_binding = io_binding_for(session, io_binding)
+        self.device = "cuda" if "CUDAExecutionProvider" in session.get_providers() else "cpu"
 
     def run(self, outputs: list[str], feeds: dict) -> list:
         """Outputs in order: the first (logits) as numpy, the rest as device values."""

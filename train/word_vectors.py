@@ -97,7 +97,7 @@ def evaluations(out: Path, reference: Path | None) -> dict[str, dict]:
     input embeddings, e.g. the Bible LM's), by model name."""
     import runtime
     from study import word_analogies as wa
-    from ui.embeddings import load_matrix
+    from runtime.word_vectors import load_matrix
 
     results = {}
     for variant in VARIANTS:
