@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import onnxruntime as ort
 
 from .sessions import io_binding_for
 
@@ -38,8 +39,6 @@ class SharedCache:
     """
 
     def __init__(self, session, past_names, present_names, buffers, vocab: int):
-        import onnxruntime as ort
-
         self.session = session
         self.buffers = buffers  # per layer key, value: (N, H, capacity, D)
         self.vocab = vocab
@@ -63,8 +62,6 @@ class SharedCache:
         if "logits_to_keep" in feeds:
             steps = min(steps, int(feeds["logits_to_keep"])) or steps
         if self._logits is None or self._logits.shape[1] != steps:
-            import onnxruntime as ort
-
             self._logits = np.empty((batch, steps, self.vocab), dtype=np.float32)
             self._logits_value = ort.OrtValue.ortvalue_from_numpy(self._logits)
             self.binding.bind_ortvalue_output("logits", self._logits_value)
@@ -106,8 +103,6 @@ class GraphRunner:
         """Outputs in order: the first (logits) as numpy, the rest as device values."""
         if not self.io_binding:
             return self.session.run(outputs, feeds)
-        import onnxruntime as ort
-
         binding = self.session.io_binding()
         for name, value in feeds.items():
             if not isinstance(value, ort.OrtValue):
@@ -125,8 +120,6 @@ class GraphRunner:
         """Rows `rows` of a cache tensor (numpy or OrtValue), on the same device."""
         if isinstance(value, np.ndarray):
             return np.take(value, rows, axis=0)
-        import onnxruntime as ort
-
         picked = np.take(value.numpy(), rows, axis=0)
         return ort.OrtValue.ortvalue_from_numpy(picked, self.device, 0)
 
