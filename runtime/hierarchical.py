@@ -155,12 +155,12 @@ class CharTokenizer:
 
 
 class HierarchicalGenerator:
-    """A loaded "hierarchical-lm" bundle; `runtime.load` returns one for such a manifest."""
+    """A loaded "hierarchical-lm" bundle; `runtime.load` returns one for such a manifest. Its
+    sessions run on one intra-op thread unless `threads` says otherwise."""
 
     def __init__(self, directory: Path, manifest: dict, threads: int | None = None, providers=None):
         self.directory, self.manifest = Path(directory), manifest
         self.providers = available_providers(providers)
-        # one thread by default: its graphs are small, so more threads cost more than they give
         self.sessions = {
             role: create_session(self.directory / graph["file"], self.providers, threads or 1)
             for role, graph in manifest["graphs"].items()
