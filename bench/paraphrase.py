@@ -34,16 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=common.RESULTS / "paraphrase.json")
     args = parser.parse_args(argv)
 
-    from runtime import hierarchical_text as ht
+    import train.hierarchical
     from runtime.hierarchical import HierarchicalGenerator
-    from train import hierarchical as hm
+    from runtime.hierarchical_text import CharVocab, split_words
 
     common.set_torch_threads(args.threads)
     ours = HierarchicalGenerator.open(args.bundle, threads=args.threads)
     run = args.run or Path(ours.manifest["export"]["autoencoder_source"])
-    model = hm.load_run(run)
-    vocab = ht.CharVocab(model.config.charset)
-    words = len(ht.split_words(SENTENCE))
+    model = train.hierarchical.load_run(run)
+    vocab = CharVocab(model.config.charset)
+    words = len(split_words(SENTENCE))
     chars = {}
 
     def runtime_call():
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         chars["runtime"] = sum(len(c.text) for c in candidates)
 
     def torch_call():
-        candidates = hm.paraphrase(model, vocab, SENTENCE, CANDIDATES, seed=0)
+        candidates = train.hierarchical.paraphrase(model, vocab, SENTENCE, CANDIDATES, seed=0)
         chars["pytorch"] = sum(len(c["text"]) for c in candidates)
 
     medians = common.interleaved_medians(

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from runtime.bundle import read_manifest  # noqa: E402
-from ui.registry import find_bundles  # noqa: E402
+from runtime.loading import find_bundles  # noqa: E402
 
 CODE = ("ui", "runtime", "study")
 CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists

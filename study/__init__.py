@@ -10,4 +10,7 @@
 
 Everything runs on bundles through the runtime (numpy + onnxruntime), so the app can run the
 same code live.
+
+Layer: study/ may import runtime (and matplotlib in `study.figures`, for cards and the CLI);
+never torch or transformers. ui/ and train/ import it (DESIGN.md, "Layers").
 """

@@ -96,8 +96,8 @@ def evaluations(out: Path, reference: Path | None) -> dict[str, dict]:
     """study.word_analogies.evaluate of both variants in `out` (and of the reference bundle's
     input embeddings, e.g. the Bible LM's), by model name."""
     import runtime
+    from runtime.word_vectors import load_matrix
     from study import word_analogies as wa
-    from ui.embeddings import load_matrix
 
     results = {}
     for variant in VARIANTS:
