@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from runtime import hierarchical_text as ht
     from runtime.hierarchical import HierarchicalGenerator
-    from train import hierarchical as hm
+    from modeling import hierarchical as hm
 
     common.set_torch_threads(args.threads)
     ours = HierarchicalGenerator.open(args.bundle, threads=args.threads)

@@ -150,7 +150,7 @@ def inspect_checkpoint(model_dir: Path) -> Checkpoint:
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet():
     """Silence tracer warnings and info logs of torch/transformers/optimum (errors still show)."""
     import transformers
 
@@ -179,7 +179,7 @@ def _load_tokenizer(model_dir: Path, target: Path):
     from transformers import AutoTokenizer
 
     try:
-        with _quiet():
+        with quiet():
             hf_tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except Exception as error:  # transformers raises OSError, ValueError, TypeError, …
         raise FileNotFoundError(
@@ -230,7 +230,7 @@ def _install(staging: Path, out_dir: Path) -> None:
 def _run_optimum(checkpoint: Checkpoint, target: Path) -> dict[str, Path]:
     from optimum.exporters.onnx import main_export
 
-    with _quiet():
+    with quiet():
         main_export(
             str(checkpoint.path),
             output=target,
@@ -310,19 +310,26 @@ def _parity(graphs: dict[str, Path], ref, target: Path, parities: dict | None) -
     key = tuple(sorted((role, str(path)) for role, path in graphs.items()))
     if parities is not None and key in parities:
         return parities[key]
-    with _quiet():
+    with quiet():
         result = logit_parity(OnnxModel(_assemble(graphs, ref.task, target), ref.task), ref)
     if parities is not None:
         parities[key] = result
     return result
 
 
-def _parity_holds(before: dict, after: dict) -> tuple[bool, float, float]:
+def worst_logit_diff(parity: dict) -> float:
+    """max |Δlogit| of a parity report: a generation graph's worse of prefill and cached step
+    (`logit_parity`), or a fill-mask graph's one pass (export/fill_mask.py's `parity`)."""
+    if "max_abs_logit_diff" in parity:
+        return parity["max_abs_logit_diff"]
+    return max(parity["prefill_max_abs_diff"], parity["cached_step_max_abs_diff"])
+
+
+def parity_holds(before: dict, after: dict) -> tuple[bool, float, float]:
     """Whether graphs with parity `after` match PyTorch at least as well as those with `before`:
     no lower argmax agreement, and max |Δlogit| within twice `before`'s or `OPTIMIZER_TOLERANCE`
-    of the logit scale. Also returns both max |Δlogit|."""
-    worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
-    baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
+    of the logit scale. Also returns both max |Δlogit| (after, before)."""
+    worst, baseline = worst_logit_diff(after), worst_logit_diff(before)
     allowed = max(2 * baseline, OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"]))
     holds = after["argmax_agreement"] >= before["argmax_agreement"] and worst <= allowed
     return holds, worst, baseline
@@ -352,7 +359,7 @@ def _lean(
         after = _parity(lean, ref, work / "b", parities)
     except ValueError as error:  # an option the lean graph does not reproduce
         return None, {"summary": f"not used: {error}"}
-    holds, worst, baseline = _parity_holds(before, after)
+    holds, worst, baseline = parity_holds(before, after)
     if not holds:
         return None, {"summary": f"not used: max |Δlogit| {worst:.3g} (optimum {baseline:.3g})"}
     import onnx
@@ -409,7 +416,7 @@ def _ort_optimize(
             "fallback": reason,
             "summary": f"no (fell back to the unoptimized graphs: {reason})",
         }
-    holds, worst, baseline = _parity_holds(before, after)
+    holds, worst, baseline = parity_holds(before, after)
     report = {
         "model_type": OPTIMIZER_MODEL_TYPES[architecture],
         "fused": fused,
@@ -441,7 +448,7 @@ def _quantize(graphs, precision, keep_lm_head, work: Path) -> tuple[dict[str, Pa
     for role, path in graphs.items():
         target = work / "quantized" / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        with _quiet():
+        with quiet():
             per_graph[role] = quantize_graph(path, target, precision, keep_lm_head)
         quantized[role] = target
     method = {
@@ -461,7 +468,7 @@ def _load_reference(checkpoint: Checkpoint, hf_tokenizer, manifest: dict) -> Ref
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     auto = AutoModelForSeq2SeqLM if checkpoint.task == "seq2seq" else AutoModelForCausalLM
-    with _quiet():
+    with quiet():
         model = auto.from_pretrained(checkpoint.path, dtype=torch.float32).eval()
     return Reference(
         model=model,
@@ -583,13 +590,13 @@ def _export(
         "parameters": sum(p.numel() for p in ref.model.parameters()),
         "optimizer": optimizer,
         "quantization": quantization,
-        "versions": _versions(),
+        "versions": versions(),
     }
     mf.write_bundle_metadata(staging, manifest)
     bar.update()
 
     bar.set_postfix_str(STEPS[3])
-    with _quiet():
+    with quiet():
         manifest["parity"] = check_bundle(staging, final, ref, manifest)
     bar.update()
 
@@ -620,7 +627,7 @@ def _write_embeddings(model, path: Path) -> str:
     return path.name
 
 
-def _versions() -> dict:
+def versions() -> dict:
     from importlib.metadata import version
 
     packages = ("torch", "transformers", "optimum-onnx", "onnx", "onnxruntime")

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from export.manifest import seal
 from runtime.memorisation import WORD_NGRAM, ngram_hashes
-
-from .manifest import file_entries
 
 INDEX_FILE = "training_ngrams.npy"
 
@@ -49,8 +48,7 @@ def add_ngram_index(bundle: str | Path, texts: Iterable[str], corpus: str, n: in
         "hash": "blake2b-64 (little-endian) of the n words joined by U+001F",
         "corpus": corpus,
     }
-    manifest["files"] = file_entries(bundle)
-    manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    seal(bundle, manifest, ensure_ascii=False)
     return index
 
 

@@ -238,9 +238,9 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["paraphraser"]:
-        from train import hierarchical
+        from train import hierarchical_cli
 
-        return hierarchical.main(argv[1:])
+        return hierarchical_cli.main(argv[1:])
     if argv[:1] == ["ship"]:
         args = _parser("scriptorium train ship", ship_only=True).parse_args(argv[1:])
         recipe, out = make_recipe(args)

@@ -488,8 +488,8 @@ def export(
 
 def finish_card(bundle_dir: Path, sections: Sequence[tuple[str, str]], files: Sequence[Path]):
     """Append recipe sections (samples, limits, …) to the bundle's README, add `files` (the loss
-    plot), and rewrite manifest.json's checksums (export/manifest.py helpers)."""
-    from export import manifest as mf
+    plot), and seal the bundle again (export.manifest.seal: manifest.json's checksums)."""
+    from export import manifest as bundle_manifest
 
     manifest = read_json(bundle_dir / "manifest.json")
     for path in files:
@@ -497,14 +497,12 @@ def finish_card(bundle_dir: Path, sections: Sequence[tuple[str, str]], files: Se
     if manifest["task"] == "fill-mask":
         from export.fill_mask import model_card
     else:
-        model_card = mf.model_card
+        model_card = bundle_manifest.model_card
     card = model_card(manifest).rstrip("\n")
     for title, body in sections:
         card += f"\n\n## {title}\n\n{body.strip()}"
     (bundle_dir / "README.md").write_text(card + "\n")
-    manifest["files"] = mf.file_entries(bundle_dir)
-    write_json(bundle_dir / "manifest.json", manifest)
-    return manifest
+    return bundle_manifest.seal(bundle_dir, manifest, ensure_ascii=False)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:

@@ -409,7 +409,7 @@ class MaskedLM:
 def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
     """Draw every run's masking study (its evaluation.json) in one figure and put it, as
     masking.png, into each shipped bundle (its card shows that file), updating the checksums."""
-    from export import manifest as mf
+    from export.manifest import seal
     from study.figures import masking_plot
 
     results = {}
@@ -419,9 +419,7 @@ def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
     figure = masking_plot(results)
     for bundle in bundles:
         figure.savefig(bundle / MASKING_PNG, dpi=100)
-        manifest = common.read_json(bundle / "manifest.json")
-        manifest["files"] = mf.file_entries(bundle)
-        common.write_json(bundle / "manifest.json", manifest)
+        seal(bundle, ensure_ascii=False)
 
 
 def main(argv: list[str] | None = None) -> int:
