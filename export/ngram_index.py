@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from export.corpus import chapters, load_verses
 from export.manifest import seal
 from runtime.memorisation import WORD_NGRAM, ngram_hashes
 
@@ -54,9 +55,7 @@ def add_ngram_index(bundle: str | Path, texts: Iterable[str], corpus: str, n: in
 
 def bible_training_text(verses: Path) -> list[str]:
     """The Bible LM's training text: each training-book WEB chapter as one passage."""
-    from train import data, lm
-
-    return [" ".join(chapter.verses) for chapter in lm.chapters(data.load_verses(verses), "train")]
+    return [" ".join(chapter.verses) for chapter in chapters(load_verses(verses), "train")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import runtime
+from export import corpus
 from train import cli, common, data, evaluate, lm, seq2seq
 from train import tokenizer as tk
 from ui import registry as ui_registry
@@ -75,7 +76,7 @@ def test_lm_bundle_controls_reproduce_training_format(tiny_runs):
     law = gen.encode_prompt("In the beginning", {"section": "law"})
     assert law != plain
     # Training's passage for a chapter whose first verse is the prompt: BOS, section, verse.
-    chapter = lm.Chapter("Genesis", 1, "Law", ["In the beginning", "God said."])
+    chapter = corpus.Chapter("Genesis", 1, "Law", ["In the beginning", "God said."])
     encoded = lm.EncodedChapter(chapter, tokenizer)
     passage = lm.make_passages([encoded], special, 128)[0]
     assert passage.ids[: len(law)] == law

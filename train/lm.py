@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from export.corpus import Chapter, chapters
 from train import common, data, evaluate
 from train import tokenizer as tk
 
@@ -78,31 +79,10 @@ TINY = LMSize(
 
 
 @dataclass
-class Chapter:
-    book: str
-    chapter: int
-    section: str  # section label, e.g. "Law"
-    verses: list[str]
-
-
-@dataclass
 class Passage:
     ids: list[int]  # BOS, section token (unless dropped), verse tokens, EOS at a chapter's end
     section: str  # section label
     controls: int  # leading control tokens after BOS (0 or 1): never prediction targets
-
-
-def chapters(rows: list[dict], split: str) -> list[Chapter]:
-    """WEB chapters of one split, verses in order; verses WEB lacks are skipped."""
-    out: dict[tuple[str, int], Chapter] = {}
-    for row in rows:
-        if row["split"] != split or not row["web"]:
-            continue
-        key = (row["book"], row["chapter"])
-        if key not in out:
-            out[key] = Chapter(row["book"], row["chapter"], row["section"], [])
-        out[key].verses.append(row["web"])
-    return list(out.values())
 
 
 class EncodedChapter:

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from export import corpus
 from train import common, data, lm
 from train import tokenizer as tk
 
@@ -232,7 +233,7 @@ class MaskedLM:
         )
         self.fast = transformers_tokenizer(self.tokenizer, out_dir)
         self.encoded = {
-            split: [lm.EncodedChapter(c, self.tokenizer) for c in lm.chapters(self.rows, split)]
+            split: [lm.EncodedChapter(c, self.tokenizer) for c in corpus.chapters(self.rows, split)]
             for split in data.SPLITS
         }
 
