@@ -16,7 +16,7 @@ import torch
 
 import runtime
 from export import corpus
-from train import cli, common, data, evaluate, lm, seq2seq
+from train import cli, common, data, evaluate, lm, seq2seq, seq2seq_recipes
 from train import tokenizer as tk
 from ui import registry as ui_registry
 
@@ -267,7 +267,7 @@ def test_balanced_draw_evens_out_ratio_values_above_the_floor(floor):
 
 
 def test_rewriter_epochs_add_balanced_value_token_examples(tmp_path):
-    recipe = seq2seq.Rewriter(True, data.FIXTURE, tmp_path / "tokenizers", tmp_path, seed=0)
+    recipe = seq2seq_recipes.Rewriter(True, data.FIXTURE, tmp_path / "tokenizers", tmp_path, seed=0)
     train = recipe.pairs["train"]
     examples = recipe.epoch_examples(random.Random(0))
     assert len(examples) == recipe.examples_per_epoch() == len(train) + recipe.balanced_count()

@@ -41,13 +41,15 @@ EVAL_PRECISION = "int8"  # the shipped default; evaluation measures what the app
 def recipe_class(name: str):
     import functools
 
-    from train import lm, masked_lm, seq2seq
+    from train import lm, masked_lm, seq2seq_recipes
 
     if name.startswith("masked-lm-"):
         return functools.partial(masked_lm.MaskedLM, name)
-    return {"bible-lm": lm.BibleLM, "rewriter": seq2seq.Rewriter, "translator": seq2seq.Translator}[
-        name
-    ]
+    return {
+        "bible-lm": lm.BibleLM,
+        "rewriter": seq2seq_recipes.Rewriter,
+        "translator": seq2seq_recipes.Translator,
+    }[name]
 
 
 def default_out(name: str, tiny: bool) -> Path:
