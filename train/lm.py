@@ -33,6 +33,7 @@ import torch
 from export.corpus import Chapter, chapters
 from train import common, data, evaluate
 from train import tokenizer as tk
+from train.recipe import Recipe
 
 NAME = "bible-lm"
 # Control value (what the app shows) per section label; the token comes from train/data.py.
@@ -283,8 +284,9 @@ def section_perplexity(model, encoded, special, size: LMSize) -> dict[str, float
     return out
 
 
-class BibleLM:
-    """The recipe: data, model, training task, evaluation and model card sections."""
+class BibleLM(Recipe):
+    """The recipe (train/recipe.py's contract): data, model, training task, evaluation and model
+    card sections."""
 
     name = NAME
     task_kind = "causal-lm"

@@ -38,6 +38,7 @@ import torch
 from export import corpus
 from train import common, data, lm
 from train import tokenizer as tk
+from train.recipe import Recipe
 
 MASK = "<|mask|>"
 # BERT's learned absolute positions left both sizes on the unigram plateau (base: validation loss
@@ -212,7 +213,7 @@ def build_model(size: MLMSize, vocab_size: int, pad_id: int, seed: int):
     return BertForMaskedLM(config)
 
 
-class MaskedLM:
+class MaskedLM(Recipe):
     """The recipe (train/cli.py's interface): data, model, task, evaluation, card sections."""
 
     task_kind = "fill-mask"

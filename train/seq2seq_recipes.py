@@ -17,6 +17,7 @@ from pathlib import Path
 
 from train import common, data, evaluate
 from train import tokenizer as tk
+from train.recipe import Recipe
 from train.seq2seq import (
     BALANCE_FLOOR,
     BALANCED_SHARE,
@@ -40,7 +41,7 @@ from train.seq2seq import (
 )
 
 
-class PairRecipe:
+class PairRecipe(Recipe):
     """Shared by the rewriter and the translator: data, model, task, generation settings."""
 
     name = ""
