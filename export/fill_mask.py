@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import manifest as mf
+from . import manifest as bundle_manifest
 from .exporter import EMBEDDINGS_FILE, parity_holds, quiet, versions
 from .manifest import seal
 from .optimize import optimize_graph
@@ -208,9 +208,9 @@ def export_fill_mask_bundle(
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if precision not in ("fp32", "int8"):
         raise ValueError(f"`precision` must be one of fp32, int8, got {precision!r}")
-    config = mf.load_json(model_dir / "config.json", "model config")
-    card_path = model_dir / mf.CARD_FILE
-    card = mf.load_json(card_path, "model card") if card_path.exists() else {}
+    config = bundle_manifest.load_json(model_dir / "config.json", "model config")
+    card_path = model_dir / bundle_manifest.CARD_FILE
+    card = bundle_manifest.load_json(card_path, "model card") if card_path.exists() else {}
     with quiet():
         hf_tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForMaskedLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -256,15 +256,15 @@ def export_fill_mask_bundle(
         shutil.copyfile(model_dir / "tokenizer.json", staging / "tokenizer.json")
         table = model.get_input_embeddings().weight.detach().float().numpy()  # (V, D)
         np.save(staging / EMBEDDINGS_FILE, table.astype(np.float16))
-        shape = mf.model_shape(config, "causal-lm")
+        shape = bundle_manifest.model_shape(config, "causal-lm")
         manifest = {
-            "schema_version": mf.SCHEMA_VERSION,
+            "schema_version": bundle_manifest.SCHEMA_VERSION,
             "name": name or card.get("name") or model_dir.name,
             "task": "fill-mask",
             "architecture": config.get("model_type"),
             "precision": precision,
             "files": {},
-            "graphs": {"model": mf.graph_entry("model.onnx", staging / "model.onnx")},
+            "graphs": {"model": bundle_manifest.graph_entry("model.onnx", staging / "model.onnx")},
             **shape,
             "mask_token": hf_tokenizer.mask_token,
             "mask_token_id": mask_id,
@@ -324,7 +324,7 @@ def model_card(manifest: dict) -> str:
         ("smallest cosine of last hidden states", bundle["min_hidden_cosine"]),
     ]
     lines = [f"# {manifest['name']}", "", export.get("description", ""), ""]
-    lines += mf._table(rows)
+    lines += bundle_manifest.card_table(rows)
     lines += [
         "",
         "## Files",
@@ -340,15 +340,19 @@ def model_card(manifest: dict) -> str:
         f"{bundle['sentences']} Bible sentences with 15 % of their tokens masked, this bundle "
         "against the PyTorch checkpoint:",
         "",
-        *mf._table(parity_rows),
+        *bundle_manifest.card_table(parity_rows),
         "",
         "## Evaluation",
         "",
-        *(mf._table(list(manifest["metrics"].items())) if manifest["metrics"] else ["None."]),
+        *(
+            bundle_manifest.card_table(list(manifest["metrics"].items()))
+            if manifest["metrics"]
+            else ["None."]
+        ),
         "",
         "## Training data",
         "",
-        *mf._table(list(manifest["training_data"].items())),
+        *bundle_manifest.card_table(list(manifest["training_data"].items())),
         "",
     ]
     return "\n".join(lines)

@@ -222,7 +222,8 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _table(rows: list[tuple[str, object]]) -> list[str]:
+def card_table(rows: list[tuple[str, object]]) -> list[str]:
+    """A two-column Markdown table of (key, value) rows for a model card."""
     lines = ["| | |", "|---|---|"]
     lines += [f"| {key} | {_fmt(value)} |" for key, value in rows]
     return lines
@@ -234,7 +235,7 @@ def model_card(manifest: dict) -> str:
     lines = [f"# {manifest['name']}", ""]
     if export.get("description"):
         lines += [export["description"], ""]
-    lines += _table(
+    lines += card_table(
         [
             ("task", manifest["task"]),
             ("architecture", manifest["architecture"]),
@@ -270,10 +271,10 @@ def model_card(manifest: dict) -> str:
         lines += ["None: the model takes plain text."]
     lines += ["", "## Evaluation", ""]
     metrics = manifest.get("metrics") or {}
-    lines += _table(list(metrics.items())) if metrics else ["No evaluation metrics recorded."]
+    lines += card_table(list(metrics.items())) if metrics else ["No evaluation metrics recorded."]
     lines += ["", "## Training data", ""]
     data = manifest.get("training_data") or {}
-    lines += _table(list(data.items())) if data else ["Not recorded."]
+    lines += card_table(list(data.items())) if data else ["Not recorded."]
     lines += ["", "## Licence", "", manifest.get("license") or "Not stated.", ""]
     return "\n".join(lines)
 
@@ -285,7 +286,7 @@ def _parity_lines(parity: dict) -> list[str]:
     return [
         f"Reference: {parity['reference']}.",
         "",
-        *_table(
+        *card_table(
             [
                 ("max abs Δlogit, prefill", logits["prefill_max_abs_diff"]),
                 ("max abs Δlogit, cached step", logits["cached_step_max_abs_diff"]),

@@ -34,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from train import data
-from train import tokenizer as tk
+from train.tokenizer import EN_CONTROL_TOKENS, train_tokenizer, training_texts
 
 CHECKPOINT = "checkpoint.pt"  # latest training state, replaced atomically
 LOSS_CSV = "loss.csv"
@@ -456,7 +456,7 @@ def load_or_train_tokenizer(
     from tokenizers import Tokenizer
 
     columns, controls = {
-        "en": (("web", "kjv"), tk.EN_CONTROL_TOKENS),
+        "en": (("web", "kjv"), EN_CONTROL_TOKENS),
         "en_es": (("web", "rv1909"), ()),
     }[name]
     path = tokenizer_dir / f"{name}.json"
@@ -465,7 +465,7 @@ def load_or_train_tokenizer(
     own = out_dir / f"tokenizer-{name}.json"
     if own.exists():
         return Tokenizer.from_file(str(own))
-    return tk.train_tokenizer(tk.training_texts(rows, columns), vocab_size, controls, own)
+    return train_tokenizer(training_texts(rows, columns), vocab_size, controls, own)
 
 
 # ---------------------------------------------------------------------------------------------

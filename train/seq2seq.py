@@ -45,9 +45,9 @@ import torch
 from tqdm.auto import tqdm
 
 from train import common, data, evaluate
-from train import tokenizer as tk
+from train.tokenizer import BOS, EN_ES_VOCAB_SIZE, EN_VOCAB_SIZE, EOS, LENGTH_TOKENS
 
-CATEGORY_TOKENS = dict(zip(evaluate.LENGTH_CATEGORIES, tk.LENGTH_TOKENS))
+CATEGORY_TOKENS = dict(zip(evaluate.LENGTH_CATEGORIES, LENGTH_TOKENS))
 RATIO_TOKENS = {value: f"<ratio_{value:.1f}>" for value in evaluate.RATIO_VALUES}
 # Probabilities of the length prefix kinds in training: category, value, both, none.
 PREFIX_KINDS = (("category", 0.4), ("value", 0.4), ("both", 0.1), ("none", 0.1))
@@ -73,7 +73,7 @@ class Seq2SeqSize:
     warmup: int  # warm-up steps
     dropout: float  # residual dropout
     steps: int = 0  # when > 0, a fixed step count instead of `epochs` (tiny mode)
-    vocab_size: int = tk.EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own
+    vocab_size: int = EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own
     eval_beams: int = 3  # beam width for evaluation (seed 004 evaluates with beam 3)
     eval_pairs: int = 0  # test pairs evaluated; 0 = all
     sweep_pairs: int = 500  # test pairs for the value-token sweep of strategy 1
@@ -90,7 +90,7 @@ REWRITER_FULL = Seq2SeqSize(
 TRANSLATOR_FULL = Seq2SeqSize(
     encoder_layers=4, decoder_layers=4, width=256, heads=4, ffn=1024, positions=128,
     batch_size=64, epochs=5.0, lr=1e-3, warmup=150, dropout=0.1, label_smoothing=0.1,
-    vocab_size=tk.EN_ES_VOCAB_SIZE,
+    vocab_size=EN_ES_VOCAB_SIZE,
 )  # fmt: skip
 TINY = Seq2SeqSize(
     encoder_layers=1, decoder_layers=1, width=64, heads=4, ffn=128, positions=256,
@@ -123,11 +123,11 @@ def with_seq2seq_post_processor(tokenizer):
     sources with special tokens, so this is how the bundle wraps every source)."""
     from tokenizers import processors
 
-    bos, eos = tokenizer.token_to_id(tk.BOS), tokenizer.token_to_id(tk.EOS)
+    bos, eos = tokenizer.token_to_id(BOS), tokenizer.token_to_id(EOS)
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{tk.BOS} $A {tk.EOS}",
-        pair=f"{tk.BOS} $A {tk.EOS} $B {tk.EOS}",
-        special_tokens=[(tk.BOS, bos), (tk.EOS, eos)],
+        single=f"{BOS} $A {EOS}",
+        pair=f"{BOS} $A {EOS} $B {EOS}",
+        special_tokens=[(BOS, bos), (EOS, eos)],
     )
     return tokenizer
 

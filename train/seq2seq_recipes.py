@@ -16,7 +16,6 @@ import random
 from pathlib import Path
 
 from train import common, data, evaluate
-from train import tokenizer as tk
 from train.recipe import Recipe
 from train.seq2seq import (
     BALANCE_FLOOR,
@@ -39,6 +38,7 @@ from train.seq2seq import (
     make_pairs,
     with_seq2seq_post_processor,
 )
+from train.tokenizer import BOS, EOS, PAD
 
 
 class PairRecipe(Recipe):
@@ -59,9 +59,9 @@ class PairRecipe(Recipe):
         )
         self.tokenizer = with_seq2seq_post_processor(tokenizer)
         self.special = {
-            "bos": tokenizer.token_to_id(tk.BOS),
-            "eos": tokenizer.token_to_id(tk.EOS),
-            "pad": tokenizer.token_to_id(tk.PAD),
+            "bos": tokenizer.token_to_id(BOS),
+            "eos": tokenizer.token_to_id(EOS),
+            "pad": tokenizer.token_to_id(PAD),
         }
         self.pairs = {
             split: make_pairs(
