@@ -35,6 +35,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from export.exporter import ParityError
 from export.manifest import seal
 from modeling import hierarchical as model_definition
 from runtime import hierarchical_text
@@ -50,12 +51,9 @@ PARITY_SENTENCES = (
 PARITY_TOLERANCE = 1e-3  # largest |Δ| accepted between a graph and PyTorch (float32)
 
 
-class ParityError(ValueError):
-    """An exported graph's outputs differ from PyTorch's by more than PARITY_TOLERANCE."""
-
-
 def check_graph_parity(diffs: dict[str, float]) -> None:
-    """Raise ParityError when a graph's max |Δ| (`graph_parity`) exceeds PARITY_TOLERANCE."""
+    """Raise export.ParityError (the exporter's) when a graph's max |Δ| (`graph_parity`)
+    exceeds PARITY_TOLERANCE."""
     over = {role: diff for role, diff in diffs.items() if diff > PARITY_TOLERANCE}
     if over:
         raise ParityError(
