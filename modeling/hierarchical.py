@@ -70,10 +70,11 @@ class HierarchicalConfig:
 def attend(query, keys, values, mask=None):
     """Scaled dot-product attention. query [..., Q], keys [..., T, Q], values [..., T, V],
     mask [..., T] (True = visible) → [..., V]."""
+    # scores [..., T]
     scores = (keys @ query.unsqueeze(-1)).squeeze(-1) / math.sqrt(query.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(~mask, -1e9)
-    return (scores.softmax(-1).unsqueeze(-2) @ values).squeeze(-2)
+    return (scores.softmax(-1).unsqueeze(-2) @ values).squeeze(-2)  # [..., V]
 
 
 def ff(d_in: int, d_out: int, dropout: float) -> nn.Sequential:
@@ -105,15 +106,17 @@ def sarah_scan(
     x: torch.Tensor, initial: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, v: int, q: int
 ) -> torch.Tensor:
     """SARAhLayer's forward without dropout: x [B, T, D_in] → states [B, T, V+Q]."""
+    # history [B, 1, V+Q]: the learned first state
     history = initial.unsqueeze(0).unsqueeze(0).expand(x.size(0), 1, initial.size(0))
     for t in range(x.size(1)):
         step = x[:, t]
         query = step[:, step.size(1) - q :]
         keys = history[:, :, history.size(2) - q :]
-        scores = torch.matmul(keys, query.unsqueeze(-1)).squeeze(-1) / math.sqrt(q)
+        scores = torch.matmul(keys, query.unsqueeze(-1)).squeeze(-1) / math.sqrt(q)  # scores [B, t]
+        # summary [B, V]
         summary = torch.matmul(scores.softmax(-1).unsqueeze(1), history[:, :, :v]).squeeze(1)
         state = F.gelu(F.linear(step[:, :v] + summary, weight, bias))
-        history = torch.cat([history, state.unsqueeze(1)], 1)
+        history = torch.cat([history, state.unsqueeze(1)], 1)  # [B, t+1, V+Q]
     return history[:, 1:]
 
 
@@ -144,15 +147,15 @@ class SARAhLayer(nn.Module):
         for t in range(x.shape[1]):
             y = self._new_state(x[:, t], history)
             outputs.append(y)
-            history = torch.cat([history, y.unsqueeze(1)], 1)
-        return torch.stack(outputs, 1)
+            history = torch.cat([history, y.unsqueeze(1)], 1)  # [B, t+1, V+Q]
+        return torch.stack(outputs, 1)  # [B, T, V+Q]
 
     def initial_state(self, batch: int, like):
         return self.initial.to(like.dtype).expand(batch, 1, -1)
 
     def step(self, x, state, position):
         y = self._new_state(x, state)
-        return y, torch.cat([state, y.unsqueeze(1)], 1)
+        return y, torch.cat([state, y.unsqueeze(1)], 1)  # state [B, t+1, V+Q]
 
 
 class TransformerLayer(nn.Module):
@@ -194,7 +197,7 @@ class TransformerLayer(nn.Module):
     def step(self, x, state, position):  # x [B, D_in], state [B, t, Q+V], position [B]
         x = x + self.position(position)
         q, k, v = self.query(x), self.key(x), self.value(x)
-        state = torch.cat([state, torch.cat([k, v], -1).unsqueeze(1)], 1)
+        state = torch.cat([state, torch.cat([k, v], -1).unsqueeze(1)], 1)  # [B, t+1, Q+V]
         attended = attend(q, state[..., : self.q], state[..., self.q :])
         return self.mlp(v + attended), state
 
@@ -212,6 +215,7 @@ class WordEncoder(nn.Module):
         self.mlp = nn.Sequential(*(ff(a, b, config.dropout) for a, b in zip(widths, widths[1:])))
 
     def forward(self, chars):
+        # [N, C, char_dim] -> [N, C * char_dim] -> [N, W]
         return self.mlp(self.embedding(chars).flatten(-2))
 
 
@@ -232,19 +236,19 @@ class SentenceEncoder(nn.Module):
     def forward(self, words, mask):
         q, v = self.config.key_dim, self.config.value_dim
         vectors, x = [], words
-        weights = mask.unsqueeze(-1).to(words.dtype)
+        weights = mask.unsqueeze(-1).to(words.dtype)  # [B, T, 1]
         for layer, query in zip(self.layers, self.queries):
             x = layer(x, mask, causal=False)
             mean = (x * weights).sum(1) / weights.sum(1).clamp(min=1)
             vectors.append(attend(query(mean), x[..., -q:], x[..., :v], mask))
-        return torch.stack(vectors, 1)
+        return torch.stack(vectors, 1)  # [B, layers, V]
 
 
 def condition(x, sentence_vector):
     """Add a layer's sentence vector [B, V] to the first V features of its input [B, (T,) D]."""
     v = sentence_vector.shape[-1]
     if x.dim() == 3:
-        sentence_vector = sentence_vector.unsqueeze(1)
+        sentence_vector = sentence_vector.unsqueeze(1)  # [B, 1, V]
     return torch.cat([x[..., :v] + sentence_vector, x[..., v:]], -1)
 
 
@@ -265,6 +269,7 @@ class SentenceDecoder(nn.Module):
         return self.project(x)
 
     def initial_state(self, batch: int, like):
+        # [L, B, ...]
         return torch.stack([layer.initial_state(batch, like) for layer in self.layers])
 
     def step(self, word, sentence_vectors, state, position):
@@ -275,7 +280,7 @@ class SentenceDecoder(nn.Module):
                 condition(x, sentence_vectors[:, index]), state[index], position
             )
             states.append(layer_state)
-        return self.project(x), torch.stack(states)
+        return self.project(x), torch.stack(states)  # [B, P], state [L, B, ...]
 
 
 class WordDecoder(nn.Module):
@@ -293,9 +298,11 @@ class WordDecoder(nn.Module):
 
     def forward(self, previous, conditioning):  # [N, C] ids, [N, P] → logits [N, C, chars]
         hidden = self.gru(self.embedding(previous))[0]
+        # partial [N, C, P] + conditioning [N, 1, P]
         return self.out(self.head(self.partial(hidden) + conditioning.unsqueeze(1)))
 
     def step(self, previous, hidden, conditioning):  # [B] ids, [B, P], [B, P] → [B, chars], [B, P]
+        # [B, P]
         hidden = self.gru(self.embedding(previous).unsqueeze(1), hidden.unsqueeze(0))[0].squeeze(1)
         return self.out(self.head(self.partial(hidden) + conditioning)), hidden
 
@@ -340,7 +347,11 @@ class HierarchicalLM(nn.Module):
         logits = self.word_decoder(previous, conditioning[target_mask])
         labels = words.masked_fill(words == hierarchical_text.PAD, -100)
         loss = F.cross_entropy(
-            logits.flatten(0, 1), labels.flatten(), reduction="sum", ignore_index=-100
+            # [N * C, chars], [N * C]
+            logits.flatten(0, 1),
+            labels.flatten(),
+            reduction="sum",
+            ignore_index=-100,
         )
         return loss, int((labels != -100).sum())
 
