@@ -1,6 +1,6 @@
 """Paraphrase speed: a 40-candidate paraphrase of a 20-word sentence with the shipped
 `paraphraser` bundle through the runtime (numpy + onnxruntime, candidates decoded as one batch)
-against the PyTorch model's own loop (train.hierarchical.paraphrase) on the same weights.
+against the PyTorch model's own loop (modeling.hierarchical.paraphrase) on the same weights.
 
     python -m bench.paraphrase [--bundle models/paraphraser/int8] [--run DIR] [--threads 1]
                                [--repeats 5] [--out bench/results/paraphrase.json]
@@ -34,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=common.RESULTS / "paraphrase.json")
     args = parser.parse_args(argv)
 
+    from modeling import hierarchical as hm
     from runtime import hierarchical_text as ht
     from runtime.hierarchical import HierarchicalGenerator
-    from modeling import hierarchical as hm
 
     common.set_torch_threads(args.threads)
     ours = HierarchicalGenerator.open(args.bundle, threads=args.threads)
