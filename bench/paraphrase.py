@@ -1,6 +1,6 @@
 """Paraphrase speed: a 40-candidate paraphrase of a 20-word sentence with the shipped
 `paraphraser` bundle through the runtime (numpy + onnxruntime, candidates decoded as one batch)
-against the PyTorch model's own loop (train.hierarchical.paraphrase) on the same weights.
+against the PyTorch model's own loop (modeling.hierarchical.paraphrase) on the same weights.
 
     python -m bench.paraphrase [--bundle models/paraphraser/int8] [--run DIR] [--threads 1]
                                [--repeats 5] [--out bench/results/paraphrase.json]
@@ -34,14 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=common.RESULTS / "paraphrase.json")
     args = parser.parse_args(argv)
 
-    import train.hierarchical
+    import modeling.hierarchical
     from runtime.hierarchical import HierarchicalGenerator
     from runtime.hierarchical_text import CharVocab, split_words
 
     common.set_torch_threads(args.threads)
     ours = HierarchicalGenerator.open(args.bundle, threads=args.threads)
     run = args.run or Path(ours.manifest["export"]["autoencoder_source"])
-    model = train.hierarchical.load_run(run)
+    model = modeling.hierarchical.load_run(run)
     vocab = CharVocab(model.config.charset)
     words = len(split_words(SENTENCE))
     chars = {}
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         chars["runtime"] = sum(len(c.text) for c in candidates)
 
     def torch_call():
-        candidates = train.hierarchical.paraphrase(model, vocab, SENTENCE, CANDIDATES, seed=0)
+        candidates = modeling.hierarchical.paraphrase(model, vocab, SENTENCE, CANDIDATES, seed=0)
         chars["pytorch"] = sum(len(c["text"]) for c in candidates)
 
     medians = common.interleaved_medians(
