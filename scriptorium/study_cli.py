@@ -29,9 +29,9 @@ def _load(paths):
 
 def masking(args) -> int:
     import study.masking
-    from train import data
+    from export import corpus
 
-    rows = data.load_verses(args.verses)
+    rows = corpus.load_verses(args.verses)
     sentences = study.masking.held_out_sentences(rows, args.sentences, args.seed)
     results = {
         name: study.masking.masking_study(
