@@ -78,10 +78,13 @@ class AttentionStep:
     def __init__(self, kernel, positions, threads, heads=HEADS, head_size=HEAD_SIZE, layers=LAYERS):
         import onnxruntime as ort
 
+        from runtime.sessions import create_session
+
         capacity = positions + 1
-        options = common.ort_session_options(threads, spinning=common.RUNTIME_SPINNING)
         model = attention_graph(kernel, heads, head_size, layers, capacity)
-        self.session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        self.session = create_session(
+            model, ["CPUExecutionProvider"], threads, spinning=common.RUNTIME_SPINNING
+        )
         rng = np.random.default_rng(0)
         self.binding = self.session.io_binding()
         self.caches = []  # numpy memory the OrtValues use; kept alive here

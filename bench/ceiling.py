@@ -51,10 +51,10 @@ def ceiling_runner(
 ):
     """A callable that runs the weights-only step for `batch` rows `calls` times, as an engine
     would once per new token."""
-    import onnxruntime as ort
     from transformers import GPT2Config
 
     from export.quantize import quantize_graph
+    from runtime.sessions import create_session
 
     fp32 = work / "weights-only-fp32" / "model.onnx"
     if not fp32.exists():
@@ -65,8 +65,7 @@ def ceiling_runner(
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             quantize_graph(fp32, path, precision, keep_lm_head=False)
-    options = common.ort_session_options(threads, spinning=common.RUNTIME_SPINNING)
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = create_session(path, ["CPUExecutionProvider"], threads, common.RUNTIME_SPINNING)
     rng = np.random.default_rng(0)
     feeds = {
         node.name: rng.standard_normal((batch, 1, node.shape[-1])).astype(np.float32)

@@ -97,19 +97,6 @@ def set_torch_threads(threads: int) -> None:
 RUNTIME_SPINNING = False
 
 
-def ort_session_options(threads: int, spinning: bool = False):
-    """onnxruntime options as the runtime sets them (runtime/generator.py `_session`); the peers
-    run without spinning."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    return options
-
-
 def word_tokenizer(vocab_size: int, specials: list[str]):
     """A word-level tokenizer with exactly `vocab_size` entries ("t0", "t1", …), for random models.
 

@@ -86,6 +86,7 @@ def runners(paths: dict[str, Path], threads: int, prompts: np.ndarray, settings:
     from transformers import GPT2LMHeadModel
 
     import runtime
+    from runtime.sessions import session_options
 
     batch = prompts.shape[0]
     sampling = {k: v for k, v in settings.items() if k != "batch"}
@@ -115,7 +116,7 @@ def runners(paths: dict[str, Path], threads: int, prompts: np.ndarray, settings:
             paths[f"optimum-{precision}"],
             use_cache=True,
             provider="CPUExecutionProvider",
-            session_options=common.ort_session_options(threads),
+            session_options=session_options(threads),
         )
         out[("optimum-onnx", precision)] = hf_runner(model)
 

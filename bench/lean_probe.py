@@ -31,11 +31,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from tqdm import tqdm
 
-from . import common
+from runtime.sessions import create_session
 
+CPU = ["CPUExecutionProvider"]  # every variant is timed on CPU, as the runtime runs it there
 VOCAB = 50257
 # int8*: quantize_dynamic (int8 weights and activations; int8-uint8: unsigned weights);
 # int8-nbits: MatMulNBits with 8-bit weights; int4: MatMulNBits with 4-bit weights (both in
@@ -112,15 +112,6 @@ def _quantize(fp32: Path, precision: str, graph: str) -> Path:
     return out
 
 
-def _session(path: Path, threads: int, spinning: bool, profile: Path | None = None):
-    """A CPU session as the runtime makes one; `profile` is a file prefix to profile into."""
-    options = common.ort_session_options(threads, spinning)
-    if profile is not None:
-        options.enable_profiling = True
-        options.profile_file_prefix = str(profile)
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
-
-
 def _greedy(session, prompt: np.ndarray, new_tokens: int) -> tuple[float, float, list[float]]:
     """Decode `new_tokens` greedily from `prompt` (1, T): wall seconds, CPU seconds (all threads
     of this process) and the wall seconds of each cached step."""
@@ -172,7 +163,7 @@ def _measure(variants: dict[tuple, Path], args) -> dict[tuple, dict]:
     prompt = np.random.default_rng(0).integers(0, VOCAB, (1, args.prompt))  # (1, T)
     sessions = {}
     for key, path in tqdm(variants.items(), desc="sessions"):
-        sessions[key] = _session(path, args.threads, spinning=bool(key[2]))
+        sessions[key] = create_session(path, CPU, args.threads, spinning=bool(key[2]))
         _greedy(sessions[key], prompt, 8)  # warm-up: first-run allocations and prepacking
     totals, cpu, steps = defaultdict(list), defaultdict(list), defaultdict(list)
     for _ in tqdm(range(args.runs), desc="timed runs"):
@@ -197,7 +188,7 @@ def _profile(path: Path, args, steps: int = 32) -> dict:
     """Where a cached step's time goes, from onnxruntime's profiler: ms per step by operator type
     (plus the kernels whose output has a vocabulary-sized last dimension: the LM head) and the
     number of kernels run per step."""
-    session = _session(path, args.threads, spinning=False, profile=args.work / "ort_profile")
+    session = create_session(path, CPU, args.threads, profile_prefix=args.work / "ort_profile")
     prompt = np.random.default_rng(0).integers(0, VOCAB, (1, args.prompt))  # (1, T)
     _greedy(session, prompt, steps + 1)
     events = json.loads(Path(session.end_profiling()).read_text())

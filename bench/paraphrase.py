@@ -1,6 +1,6 @@
 """Paraphrase speed: a 40-candidate paraphrase of a 20-word sentence with the shipped
 `paraphraser` bundle through the runtime (numpy + onnxruntime, candidates decoded as one batch)
-against the PyTorch model's own loop (train.hierarchical.paraphrase) on the same weights.
+against the PyTorch model's own loop (modeling.hierarchical.paraphrase) on the same weights.
 
     python -m bench.paraphrase [--bundle models/paraphraser/int8] [--run DIR] [--threads 1]
                                [--repeats 5] [--out bench/results/paraphrase.json]
@@ -34,16 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=common.RESULTS / "paraphrase.json")
     args = parser.parse_args(argv)
 
-    from runtime import hierarchical_text as ht
+    import modeling.hierarchical
     from runtime.hierarchical import HierarchicalGenerator
-    from train import hierarchical as hm
+    from runtime.hierarchical_text import CharVocab, split_words
 
     common.set_torch_threads(args.threads)
     ours = HierarchicalGenerator.open(args.bundle, threads=args.threads)
     run = args.run or Path(ours.manifest["export"]["autoencoder_source"])
-    model = hm.load_run(run)
-    vocab = ht.CharVocab(model.config.charset)
-    words = len(ht.split_words(SENTENCE))
+    model = modeling.hierarchical.load_run(run)
+    vocab = CharVocab(model.config.charset)
+    words = len(split_words(SENTENCE))
     chars = {}
 
     def runtime_call():
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         chars["runtime"] = sum(len(c.text) for c in candidates)
 
     def torch_call():
-        candidates = hm.paraphrase(model, vocab, SENTENCE, CANDIDATES, seed=0)
+        candidates = modeling.hierarchical.paraphrase(model, vocab, SENTENCE, CANDIDATES, seed=0)
         chars["pytorch"] = sum(len(c["text"]) for c in candidates)
 
     medians = common.interleaved_medians(

@@ -80,6 +80,7 @@ def runners(paths: dict[str, Path], threads: int, source: np.ndarray, settings: 
     from transformers import BartForConditionalGeneration
 
     import runtime
+    from runtime.sessions import session_options
 
     hf_kwargs = dict(
         max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, **settings
@@ -103,7 +104,7 @@ def runners(paths: dict[str, Path], threads: int, source: np.ndarray, settings: 
         paths["optimum-fp32"],
         use_cache=True,
         provider="CPUExecutionProvider",
-        session_options=common.ort_session_options(threads),
+        session_options=session_options(threads),
     )
     out[("optimum-onnx", "fp32")] = hf_runner(optimum)
     # The word tokenizer's post-processor adds nothing, so the source text is the ids spelled out.

@@ -8,8 +8,14 @@
 bundle that docs/bundle.md describes and returns its manifest; `scriptorium export` (export/cli.py)
 is the command line. `export.fill_mask.export_fill_mask_bundle` exports BERT-style masked LMs to
 "fill-mask" bundles (the masked-LM recipes call it). The steps live in exporter.py (pipeline),
-optimize.py, quantize.py, parity.py and manifest.py. Uses torch, transformers, optimum-onnx, onnx
-and onnxruntime; the runtime it produces bundles for needs none but onnxruntime.
+optimize.py, quantize.py, parity.py and manifest.py (whose `seal` writes a bundle's checksums);
+hierarchical.py exports seed 003's hierarchical model, ngram_index.py adds the memorisation index,
+corpus.py reads the verse table both it and train/ use. Uses torch, transformers, optimum-onnx,
+onnx and onnxruntime; the runtime it produces bundles for needs none but onnxruntime.
+
+May import: runtime/ (the bundle contract it writes for, e.g. checksums and graph kinds) and
+modeling/ (the torch models it exports). Never train/, which is above it (it calls export), nor
+study/, ui/, serve/ or bench/ (tests/test_layers.py checks).
 """
 
 from .exporter import PRECISIONS, ParityError, export_bundle, supported_architectures

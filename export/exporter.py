@@ -45,7 +45,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from . import manifest as mf
+from . import manifest as bundle_manifest
 from .optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
 from .parity import OnnxModel, Reference, check_bundle, logit_parity
 from .quantize import (
@@ -131,10 +131,12 @@ def inspect_checkpoint(model_dir: Path) -> Checkpoint:
         raise FileNotFoundError(
             f"no weights in {model_dir}: expected one of {', '.join(WEIGHT_FILES)}"
         )
-    config = mf.load_json(config_path, "model config")
+    config = bundle_manifest.load_json(config_path, "model config")
     generation_path = model_dir / "generation_config.json"
     generation = (
-        mf.load_json(generation_path, "generation config") if generation_path.exists() else {}
+        bundle_manifest.load_json(generation_path, "generation config")
+        if generation_path.exists()
+        else {}
     )
     task = "seq2seq" if config.get("is_encoder_decoder") else "causal-lm"
     architecture = config.get("model_type")
@@ -150,7 +152,7 @@ def inspect_checkpoint(model_dir: Path) -> Checkpoint:
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet():
     """Silence tracer warnings and info logs of torch/transformers/optimum (errors still show)."""
     import transformers
 
@@ -179,7 +181,7 @@ def _load_tokenizer(model_dir: Path, target: Path):
     from transformers import AutoTokenizer
 
     try:
-        with _quiet():
+        with quiet():
             hf_tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except Exception as error:  # transformers raises OSError, ValueError, TypeError, …
         raise FileNotFoundError(
@@ -230,7 +232,7 @@ def _install(staging: Path, out_dir: Path) -> None:
 def _run_optimum(checkpoint: Checkpoint, target: Path) -> dict[str, Path]:
     from optimum.exporters.onnx import main_export
 
-    with _quiet():
+    with quiet():
         main_export(
             str(checkpoint.path),
             output=target,
@@ -246,7 +248,7 @@ def _run_optimum(checkpoint: Checkpoint, target: Path) -> dict[str, Path]:
 
 def _check_layout(graphs: dict[str, Path], task: str, num_layers: int) -> None:
     """Raise unless optimum's decoder has the cache input/output names the bundle contract names."""
-    decoder = mf.graph_entry(
+    decoder = bundle_manifest.graph_entry(
         "decoder", graphs["decoder_with_past" if task == "seq2seq" else "decoder"]
     )
     kinds = (".key", ".value") if task == "causal-lm" else (".decoder.key", ".decoder.value")
@@ -310,19 +312,26 @@ def _parity(graphs: dict[str, Path], ref, target: Path, parities: dict | None) -
     key = tuple(sorted((role, str(path)) for role, path in graphs.items()))
     if parities is not None and key in parities:
         return parities[key]
-    with _quiet():
+    with quiet():
         result = logit_parity(OnnxModel(_assemble(graphs, ref.task, target), ref.task), ref)
     if parities is not None:
         parities[key] = result
     return result
 
 
-def _parity_holds(before: dict, after: dict) -> tuple[bool, float, float]:
+def worst_logit_diff(parity: dict) -> float:
+    """max |Δlogit| of a parity report: a generation graph's worse of prefill and cached step
+    (`logit_parity`), or a fill-mask graph's one pass (export/fill_mask.py's `parity`)."""
+    if "max_abs_logit_diff" in parity:
+        return parity["max_abs_logit_diff"]
+    return max(parity["prefill_max_abs_diff"], parity["cached_step_max_abs_diff"])
+
+
+def parity_holds(before: dict, after: dict) -> tuple[bool, float, float]:
     """Whether graphs with parity `after` match PyTorch at least as well as those with `before`:
     no lower argmax agreement, and max |Δlogit| within twice `before`'s or `OPTIMIZER_TOLERANCE`
-    of the logit scale. Also returns both max |Δlogit|."""
-    worst = max(after["prefill_max_abs_diff"], after["cached_step_max_abs_diff"])
-    baseline = max(before["prefill_max_abs_diff"], before["cached_step_max_abs_diff"])
+    of the logit scale. Also returns both max |Δlogit| (after, before)."""
+    worst, baseline = worst_logit_diff(after), worst_logit_diff(before)
     allowed = max(2 * baseline, OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"]))
     holds = after["argmax_agreement"] >= before["argmax_agreement"] and worst <= allowed
     return holds, worst, baseline
@@ -352,7 +361,7 @@ def _lean(
         after = _parity(lean, ref, work / "b", parities)
     except ValueError as error:  # an option the lean graph does not reproduce
         return None, {"summary": f"not used: {error}"}
-    holds, worst, baseline = _parity_holds(before, after)
+    holds, worst, baseline = parity_holds(before, after)
     if not holds:
         return None, {"summary": f"not used: max |Δlogit| {worst:.3g} (optimum {baseline:.3g})"}
     import onnx
@@ -384,9 +393,9 @@ def _ort_optimize(
         summary = f"no (the optimizer has no fusions for {architecture})"
         return graphs, {"applied": False, "summary": summary}
     config = checkpoint.config
-    query_heads = mf.config_value(config, "num_attention_heads", "n_head", "num_heads")
+    query_heads = bundle_manifest.config_value(config, "num_attention_heads", "n_head", "num_heads")
     if checkpoint.task == "seq2seq":
-        query_heads = mf.config_value(
+        query_heads = bundle_manifest.config_value(
             config, "decoder_attention_heads", "num_heads", default=query_heads
         )
     optimized, fused, nodes = {}, {}, [0, 0]
@@ -409,7 +418,7 @@ def _ort_optimize(
             "fallback": reason,
             "summary": f"no (fell back to the unoptimized graphs: {reason})",
         }
-    holds, worst, baseline = _parity_holds(before, after)
+    holds, worst, baseline = parity_holds(before, after)
     report = {
         "model_type": OPTIMIZER_MODEL_TYPES[architecture],
         "fused": fused,
@@ -441,7 +450,7 @@ def _quantize(graphs, precision, keep_lm_head, work: Path) -> tuple[dict[str, Pa
     for role, path in graphs.items():
         target = work / "quantized" / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        with _quiet():
+        with quiet():
             per_graph[role] = quantize_graph(path, target, precision, keep_lm_head)
         quantized[role] = target
     method = {
@@ -461,7 +470,7 @@ def _load_reference(checkpoint: Checkpoint, hf_tokenizer, manifest: dict) -> Ref
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
     auto = AutoModelForSeq2SeqLM if checkpoint.task == "seq2seq" else AutoModelForCausalLM
-    with _quiet():
+    with quiet():
         model = auto.from_pretrained(checkpoint.path, dtype=torch.float32).eval()
     return Reference(
         model=model,
@@ -474,13 +483,13 @@ def _load_reference(checkpoint: Checkpoint, hf_tokenizer, manifest: dict) -> Ref
 
 def _load_controls(model_dir: Path, controls) -> dict:
     if controls is None:
-        path = model_dir / mf.CONTROLS_FILE
-        return mf.load_json(path, "controls") if path.exists() else {}
+        path = model_dir / bundle_manifest.CONTROLS_FILE
+        return bundle_manifest.load_json(path, "controls") if path.exists() else {}
     if isinstance(controls, (str, Path)):
         path = Path(controls)
         if not path.exists():
             raise FileNotFoundError(f"controls file not found: {path}")
-        return mf.load_json(path, "controls")
+        return bundle_manifest.load_json(path, "controls")
     if not isinstance(controls, dict):
         raise ValueError(f"`controls` must be a dict, a JSON file path or None, got {controls!r}")
     return controls
@@ -514,8 +523,8 @@ def export_bundle(
         check_int4_available()
     checkpoint = inspect_checkpoint(model_dir)
     controls = _load_controls(model_dir, controls)
-    card_path = model_dir / mf.CARD_FILE
-    card = mf.load_json(card_path, "model card") if card_path.exists() else {}
+    card_path = model_dir / bundle_manifest.CARD_FILE
+    card = bundle_manifest.load_json(card_path, "model card") if card_path.exists() else {}
     _check_out_dir(out_dir, model_dir)
     bar = tqdm(total=len(STEPS), desc="export", unit="step", disable=not progress)
     with tempfile.TemporaryDirectory(prefix="scriptorium-export-") as tmp, bar:
@@ -539,10 +548,10 @@ def _export(
     bar.set_postfix_str(STEPS[0])
     hf_tokenizer = _load_tokenizer(checkpoint.path, staging / "tokenizer.json")
     tokenizer = Tokenizer.from_file(str(staging / "tokenizer.json"))
-    shape = mf.model_shape(checkpoint.config, checkpoint.task)
-    special = mf.special_tokens(checkpoint.config, checkpoint.generation, hf_tokenizer)
+    shape = bundle_manifest.model_shape(checkpoint.config, checkpoint.task)
+    special = bundle_manifest.special_tokens(checkpoint.config, checkpoint.generation, hf_tokenizer)
     manifest = {
-        "schema_version": mf.SCHEMA_VERSION,
+        "schema_version": bundle_manifest.SCHEMA_VERSION,
         "name": name or card.get("name") or checkpoint.path.name,
         "task": checkpoint.task,
         "architecture": checkpoint.architecture,
@@ -552,9 +561,9 @@ def _export(
         **shape,
         "special_tokens": special,
         "add_bos_token": checkpoint.task == "causal-lm"
-        and mf.add_bos_token(hf_tokenizer, tokenizer, special["bos_token_id"]),
-        "controls": mf.check_controls(controls, tokenizer),
-        "generation_defaults": mf.generation_defaults(checkpoint.generation),
+        and bundle_manifest.add_bos_token(hf_tokenizer, tokenizer, special["bos_token_id"]),
+        "controls": bundle_manifest.check_controls(controls, tokenizer),
+        "generation_defaults": bundle_manifest.generation_defaults(checkpoint.generation),
         "parity": {},
         "metrics": card.get("metrics", {}),
         "training_data": card.get("training_data", {}),
@@ -575,7 +584,9 @@ def _export(
     bar.set_postfix_str(STEPS[2])
     graphs, quantization = _quantize(graphs, precision, keep_lm_head, work)
     final = _assemble(graphs, checkpoint.task, staging)
-    manifest["graphs"] = {role: mf.graph_entry(path.name, path) for role, path in final.items()}
+    manifest["graphs"] = {
+        role: bundle_manifest.graph_entry(path.name, path) for role, path in final.items()
+    }
     manifest["embeddings"] = _write_embeddings(ref.model, staging / EMBEDDINGS_FILE)
     manifest["export"] = {
         "source": checkpoint.path.name,
@@ -583,13 +594,13 @@ def _export(
         "parameters": sum(p.numel() for p in ref.model.parameters()),
         "optimizer": optimizer,
         "quantization": quantization,
-        "versions": _versions(),
+        "versions": versions(),
     }
-    mf.write_bundle_metadata(staging, manifest)
+    bundle_manifest.write_bundle_metadata(staging, manifest)
     bar.update()
 
     bar.set_postfix_str(STEPS[3])
-    with _quiet():
+    with quiet():
         manifest["parity"] = check_bundle(staging, final, ref, manifest)
     bar.update()
 
@@ -602,7 +613,7 @@ def _export(
             f"(first divergence at {greedy['first_divergence']}); logits: "
             f"{manifest['parity']['logits']}"
         )
-    mf.write_bundle_metadata(staging, manifest)
+    bundle_manifest.write_bundle_metadata(staging, manifest)
     bar.update()
     return manifest
 
@@ -620,7 +631,7 @@ def _write_embeddings(model, path: Path) -> str:
     return path.name
 
 
-def _versions() -> dict:
+def versions() -> dict:
     from importlib.metadata import version
 
     packages = ("torch", "transformers", "optimum-onnx", "onnx", "onnxruntime")

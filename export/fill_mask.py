@@ -23,16 +23,16 @@ Does not cover: generation models (export/exporter.py), training (train/masked_l
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from . import manifest as mf
-from .exporter import EMBEDDINGS_FILE, OPTIMIZER_TOLERANCE, _quiet, _versions
-from .optimize import op_counts
+from . import manifest as bundle_manifest
+from .exporter import EMBEDDINGS_FILE, parity_holds, quiet, versions
+from .manifest import seal
+from .optimize import optimize_graph
 from .quantize import INT8_FORMAT, quantize_graph
 
 HIDDEN_OUTPUT = "last_hidden_state"
@@ -154,37 +154,29 @@ def parity(path: Path, model, tokenizer, mask_id: int) -> dict:
 
 
 def _optimize(source: Path, target: Path, config: dict, before: dict, check) -> tuple[Path, dict]:
-    from onnxruntime.transformers.optimizer import optimize_model
-
+    """onnxruntime's transformer optimizer (model type bert) on `source`, kept only when
+    `exporter.parity_holds` (the generation exporter's rule) for its parity `check`."""
     try:
-        with _quiet():
-            optimized = optimize_model(
-                str(source),
+        with quiet():
+            info = optimize_graph(
+                source,
+                target,
+                config.get("model_type", "bert"),
+                config["num_attention_heads"],
+                config["hidden_size"],
                 model_type="bert",
-                num_heads=config["num_attention_heads"],
-                hidden_size=config["hidden_size"],
             )
-            optimized.save_model_to_file(str(target), use_external_data_format=False)
         after = check(target)
     except Exception as error:  # optimizer failures come in many types; fall back
         reason = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
         return source, {"applied": False, "summary": f"no (fell back: {reason})"}
-    import onnx
-
-    old, new = op_counts(onnx.load(str(source))), op_counts(onnx.load(str(target)))
-    fused = {op: n for op, n in sorted(new.items()) if op not in old}
-    allowed = max(
-        2 * before["max_abs_logit_diff"], OPTIMIZER_TOLERANCE * max(1.0, after["max_abs_logit"])
-    )
-    holds = (
-        after["argmax_agreement"] >= before["argmax_agreement"]
-        and after["max_abs_logit_diff"] <= allowed
-    )
+    holds = parity_holds(before, after)[0]
+    fused = info["fused"]
     report = {
         "model_type": "bert",
         "fused": fused,
-        "nodes_before": sum(old.values()),
-        "nodes_after": sum(new.values()),
+        "nodes_before": info["nodes_before"],
+        "nodes_after": info["nodes_after"],
         "max_abs_logit_diff": {
             "unoptimized": before["max_abs_logit_diff"],
             "optimized": after["max_abs_logit_diff"],
@@ -216,10 +208,10 @@ def export_fill_mask_bundle(
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if precision not in ("fp32", "int8"):
         raise ValueError(f"`precision` must be one of fp32, int8, got {precision!r}")
-    config = mf.load_json(model_dir / "config.json", "model config")
-    card_path = model_dir / mf.CARD_FILE
-    card = mf.load_json(card_path, "model card") if card_path.exists() else {}
-    with _quiet():
+    config = bundle_manifest.load_json(model_dir / "config.json", "model config")
+    card_path = model_dir / bundle_manifest.CARD_FILE
+    card = bundle_manifest.load_json(card_path, "model card") if card_path.exists() else {}
+    with quiet():
         hf_tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForMaskedLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     if hf_tokenizer.mask_token is None:
@@ -229,7 +221,7 @@ def export_fill_mask_bundle(
     with tempfile.TemporaryDirectory(prefix="scriptorium-fill-mask-") as tmp:
         work = Path(tmp)
         source = _with_two_token_types(model, model_dir, work / "source")
-        with _quiet():
+        with quiet():
             main_export(
                 str(source),
                 output=work / "optimum",
@@ -251,7 +243,7 @@ def export_fill_mask_bundle(
         staging = work / "bundle"
         staging.mkdir()
         if precision == "int8":
-            with _quiet():
+            with quiet():
                 quantized = quantize_graph(graph, staging / "model.onnx", "int8", False)
             quantization = {
                 "method": f"dynamic int8 ({INT8_FORMAT}, MatMul)",
@@ -264,15 +256,15 @@ def export_fill_mask_bundle(
         shutil.copyfile(model_dir / "tokenizer.json", staging / "tokenizer.json")
         table = model.get_input_embeddings().weight.detach().float().numpy()  # (V, D)
         np.save(staging / EMBEDDINGS_FILE, table.astype(np.float16))
-        shape = mf.model_shape(config, "causal-lm")
+        shape = bundle_manifest.model_shape(config, "causal-lm")
         manifest = {
-            "schema_version": mf.SCHEMA_VERSION,
+            "schema_version": bundle_manifest.SCHEMA_VERSION,
             "name": name or card.get("name") or model_dir.name,
             "task": "fill-mask",
             "architecture": config.get("model_type"),
             "precision": precision,
             "files": {},
-            "graphs": {"model": mf.graph_entry("model.onnx", staging / "model.onnx")},
+            "graphs": {"model": bundle_manifest.graph_entry("model.onnx", staging / "model.onnx")},
             **shape,
             "mask_token": hf_tokenizer.mask_token,
             "mask_token_id": mask_id,
@@ -293,12 +285,11 @@ def export_fill_mask_bundle(
                 "parameters": sum(p.numel() for p in model.parameters()),
                 "optimizer": optimizer,
                 "quantization": quantization,
-                "versions": _versions(),
+                "versions": versions(),
             },
         }
         (staging / "README.md").write_text(model_card(manifest))
-        manifest["files"] = mf.file_entries(staging)
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        seal(staging, manifest)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -333,7 +324,7 @@ def model_card(manifest: dict) -> str:
         ("smallest cosine of last hidden states", bundle["min_hidden_cosine"]),
     ]
     lines = [f"# {manifest['name']}", "", export.get("description", ""), ""]
-    lines += mf._table(rows)
+    lines += bundle_manifest.card_table(rows)
     lines += [
         "",
         "## Files",
@@ -349,15 +340,19 @@ def model_card(manifest: dict) -> str:
         f"{bundle['sentences']} Bible sentences with 15 % of their tokens masked, this bundle "
         "against the PyTorch checkpoint:",
         "",
-        *mf._table(parity_rows),
+        *bundle_manifest.card_table(parity_rows),
         "",
         "## Evaluation",
         "",
-        *(mf._table(list(manifest["metrics"].items())) if manifest["metrics"] else ["None."]),
+        *(
+            bundle_manifest.card_table(list(manifest["metrics"].items()))
+            if manifest["metrics"]
+            else ["None."]
+        ),
         "",
         "## Training data",
         "",
-        *mf._table(list(manifest["training_data"].items())),
+        *bundle_manifest.card_table(list(manifest["training_data"].items())),
         "",
     ]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Export seed 003's hierarchical character-level model (train/hierarchical.py) to an ONNX bundle
+"""Export seed 003's hierarchical character-level model (modeling/hierarchical.py) to an ONNX bundle
 with manifest task "hierarchical-lm" (docs/bundle.md, "hierarchical-lm bundles").
 
 Graphs (torch.onnx TorchScript exporter, opset 17, every batch / length axis dynamic):
@@ -17,7 +17,8 @@ Checks written to the manifest's `parity`: every graph against PyTorch at severa
 lengths (max |Δ| per graph; this is also the test that no batch or state length was baked in), the
 GRU nodes' `linear_before_reset` = 1 (PyTorch's GRU formula; ONNX's default 0 is a different
 cell), and greedy next-sentence and reconstruction decoding through the runtime against the
-PyTorch loop (`train.hierarchical.decode`): characters identical, max |Δlogit| recorded.
+PyTorch loop (`modeling.hierarchical.decode`): characters identical, max |Δlogit| recorded.
+An export whose graphs differ from PyTorch by more than PARITY_TOLERANCE raises ParityError.
 
 Does not cover: training (train/hierarchical.py), generation (runtime/hierarchical.py).
 """
@@ -34,9 +35,10 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from export.manifest import file_entries
-from runtime import hierarchical_text as ht
-from train import hierarchical as hm
+from export.exporter import ParityError
+from export.manifest import seal
+from modeling import hierarchical as model_definition
+from runtime import hierarchical_text
 
 TASK = "hierarchical-lm"
 OPSET = 17
@@ -47,6 +49,17 @@ PARITY_SENTENCES = (
     "The Lord is my shepherd; I shall not lack.",
 )
 PARITY_TOLERANCE = 1e-3  # largest |Δ| accepted between a graph and PyTorch (float32)
+
+
+def check_graph_parity(diffs: dict[str, float]) -> None:
+    """Raise export.ParityError (the exporter's) when a graph's max |Δ| (`graph_parity`)
+    exceeds PARITY_TOLERANCE."""
+    over = {role: diff for role, diff in diffs.items() if diff > PARITY_TOLERANCE}
+    if over:
+        raise ParityError(
+            f"graphs differ from PyTorch by more than {PARITY_TOLERANCE}: "
+            + ", ".join(f"{role} {diff:.3g}" for role, diff in over.items())
+        )
 
 
 class _WordEncoder(torch.nn.Module):
@@ -105,11 +118,15 @@ def state_axes(kind: str) -> dict[int, str]:
     return {1: "batch"} if kind == "gru" else {1: "batch", 2: "words"}
 
 
-def export_graphs(model: hm.HierarchicalLM, out: Path, autoencoder=None) -> dict[str, str]:
+def export_graphs(
+    model: model_definition.HierarchicalLM, out: Path, autoencoder=None
+) -> dict[str, str]:
     """Write the graphs and initial_state.npy into `out`; return {role: file}."""
     config = model.config
     batch, length = 2, 3
-    chars = torch.randint(len(ht.SPECIALS), config.n_chars, (batch, config.word_chars))
+    chars = torch.randint(
+        len(hierarchical_text.SPECIALS), config.n_chars, (batch, config.word_chars)
+    )
     _export(
         _WordEncoder(model),
         (chars,),
@@ -215,7 +232,10 @@ def graph_parity(model, out: Path, graphs: dict[str, str], decoders: dict) -> di
     worst = {role: 0.0 for role in graphs}
     for batch, length in ((1, 1), (3, 4), (7, 9)):
         chars = torch.randint(
-            len(ht.SPECIALS), config.n_chars, (batch, config.word_chars), generator=generator
+            len(hierarchical_text.SPECIALS),
+            config.n_chars,
+            (batch, config.word_chars),
+            generator=generator,
         )
         got = _run(sessions["word_encoder"], {"chars": chars.numpy()})[0]
         worst["word_encoder"] = max(worst["word_encoder"], _diff(got, model.word_encoder(chars)))
@@ -268,13 +288,13 @@ def greedy_parity(bundle: Path, model, autoencoder) -> dict:
     from runtime.hierarchical import HierarchicalGenerator
 
     generator = HierarchicalGenerator.open(bundle)
-    vocab = ht.CharVocab(model.config.charset)
+    vocab = hierarchical_text.CharVocab(model.config.charset)
     report = {"sentences": len(PARITY_SENTENCES), "identical": 0, "max_abs_logit_diff": 0.0}
     for role, reference in (("sentence_decoder", model), ("autoencoder_decoder", autoencoder)):
         if reference is None:
             continue
         ours = generator.decode_batch(list(PARITY_SENTENCES), role=role, keep_logits=True)
-        theirs = hm.decode(reference, vocab, list(PARITY_SENTENCES), keep_logits=True)
+        theirs = model_definition.decode(reference, vocab, list(PARITY_SENTENCES), keep_logits=True)
         for a, b in zip(ours, theirs):
             report["identical"] += int(a.text == b["text"])
             if a.text == b["text"]:
@@ -293,8 +313,8 @@ def export_bundle(
 
     `card` adds `description`, `metrics`, `training_data`, `license` and `readme` (the model
     card's Markdown, written to README.md)."""
-    model = hm.load_run(run)
-    autoencoder = hm.load_run(autoencoder_run) if autoencoder_run else None
+    model = model_definition.load_run(run)
+    autoencoder = model_definition.load_run(autoencoder_run) if autoencoder_run else None
     if autoencoder is not None:
         shared = [k for k in model.state_dict() if not k.startswith("sentence_decoder.")]
         changed = [
@@ -309,8 +329,10 @@ def export_bundle(
     decoders = {"sentence_decoder": model}
     if autoencoder is not None:
         decoders["autoencoder_decoder"] = autoencoder
+    diffs = graph_parity(model, out, graphs, decoders)
+    check_graph_parity(diffs)
     parity = {
-        "graphs_max_abs_diff": graph_parity(model, out, graphs, decoders),
+        "graphs_max_abs_diff": diffs,
         "gru_linear_before_reset": {
             role: gru_linear_before_reset(out / f)
             for role, f in graphs.items()
@@ -336,9 +358,9 @@ def export_bundle(
         "initial_states": {role: f"{role}_initial_state.npy" for role in decoders},
         "kind": config.kind,
         "charset": config.charset,
-        "specials": list(ht.SPECIALS),
+        "specials": list(hierarchical_text.SPECIALS),
         "word_chars": config.word_chars,
-        "max_words": ht.MAX_WORDS,
+        "max_words": hierarchical_text.MAX_WORDS,
         "num_layers": config.layers,
         "value_size": config.value_dim,
         "word_size": config.word_dim,
@@ -365,8 +387,7 @@ def export_bundle(
 
 def _write(out: Path, manifest: dict, readme: str) -> None:
     (out / "README.md").write_text(readme)
-    manifest["files"] = file_entries(out)
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    seal(out, manifest)
 
 
 def runtime_nits_per_char(bundle: Path, pairs, role: str = "sentence_decoder") -> float:
@@ -400,9 +421,9 @@ def quantize_bundle(source: Path, out: Path) -> dict:
     manifest["precision"] = "int8"
     manifest["export"]["quantization"] = {role: r["ops"] for role, r in reports.items()}
     export = manifest["export"]
-    model = hm.load_run(Path(export["source"]))
+    model = model_definition.load_run(Path(export["source"]))
     autoencoder = (
-        hm.load_run(Path(export["autoencoder_source"]))
+        model_definition.load_run(Path(export["autoencoder_source"]))
         if export.get("autoencoder_source")
         else None
     )

@@ -8,9 +8,10 @@ model card from the manifest. It does not run models.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+
+from runtime.bundle import sha256_of
 
 SCHEMA_VERSION = 1
 CONTROLS_FILE = "scriptorium_controls.json"
@@ -186,14 +187,6 @@ def graph_entry(file: str, path: Path) -> dict:
     }
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def file_entries(directory: Path) -> dict:
     """sha256 and size of every file in `directory` except manifest.json."""
     return {
@@ -203,12 +196,24 @@ def file_entries(directory: Path) -> dict:
     }
 
 
-def write_bundle_metadata(directory: Path, manifest: dict) -> dict:
-    """Write README.md from `manifest`, then manifest.json with the checksums of every file."""
-    (directory / "README.md").write_text(model_card(manifest))
-    manifest["files"] = file_entries(directory)
-    (directory / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+def seal(bundle_dir: Path, manifest: dict | None = None, *, ensure_ascii: bool = True) -> dict:
+    """Record the sha256 and size of every file of `bundle_dir` in the manifest's `files` and
+    write manifest.json (indent 2, trailing newline); return the manifest. The bundle's own
+    manifest.json is read when `manifest` is None. Call it last: the runtime refuses a bundle
+    whose files changed after sealing. `ensure_ascii=False` writes non-ASCII characters as they
+    are (the manifests written by train/ and export/ngram_index.py), True escapes them."""
+    path = Path(bundle_dir) / "manifest.json"
+    if manifest is None:
+        manifest = json.loads(path.read_text())
+    manifest["files"] = file_entries(Path(bundle_dir))
+    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=ensure_ascii) + "\n")
     return manifest
+
+
+def write_bundle_metadata(directory: Path, manifest: dict) -> dict:
+    """Write README.md from `manifest`, then seal the bundle (manifest.json with checksums)."""
+    (directory / "README.md").write_text(model_card(manifest))
+    return seal(directory, manifest)
 
 
 def _fmt(value) -> str:
@@ -217,7 +222,8 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _table(rows: list[tuple[str, object]]) -> list[str]:
+def card_table(rows: list[tuple[str, object]]) -> list[str]:
+    """A two-column Markdown table of (key, value) rows for a model card."""
     lines = ["| | |", "|---|---|"]
     lines += [f"| {key} | {_fmt(value)} |" for key, value in rows]
     return lines
@@ -229,7 +235,7 @@ def model_card(manifest: dict) -> str:
     lines = [f"# {manifest['name']}", ""]
     if export.get("description"):
         lines += [export["description"], ""]
-    lines += _table(
+    lines += card_table(
         [
             ("task", manifest["task"]),
             ("architecture", manifest["architecture"]),
@@ -265,10 +271,10 @@ def model_card(manifest: dict) -> str:
         lines += ["None: the model takes plain text."]
     lines += ["", "## Evaluation", ""]
     metrics = manifest.get("metrics") or {}
-    lines += _table(list(metrics.items())) if metrics else ["No evaluation metrics recorded."]
+    lines += card_table(list(metrics.items())) if metrics else ["No evaluation metrics recorded."]
     lines += ["", "## Training data", ""]
     data = manifest.get("training_data") or {}
-    lines += _table(list(data.items())) if data else ["Not recorded."]
+    lines += card_table(list(data.items())) if data else ["Not recorded."]
     lines += ["", "## Licence", "", manifest.get("license") or "Not stated.", ""]
     return "\n".join(lines)
 
@@ -280,7 +286,7 @@ def _parity_lines(parity: dict) -> list[str]:
     return [
         f"Reference: {parity['reference']}.",
         "",
-        *_table(
+        *card_table(
             [
                 ("max abs Δlogit, prefill", logits["prefill_max_abs_diff"]),
                 ("max abs Δlogit, cached step", logits["cached_step_max_abs_diff"]),

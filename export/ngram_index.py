@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from export.corpus import chapters, load_verses
+from export.manifest import seal
 from runtime.memorisation import WORD_NGRAM, ngram_hashes
-
-from .manifest import file_entries
 
 INDEX_FILE = "training_ngrams.npy"
 
@@ -49,16 +49,13 @@ def add_ngram_index(bundle: str | Path, texts: Iterable[str], corpus: str, n: in
         "hash": "blake2b-64 (little-endian) of the n words joined by U+001F",
         "corpus": corpus,
     }
-    manifest["files"] = file_entries(bundle)
-    manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    seal(bundle, manifest, ensure_ascii=False)
     return index
 
 
 def bible_training_text(verses: Path) -> list[str]:
     """The Bible LM's training text: each training-book WEB chapter as one passage."""
-    from train import data, lm
-
-    return [" ".join(chapter.verses) for chapter in lm.chapters(data.load_verses(verses), "train")]
+    return [" ".join(chapter.verses) for chapter in chapters(load_verses(verses), "train")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,9 +48,15 @@ def op_counts(model: onnx.ModelProto) -> collections.Counter:
 
 
 def optimize_graph(
-    source: Path, target: Path, architecture: str, num_heads: int, hidden_size: int
+    source: Path,
+    target: Path,
+    architecture: str,
+    num_heads: int,
+    hidden_size: int,
+    model_type: str | None = None,
 ) -> dict:
-    """Optimize `source` into `target`; return a report.
+    """Optimize `source` into `target`; return a report. `model_type` is the optimizer's (default:
+    OPTIMIZER_MODEL_TYPES[architecture]; export/fill_mask.py passes "bert" for its encoders).
 
     The report: {"model_type", "nodes_before", "nodes_after", "fused"}.
 
@@ -60,7 +66,7 @@ def optimize_graph(
     """
     from onnxruntime.transformers.optimizer import optimize_model
 
-    model_type = OPTIMIZER_MODEL_TYPES[architecture]
+    model_type = model_type or OPTIMIZER_MODEL_TYPES[architecture]
     before = op_counts(onnx.load(str(source)))
     # The optimizer logs every fusion attempt at WARNING level; only errors matter here.
     logger = logging.getLogger("onnxruntime.transformers")

@@ -5,14 +5,29 @@
     'sample'
 
 `runtime.load(path)` opens a bundle (docs/bundle.md) or an optimum-onnx export directory and
-returns a `Generator` (`generate`, `stream`, `manifest`, `controls`). `runtime.sampling` holds
-the top-k / top-p kernels. Nothing here imports torch or transformers.
+returns the class its task names: a `Generator` (`generate`, `stream`, `manifest`, `controls`)
+for token models, or a `HierarchicalGenerator`, `MaskedLM` or `WordVectors`.
+
+What is where: `loading` (`load`, `find_bundles`: the one module that knows every task);
+`sessions` (the one place onnxruntime sessions are made: providers, threads, spinning, IO
+binding); `bundle` (manifests, checksums); `outputs` (`GenerationOutput`, `StreamEvent`);
+`generator`, `models`, `search`, `processors`, `sampling` (the top-k / top-p kernels), `text`,
+`config` (token models); `chat` (chat templates in a bounded sandbox, the chat methods);
+`hierarchical`, `hierarchical_text`, `masked_lm`, `word_vectors` (the other tasks);
+`memorisation`; `limits` (the caps every front end puts on a request).
+
+Layer: the bottom one. runtime/ imports only numpy, onnxruntime, tokenizers, jinja2 (chat
+templates) and the standard library, never torch, transformers or any other package of ours
+(DESIGN.md, "Layers").
 """
 
 from . import sampling
 from .bundle import BundleError, ChecksumError
 from .config import GenerationConfig
-from .generator import GenerationOutput, Generator, StreamEvent, load, providers_for
+from .generator import Generator
+from .loading import load
+from .outputs import GenerationOutput, StreamEvent
+from .sessions import providers_for
 
 __all__ = [
     "BundleError",

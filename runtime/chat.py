@@ -37,7 +37,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import jinja2
 import jinja2.ext
@@ -46,10 +45,8 @@ from jinja2.compiler import CodeGenerator
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .outputs import GenerationOutput, StreamEvent
 from .text import control_prefix
-
-if TYPE_CHECKING:
-    from .generator import GenerationOutput, StreamEvent
 
 ROLES = ("system", "user", "assistant")
 MAX_CHARS = 1_000_000  # longest text (or list) a template may build, and its longest output
@@ -524,8 +521,6 @@ class ChatMixin:
         """The assistant's reply to `messages` (`num_return_sequences` of them), ending at the
         end of its turn; `text` holds no template tokens. Raises `ValueError` for a model without
         a chat template, a malformed conversation or one that fills the context."""
-        from .generator import GenerationOutput
-
         prompt_tokens, events = self._chat_events(messages, config, controls, alternatives=0)
         outputs: dict[int, GenerationOutput] = {}
         for event in events:

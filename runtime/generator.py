@@ -1,4 +1,5 @@
-"""`runtime.load` and the `Generator` it returns: prompts in, text out.
+"""`Generator`, the class `runtime.load` returns for token models ("causal-lm", "seq2seq"):
+prompts in, text out.
 
 The generator turns prompts (plus control tokens) into token ids, validates the settings once,
 picks the decoding mode once, runs a search loop from `runtime.search` on the model from
@@ -16,171 +17,36 @@ picks the decoding mode once, runs a search loop from `runtime.search` on the mo
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from .bundle import read_manifest
 from .chat import ChatMixin
 from .config import GenerationConfig
-from .masked_lm import MaskedLM
 from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
+from .outputs import GenerationOutput, StreamEvent
 from .search import TokenSearch, beam_search
+from .sessions import available_providers, create_session
 from .text import IncrementalDecoder, control_prefix, find_stop
-from .word_vectors import WordVectors
-
-PRECISION_PREFERENCE = ("int8", "fp32", "int4")
 
 
-@dataclass
-class GenerationOutput:
-    text: str  # generated text (special tokens removed, cut before a stop string)
-    token_ids: list[int]  # generated tokens (EOS included when the model ended on it)
-    logprobs: list[float]  # the model's log-probability of each generated token
-    finish_reason: str  # "eos", "length", "stop" (a stop string) or "context" (context full)
-    prompt_index: int = 0  # which prompt of the batch this output belongs to
-    prompt_tokens: int = 0  # prompt length in tokens (controls and BOS included)
-    score: float | None = None  # beam search: length-penalised sequence score
+@dataclass(frozen=True)
+class DecodingPlan:
+    """Everything a search loop needs for one call, worked out once when the call starts."""
 
-
-@dataclass
-class StreamEvent:
-    text: str  # new text since the previous event of this sequence ("" mid-character)
-    token_id: int | None  # the token that produced it (None for a final flush)
-    logprob: float | None  # its log-probability under the model
-    alternatives: list[tuple[str, float]] = field(default_factory=list)  # top-5 (token, prob)
-    index: int = 0  # which sequence (prompt-major: prompt * num_return_sequences + sample)
-    finish_reason: str | None = None  # set on the last event of a sequence
-
-
-def load(
-    path: str | os.PathLike,
-    precision: str | None = None,
-    providers: list[str] | None = None,
-    threads: int | None = None,
-    io_binding: bool | None = None,
-    spinning: bool = False,
-) -> Generator | MaskedLM | WordVectors:
-    """Open a bundle (or an optimum-onnx export directory) and create its inference sessions.
-
-    The manifest's task picks the class: a `Generator` for "causal-lm" and "seq2seq", a
-    `runtime.masked_lm.MaskedLM` for "fill-mask", a `runtime.word_vectors.WordVectors` for
-    "word-vectors".
-
-    `path` may also be a directory of bundles, one per precision (`models/bible-lm/int8`, …):
-    `precision` picks one, by default the first of int8, fp32, int4 that exists. Checksums are
-    verified before any session is created. `providers` are onnxruntime execution providers in
-    order of preference (e.g. `providers_for("cuda")`; default: CUDA when onnxruntime-gpu sees a
-    GPU, else CPU); one this onnxruntime does not offer raises `ValueError`. `io_binding` keeps
-    the KV cache on the device between steps and brings only the logits back to the host
-    (default: on with CUDA, off on CPU where numpy arrays are already in place; docs/GPU.md).
-    `spinning` lets onnxruntime's worker threads spin between operators instead of sleeping:
-    about 8 % faster batch-1 decoding on 2 cores when this process has the cores to itself (a
-    script, a benchmark), but it burns the cores that concurrent generations need, so the app
-    leaves it off.
-    """
-    directory = _pick_bundle(Path(path), precision)
-    manifest = read_manifest(directory)
-    if precision is not None and manifest.get("precision", precision) != precision:
-        raise ValueError(
-            f"`precision` must match the bundle's ({manifest.get('precision')}), got {precision!r}"
-        )
-    if manifest["task"] == "hierarchical-lm":
-        from .hierarchical import HierarchicalGenerator
-
-        return HierarchicalGenerator(directory, manifest, threads=threads, providers=providers)
-    if manifest["task"] == "word-vectors":
-        return WordVectors.from_bundle(directory, manifest)
-    if manifest["task"] == "fill-mask":
-        return MaskedLM(directory, manifest, providers=providers, threads=threads)
-    return Generator(
-        directory,
-        manifest,
-        providers=providers,
-        threads=threads,
-        io_binding=io_binding,
-        spinning=spinning,
-    )
-
-
-def _pick_bundle(path: Path, precision: str | None) -> Path:
-    if not path.is_dir():
-        raise FileNotFoundError(f"model directory not found: {path}")
-    if (path / "manifest.json").exists() or (path / "config.json").exists():
-        return path
-    options = {p.name: p for p in sorted(path.iterdir()) if (p / "manifest.json").exists()}
-    if not options:
-        raise FileNotFoundError(f"{path} holds no model bundle (no manifest.json or config.json)")
-    if precision is not None:
-        if precision not in options:
-            raise ValueError(
-                f"`precision` must be one of {sorted(options)} for {path}, got {precision!r}"
-            )
-        return options[precision]
-    for name in PRECISION_PREFERENCE:
-        if name in options:
-            return options[name]
-    return next(iter(options.values()))
-
-
-DEVICE_PROVIDERS = {
-    "cpu": ["CPUExecutionProvider"],
-    # Operators CUDA lacks (e.g. fp32 GroupQueryAttention) fall back to the CPU provider.
-    "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"],
-}
-
-
-def providers_for(device: str | None) -> list[str]:
-    """The execution providers for `device` ("cpu" or "cuda"; None: `load`'s default), checked
-    as `load` checks them.
-
-    >>> providers_for("cpu")
-    ['CPUExecutionProvider']
-    """
-    if device is None:
-        return available_providers()
-    if device not in DEVICE_PROVIDERS:
-        raise ValueError(f"`device` must be one of {sorted(DEVICE_PROVIDERS)}, got {device!r}")
-    return available_providers(DEVICE_PROVIDERS[device])
-
-
-def available_providers(requested: list[str] | None = None) -> list[str]:
-    """`requested` (in its order of preference) once onnxruntime is known to offer each one;
-    by default CUDA then CPU when onnxruntime-gpu sees a GPU, else CPU alone.
-
-    A provider this onnxruntime build does not offer raises `ValueError` naming those it does
-    (onnxruntime itself would only warn and silently run on CPU).
-    """
-    offered = ort.get_available_providers()
-    if requested is None:
-        cuda = "CUDAExecutionProvider" in offered
-        return list(DEVICE_PROVIDERS["cuda" if cuda else "cpu"])
-    if isinstance(requested, str) or not requested:
-        raise ValueError(f"`providers` must be a non-empty list of names, got {requested!r}")
-    for provider in requested:
-        if provider not in offered:
-            raise ValueError(
-                f"`providers` must name providers this onnxruntime offers ({offered}), "
-                f"got {provider!r}"
-            )
-    return list(requested)
-
-
-def _session(
-    path: Path, providers: list[str], threads: int | None, spinning: bool
-) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads or os.cpu_count() or 1
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
-    return ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    config: GenerationConfig  # validated, with the model's forced / suppressed tokens merged in
+    encoded: list[list[int]]  # each prompt's token ids (controls and BOS included)
+    input_ids: np.ndarray  # (B, T) the prompts padded: left for a causal LM, right for a source
+    mask: np.ndarray  # (B, T) 1 on real tokens
+    history: np.ndarray  # (B, H) the tokens penalties look back on (prompt, or decoder start)
+    history_mask: np.ndarray  # (B, H) bool
+    max_steps: int  # new tokens allowed: max_new_tokens or what the context leaves
+    limit_reason: str  # finish reason on reaching max_steps: "length" or "context"
+    rng: np.random.Generator  # seeded from config.seed
 
 
 class Generator(ChatMixin):
@@ -202,7 +68,7 @@ class Generator(ChatMixin):
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         graphs = manifest["graphs"]
         sessions = {
-            role: _session(directory / graph["file"], self.providers, threads, spinning)
+            role: create_session(directory / graph["file"], self.providers, threads, spinning)
             for role, graph in graphs.items()
         }
         if manifest["task"] == "seq2seq":
@@ -313,12 +179,12 @@ class Generator(ChatMixin):
         }
         return config.replace(**model_tokens).validate() if model_tokens else config.validate()
 
-    def _plan(self, prompts, config, controls):
+    def _plan(self, prompts, config: GenerationConfig, controls) -> DecodingPlan:
+        """The call's plan for `prompts`; `config` is already validated by `_settings`."""
         if isinstance(prompts, str):
             prompts = [prompts]
         if not prompts:
             raise ValueError("`prompts` must contain at least one prompt")
-        config = self._settings(config)
         encoded, input_ids, mask = self._batch(prompts, controls)
         if self.task == "seq2seq":
             start = self.manifest["special_tokens"]["decoder_start_token_id"]
@@ -329,9 +195,17 @@ class Generator(ChatMixin):
             history, history_mask = input_ids, mask.astype(bool)
             room = self.context_length - input_ids.shape[1]
         max_steps = min(config.max_new_tokens, room)
-        limit_reason = "length" if max_steps == config.max_new_tokens else "context"
-        rng = np.random.default_rng(config.seed)
-        return config, encoded, input_ids, mask, history, history_mask, max_steps, limit_reason, rng
+        return DecodingPlan(
+            config=config,
+            encoded=encoded,
+            input_ids=input_ids,
+            mask=mask,
+            history=history,
+            history_mask=history_mask,
+            max_steps=max_steps,
+            limit_reason="length" if max_steps == config.max_new_tokens else "context",
+            rng=np.random.default_rng(config.seed),
+        )
 
     # ---- generation --------------------------------------------------------------------------
 
@@ -339,11 +213,11 @@ class Generator(ChatMixin):
         self, prompts: str | list[str], config: GenerationConfig | None = None, controls=None
     ) -> list[GenerationOutput]:
         """Generate for one prompt or a batch; `num_return_sequences` outputs per prompt."""
-        config_checked = self._settings(config)
-        if config_checked.num_beams > 1:
-            return self._generate_beam(prompts, config_checked, controls)
-        plan = self._plan(prompts, config_checked, controls)
-        copies, encoded = config_checked.num_return_sequences, plan[1]
+        config = self._settings(config)
+        if config.num_beams > 1:
+            return self._generate_beam(prompts, config, controls)
+        plan = self._plan(prompts, config, controls)
+        copies, encoded = config.num_return_sequences, plan.encoded
         outputs = {
             index: GenerationOutput("", [], [], "", index // copies, len(encoded[index // copies]))
             for index in range(len(encoded) * copies)
@@ -374,24 +248,25 @@ class Generator(ChatMixin):
             return
         yield from self._token_events(self._plan([prompt], config, controls), alternatives=5)
 
-    def _token_events(self, plan, alternatives, end_ids=None) -> Iterator[StreamEvent]:
+    def _token_events(
+        self, plan: DecodingPlan, alternatives, end_ids=None
+    ) -> Iterator[StreamEvent]:
         """Events of the plan's rows; a row ends on EOS, or on any of `end_ids` when given (a
         chat's end-of-turn tokens)."""
-        config, encoded, input_ids, mask, history, history_mask, max_steps, limit, rng = plan
+        config, max_steps = plan.config, plan.max_steps
         ends = {self.eos_token_id} if end_ids is None else set(end_ids)
-        copies = config.num_return_sequences
-        rows = np.repeat(np.arange(len(encoded)), copies)  # prompt of each row
+        rows = np.repeat(np.arange(len(plan.encoded)), config.num_return_sequences)  # prompt of row
         search = TokenSearch(
             self.model,
-            input_ids,
-            mask,
+            plan.input_ids,
+            plan.mask,
             config,
-            history=history[rows],
-            history_mask=history_mask[rows],
+            history=plan.history[rows],
+            history_mask=plan.history_mask[rows],
             eos_token_id=self.eos_token_id if end_ids is None else tuple(end_ids),
             pad_token_id=self.pad_token_id,
             max_steps=max_steps,
-            rng=rng,
+            rng=plan.rng,
             alternatives=alternatives,
         )
         decoders = [IncrementalDecoder(self.tokenizer) for _ in rows]
@@ -409,7 +284,7 @@ class Generator(ChatMixin):
                 elif token in ends:
                     reason = "eos"
                 elif step.index + 1 == max_steps:
-                    reason = limit
+                    reason = plan.limit_reason
                 if reason is None and config.stop:
                     text = text[: len(text) - _stop_prefix_overlap(text, config.stop)]
                 if reason is not None and reason != "stop":
@@ -435,24 +310,23 @@ class Generator(ChatMixin):
 
     def _generate_beam(self, prompts, config, controls) -> list[GenerationOutput]:
         plan = self._plan(prompts, config, controls)
-        config, encoded, input_ids, mask, history, history_mask, max_steps, limit, rng = plan
         results = beam_search(
             self.model,
-            input_ids,
-            mask,
+            plan.input_ids,
+            plan.mask,
             config,
-            prompt_history=history,
-            prompt_mask=history_mask,
+            prompt_history=plan.history,
+            prompt_mask=plan.history_mask,
             eos_token_id=self.eos_token_id,
-            max_steps=max_steps,
-            rng=rng,
+            max_steps=plan.max_steps,
+            rng=plan.rng,
         )
         outputs = []
         for prompt_index, hypotheses in enumerate(results):
             for hyp in hypotheses:
                 tokens = [int(t) for t in hyp.tokens]
                 text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-                reason = "eos" if hyp.finished_on_eos else limit
+                reason = "eos" if hyp.finished_on_eos else plan.limit_reason
                 cut = find_stop(text, config.stop) if config.stop else None
                 if cut is not None:
                     text, reason = text[:cut], "stop"
@@ -463,7 +337,7 @@ class Generator(ChatMixin):
                         logprobs=[float(lp) for lp in hyp.logprobs],
                         finish_reason=reason,
                         prompt_index=prompt_index,
-                        prompt_tokens=len(encoded[prompt_index]),
+                        prompt_tokens=len(plan.encoded[prompt_index]),
                         score=hyp.score,
                     )
                 )

@@ -15,7 +15,8 @@ is not the argmax of the allowed characters. These are train.hierarchical.decode
   temperature, top-k, top-p, min-p, typical-p and seed apply to characters through
   runtime.sampling; `max_new_tokens` counts characters; beam search, repetition penalties,
   min_new_tokens and stop strings raise ValueError (they are token-model settings). Same result
-  types as runtime.generator: token_ids are character ids, logprobs their log-probabilities.
+  types as runtime.generator (runtime/outputs.py): token_ids are character ids, logprobs their
+  log-probabilities.
 - `paraphrase(text, num_candidates, seed)` (bundles with an `autoencoder_decoder` graph, seed 003
   §4.4-4.5): the autoencoder decodes every candidate in one batch, each at its own temperature
   T ~ U(temperature range) and with Gaussian noise of σ = w × RMS(sentence vector) added to each
@@ -36,14 +37,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
-from . import hierarchical_text as ht
+from .bundle import read_manifest
 from .config import GenerationConfig
+from .hierarchical_text import (
+    BEGIN_SENTENCE,
+    BEGIN_WORD,
+    END_OF_SENTENCE,
+    END_OF_WORD,
+    PAD,
+    SPECIALS,
+    UNKNOWN,
+    CharVocab,
+    split_words,
+)
+from .outputs import GenerationOutput, StreamEvent
 from .sampling import Sampler
+from .sessions import available_providers, create_session
 
 TASK = "hierarchical-lm"
-FORBIDDEN_OUTPUTS = (ht.PAD, ht.BEGIN_WORD, ht.BEGIN_SENTENCE, ht.UNKNOWN)
+FORBIDDEN_OUTPUTS = (PAD, BEGIN_WORD, BEGIN_SENTENCE, UNKNOWN)
 
 
 @dataclass
@@ -127,39 +140,33 @@ class CharTokenizer:
     class Encoding:
         ids: list[int]
 
-    def __init__(self, vocab: ht.CharVocab):
+    def __init__(self, vocab: CharVocab):
         self.vocab = vocab
 
     def encode(self, text: str, add_special_tokens: bool = False) -> CharTokenizer.Encoding:
         """Character ids of `text` (unknown characters become <unk>)."""
-        return self.Encoding([self.vocab.ids.get(c, ht.UNKNOWN) for c in text])
+        return self.Encoding([self.vocab.ids.get(c, UNKNOWN) for c in text])
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         """The text of `ids`; special symbols are dropped or shown as <name>."""
         if skip_special_tokens:
             return "".join(self.vocab.char(int(i)) for i in ids)
-        return "".join(self.vocab.char(int(i)) or ht.SPECIALS[int(i)] for i in ids)
+        return "".join(self.vocab.char(int(i)) or SPECIALS[int(i)] for i in ids)
 
 
 class HierarchicalGenerator:
-    """A loaded "hierarchical-lm" bundle; `runtime.load` returns one for such a manifest."""
+    """A loaded "hierarchical-lm" bundle; `runtime.load` returns one for such a manifest. Its
+    sessions run on one intra-op thread unless `threads` says otherwise."""
 
     def __init__(self, directory: Path, manifest: dict, threads: int | None = None, providers=None):
         self.directory, self.manifest = Path(directory), manifest
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or 1
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.providers = available_providers(providers)
         self.sessions = {
-            role: ort.InferenceSession(
-                str(self.directory / graph["file"]),
-                sess_options=options,
-                providers=providers or ["CPUExecutionProvider"],
-            )
+            role: create_session(self.directory / graph["file"], self.providers, threads or 1)
             for role, graph in manifest["graphs"].items()
         }
         self.inputs = {role: {i.name for i in s.get_inputs()} for role, s in self.sessions.items()}
-        self.vocab = ht.CharVocab(manifest["charset"])
+        self.vocab = CharVocab(manifest["charset"])
         self.tokenizer = CharTokenizer(self.vocab)
         self.word_chars = manifest["word_chars"]
         self.max_words = manifest["max_words"]
@@ -168,13 +175,11 @@ class HierarchicalGenerator:
             for role, file in manifest["initial_states"].items()
         }
         self.defaults = GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
-        self.eos_token_id = ht.END_OF_SENTENCE
+        self.eos_token_id = END_OF_SENTENCE
         self._allowed = [self._allowed_mask(i) for i in range(self.word_chars)]
 
     @classmethod
     def open(cls, directory, threads: int | None = None) -> HierarchicalGenerator:
-        from .bundle import read_manifest
-
         return cls(Path(directory), read_manifest(directory), threads=threads)
 
     @property
@@ -196,10 +201,6 @@ class HierarchicalGenerator:
     def config(self, **overrides) -> GenerationConfig:
         return self.defaults.replace(**overrides)
 
-    def char_text(self, char_id: int) -> str:
-        """The text of one character id ('' for a special symbol)."""
-        return self.vocab.char(char_id)
-
     # ---- graphs ------------------------------------------------------------------------------
 
     def _run(self, role: str, **feeds) -> list[np.ndarray]:
@@ -209,10 +210,10 @@ class HierarchicalGenerator:
     def _allowed_mask(self, position: int) -> np.ndarray:
         allowed = np.ones(len(self.vocab), dtype=bool)
         allowed[list(FORBIDDEN_OUTPUTS)] = False
-        allowed[ht.END_OF_WORD if position == 0 else ht.END_OF_SENTENCE] = False
+        allowed[END_OF_WORD if position == 0 else END_OF_SENTENCE] = False
         if position == self.word_chars - 1:
             allowed[:] = False
-            allowed[ht.END_OF_WORD] = True
+            allowed[END_OF_WORD] = True
         return allowed
 
     def _spell(self, sentences: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
@@ -222,7 +223,7 @@ class HierarchicalGenerator:
             for column, word in enumerate(words):
                 spelled = self.vocab.spell(word)
                 ids[row, column, : len(spelled)] = spelled
-        return ids, ids[..., 0] != ht.PAD
+        return ids, ids[..., 0] != PAD
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Sentence vectors (B, layers, V) of `texts`; ValueError for text the model can't take."""
@@ -244,7 +245,7 @@ class HierarchicalGenerator:
 
     def _begin_words(self, batch: int) -> np.ndarray:
         previous = np.zeros((batch, self.word_chars), dtype=np.int64)
-        previous[:, 0], previous[:, 1] = ht.BEGIN_SENTENCE, ht.END_OF_WORD
+        previous[:, 0], previous[:, 1] = BEGIN_SENTENCE, END_OF_WORD
         return previous
 
     # ---- decoding ----------------------------------------------------------------------------
@@ -269,7 +270,7 @@ class HierarchicalGenerator:
                 position=np.full(batch, position, dtype=np.int64),
             )
             hidden = np.zeros((batch, self.manifest["partial_size"]), dtype=np.float32)
-            chars = np.full(batch, ht.BEGIN_WORD, dtype=np.int64)
+            chars = np.full(batch, BEGIN_WORD, dtype=np.int64)
             word_done = done.copy()
             previous = np.zeros((batch, self.word_chars), dtype=np.int64)
             for index in range(self.word_chars):
@@ -279,13 +280,13 @@ class HierarchicalGenerator:
                 masked = np.where(self._allowed[index], logits, -np.inf).astype(np.float32)
                 chars = choose(masked)
                 active = ~word_done
-                previous[:, index] = np.where(word_done, ht.PAD, chars)
-                ends = active & (chars == ht.END_OF_SENTENCE)
+                previous[:, index] = np.where(word_done, PAD, chars)
+                ends = active & (chars == END_OF_SENTENCE)
                 full = np.zeros(batch, dtype=bool)
                 if max_chars is not None:
-                    emitted += active & (chars != ht.END_OF_WORD) & ~ends
+                    emitted += active & (chars != END_OF_WORD) & ~ends
                     full = active & (emitted >= max_chars)
-                word_done |= active & ((chars == ht.END_OF_WORD) | ends | full)
+                word_done |= active & ((chars == END_OF_WORD) | ends | full)
                 done |= ends | full
                 yield _Step(active, chars, logits, masked.argmax(-1), ends, full)
                 if word_done.all():
@@ -312,7 +313,7 @@ class HierarchicalGenerator:
                     result.finish_reason = "eos"
                 elif step.full[row]:
                     result.finish_reason = "length"
-                if char in (ht.END_OF_WORD, ht.END_OF_SENTENCE):
+                if char in (END_OF_WORD, END_OF_SENTENCE):
                     continue
                 sampled = char != int(step.best[row])
                 result.steps.append(CharacterStep(self.vocab.char(char), float(nits[row]), sampled))
@@ -358,8 +359,6 @@ class HierarchicalGenerator:
 
     def generate(self, prompts, config: GenerationConfig | None = None, controls=None):
         """The next sentence after each prompt (a str or a list); GenerationOutput per sequence."""
-        from .generator import GenerationOutput
-
         config = self._settings(config)
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if not prompts:
@@ -377,7 +376,7 @@ class HierarchicalGenerator:
                 logprobs=[-s.nits for s in d.steps],
                 finish_reason=d.finish_reason,
                 prompt_index=i // copies,
-                prompt_tokens=sum(map(len, ht.split_words(prompts[i // copies]))),
+                prompt_tokens=sum(map(len, split_words(prompts[i // copies]))),
             )
             for i, d in enumerate(decoded)
         ]
@@ -385,8 +384,6 @@ class HierarchicalGenerator:
     def stream(self, prompt: str, config: GenerationConfig | None = None, controls=None):
         """Yield one StreamEvent per character (top-5 alternatives) and one when a sequence
         ends (the end-of-sentence symbol, text ""); `index` is the sequence."""
-        from .generator import StreamEvent
-
         config = self._settings(config)
         vectors = np.repeat(self.encode([prompt]), config.num_return_sequences, axis=0)
         choose = self._chooser(config, np.random.default_rng(config.seed))
@@ -399,12 +396,12 @@ class HierarchicalGenerator:
                     yield StreamEvent("", None, None, [], int(row), finish)
                     continue
                 char = int(step.chars[row])
-                if char == ht.END_OF_WORD and not finish:
+                if char == END_OF_WORD and not finish:
                     continue
                 logprobs = step.logits[row] - _logsumexp(step.logits[row])
                 top = np.argsort(-logprobs)[:5]
                 yield StreamEvent(
-                    "" if char in (ht.END_OF_WORD, ht.END_OF_SENTENCE) else self.vocab.char(char),
+                    "" if char in (END_OF_WORD, END_OF_SENTENCE) else self.vocab.char(char),
                     char,
                     float(logprobs[char]),
                     [
@@ -453,7 +450,7 @@ class HierarchicalGenerator:
         distances = np.full(num_candidates, np.inf)
         if any(fits):
             index = [i for i, f in enumerate(fits) if f]
-            encoded = self._encode_words([ht.split_words(texts[i]) for i in index])
+            encoded = self._encode_words([split_words(texts[i]) for i in index])
             distances[index] = np.linalg.norm((encoded - source).reshape(len(index), -1), axis=1)
         candidates = [
             Candidate(d.text, float(dist), float(t), float(w), d.steps)
@@ -488,7 +485,7 @@ class HierarchicalGenerator:
         state = self._initial(role, 1)
         previous = self._begin_words(1)
         total, count = 0.0, 0
-        targets = [self.vocab.spell(w) for w in words] + [[ht.END_OF_SENTENCE, ht.END_OF_WORD]]
+        targets = [self.vocab.spell(w) for w in words] + [[END_OF_SENTENCE, END_OF_WORD]]
         for position, target in enumerate(targets):
             word_vector = self._run("word_encoder", chars=previous)[0]
             conditioning, state = self._run(
@@ -499,7 +496,7 @@ class HierarchicalGenerator:
                 position=np.array([position], dtype=np.int64),
             )
             hidden = np.zeros((1, self.manifest["partial_size"]), dtype=np.float32)
-            char = np.array([ht.BEGIN_WORD], dtype=np.int64)
+            char = np.array([BEGIN_WORD], dtype=np.int64)
             for target_char in target:
                 logits, hidden = self._run(
                     "word_decoder", previous_char=char, hidden=hidden, conditioning=conditioning

@@ -17,13 +17,13 @@ Does not cover: generating from a masked LM or the studies (study/), static vect
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from tokenizers import Tokenizer
+
+from .sessions import available_providers, create_session
 
 
 @dataclass
@@ -55,14 +55,9 @@ class MaskedLM:
         self.context_length: int = manifest["context_length"]
         # the start, end and padding tokens: left out of token_vectors (the mask token stays)
         self.frame_ids = {v for v in manifest["special_tokens"].values() if v is not None}
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(
-            str(directory / manifest["graphs"]["model"]["file"]),
-            sess_options=options,
-            providers=providers or ["CPUExecutionProvider"],
+        self.providers = available_providers(providers)
+        self.session = create_session(
+            directory / manifest["graphs"]["model"]["file"], self.providers, threads
         )
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.controls: dict = {}

@@ -21,6 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+import onnxruntime as ort
+
+from .sessions import io_binding_for
 
 SHARED_BUFFER = "shared-buffer"  # manifest `graphs.decoder.kv_cache`: past and present share memory
 _CACHE_HEADROOM = 128  # positions a shared buffer holds beyond the prompt before it must grow
@@ -36,8 +39,6 @@ class SharedCache:
     """
 
     def __init__(self, session, past_names, present_names, buffers, vocab: int):
-        import onnxruntime as ort
-
         self.session = session
         self.buffers = buffers  # per layer key, value: (N, H, capacity, D)
         self.vocab = vocab
@@ -61,8 +62,6 @@ class SharedCache:
         if "logits_to_keep" in feeds:
             steps = min(steps, int(feeds["logits_to_keep"])) or steps
         if self._logits is None or self._logits.shape[1] != steps:
-            import onnxruntime as ort
-
             self._logits = np.empty((batch, steps, self.vocab), dtype=np.float32)
             self._logits_value = ort.OrtValue.ortvalue_from_numpy(self._logits)
             self.binding.bind_ortvalue_output("logits", self._logits_value)
@@ -97,16 +96,13 @@ class GraphRunner:
 
     def __init__(self, session, io_binding: bool | None = None):
         self.session = session
-        cuda = "CUDAExecutionProvider" in session.get_providers()
-        self.io_binding = cuda if io_binding is None else io_binding
-        self.device = "cuda" if cuda else "cpu"
+        self.io_binding = io_binding_for(session, io_binding)
+        self.device = "cuda" if "CUDAExecutionProvider" in session.get_providers() else "cpu"
 
     def run(self, outputs: list[str], feeds: dict) -> list:
         """Outputs in order: the first (logits) as numpy, the rest as device values."""
         if not self.io_binding:
             return self.session.run(outputs, feeds)
-        import onnxruntime as ort
-
         binding = self.session.io_binding()
         for name, value in feeds.items():
             if not isinstance(value, ort.OrtValue):
@@ -124,8 +120,6 @@ class GraphRunner:
         """Rows `rows` of a cache tensor (numpy or OrtValue), on the same device."""
         if isinstance(value, np.ndarray):
             return np.take(value, rows, axis=0)
-        import onnxruntime as ort
-
         picked = np.take(value.numpy(), rows, axis=0)
         return ort.OrtValue.ortvalue_from_numpy(picked, self.device, 0)
 

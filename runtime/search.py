@@ -1,4 +1,4 @@
-"""Search loops: greedy / sampling (`token_search`) and beam search (`beam_search`).
+"""Search loops: greedy / sampling (`TokenSearch`) and beam search (`beam_search`).
 
 They drive a model from `runtime.models` (start → step → select) and keep the search state:
 sequences, scores, which rows are finished. Picking a token from scores is delegated to pure

@@ -5,6 +5,10 @@ A bundle holds `vectors.npy` (float32, one row per word) and `vocab.txt` (`word<
 row order). `runtime.load` returns a `WordVectors` for it. Queries are lower-cased and spaces
 become "_", so "Holy Spirit" finds the phrase token `holy_spirit`.
 
+`load_matrix` reads a token model's input embedding matrix (`embeddings.npy`, float16,
+[vocab, hidden], named by manifest["embeddings"]), which the app and study/ also use as static
+vectors; it raises `ValueError` with a clear message when a bundle has none.
+
 Does not cover: training (train/word_vectors.py) or contextual vectors (runtime/masked_lm.py).
 """
 
@@ -23,6 +27,20 @@ def normalize_word(word: str) -> str:
     'holy_spirit'
     """
     return "_".join(word.strip().lower().replace("’", "'").split())
+
+
+def load_matrix(bundle_dir: Path, manifest: dict) -> np.ndarray:
+    """The input embedding matrix (vocab, hidden) as float32; ValueError if the bundle has none."""
+    name = manifest.get("embeddings")
+    if not name or not (Path(bundle_dir) / name).exists():
+        raise ValueError(
+            f"model {manifest.get('name')!r} has no embeddings.npy (manifest key `embeddings`); "
+            "re-export it with a version of export/ that writes the input embeddings"
+        )
+    matrix = np.load(Path(bundle_dir) / name, allow_pickle=False)
+    if matrix.ndim != 2:
+        raise ValueError(f"{name} must be a [vocab, hidden] matrix, got shape {matrix.shape}")
+    return matrix.astype(np.float32)  # (V, D)
 
 
 class WordVectors:

@@ -13,7 +13,7 @@ COMMANDS = {
     "export": ("export.cli", "turn a Hugging Face checkpoint into an ONNX model bundle"),
     "train": ("train.cli", "run a training recipe (data, tokenizer, models)"),
     "bench": ("bench.cli", "benchmarks against transformers and optimum-onnx"),
-    "study": ("study.cli", "seed 000/001 studies: masking ratio, probes, BERT generation, vectors"),
+    "study": ("scriptorium.study_cli", "seed 000/001 studies: masking, probes, BERT, vectors"),
     "app": ("app", "start the Gradio app"),
     "serve": ("serve.cli", "serve the models on Ray Serve with an OpenAI-compatible API"),
 }

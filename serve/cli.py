@@ -26,9 +26,9 @@ def model_specs(
     roots, replicas=1, threads=1, cpus=None, autoscale=None, concurrency=4, max_ongoing=64
 ):
     """A `ModelSpec` per text-completion bundle under `roots` (tasks in `COMPLETION_TASKS`);
-    ids are paths relative to their root ("bible-lm/int8"), as ui/registry.py's `find_bundles`
+    ids are paths relative to their root ("bible-lm/int8"), as runtime.loading's `find_bundles`
     names them."""
-    from ui.registry import find_bundles
+    from runtime.loading import find_bundles
 
     from .deployments import ModelSpec
 

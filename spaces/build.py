@@ -22,12 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from runtime.bundle import read_manifest  # noqa: E402
-from ui.registry import find_bundles  # noqa: E402
+from runtime.loading import find_bundles  # noqa: E402
 
 CODE = ("ui", "runtime", "study")
 CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists
-# The studies' command line and matplotlib figures serve cards and the CLI, not the app.
-NOT_FOR_THE_APP = ("study/cli.py", "study/figures.py")
+# The studies' matplotlib figures serve cards and the CLI, not the app.
+NOT_FOR_THE_APP = ("study/figures.py",)
 LFS_PATTERNS = ("*.onnx", "*.onnx_data", "*.npy", "*.bin", "*.safetensors")
 
 

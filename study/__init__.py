@@ -6,8 +6,11 @@
 - `study.bert_generation`: generating from a masked LM three ways (000, section 4.3);
 - `study.word_analogies`: the analogy and similarity set, static against contextual neighbours
   (001);
-- `study.cli`: `python -m scriptorium study …`.
 
 Everything runs on bundles through the runtime (numpy + onnxruntime), so the app can run the
-same code live.
+same code live. Their command line, `scriptorium study …`, is `scriptorium/study_cli.py`: it
+reads the verse table through export.corpus, which study/ itself may not import.
+
+Layer: study/ may import runtime (and matplotlib in `study.figures`, for cards and the CLI);
+never torch or transformers. ui/ and train/ import it (DESIGN.md, "Layers").
 """

@@ -13,6 +13,7 @@ import math
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -459,3 +460,24 @@ def test_optimizer_failure_falls_back_to_unoptimized_graphs(tmp_path, monkeypatc
     kept, report = exporter._ort_optimize(checkpoint, graphs, {"hidden_size": 64}, None, tmp_path)
     assert kept is graphs
     assert report["applied"] is False and "fusion exploded" in report["fallback"]
+
+
+@pytest.mark.parametrize(
+    ("bundle", "ensure_ascii"),
+    [("word2vec/cbow", True), ("paraphraser/int8", True), ("masked-lm-base/int8", False)],
+)
+def test_seal_reproduces_the_shipped_manifests_byte_for_byte(bundle, ensure_ascii, tmp_path):
+    from export.manifest import seal
+    from runtime.bundle import read_manifest
+
+    shipped = Path(__file__).resolve().parents[1] / "models" / bundle
+    copy = tmp_path / "bundle"
+    shutil.copytree(shipped, copy)
+    seal(copy, ensure_ascii=ensure_ascii)
+    assert (copy / "manifest.json").read_bytes() == (shipped / "manifest.json").read_bytes()
+    readme = copy / "README.md"
+    readme.write_text(readme.read_text() + "\nOne more line.\n")
+    manifest = seal(copy, ensure_ascii=ensure_ascii)
+    digest = hashlib.sha256(readme.read_bytes()).hexdigest()
+    assert manifest["files"]["README.md"]["sha256"] == digest
+    assert read_manifest(copy)["files"] == manifest["files"]  # the runtime's checksums agree

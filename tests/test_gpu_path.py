@@ -5,6 +5,8 @@ the same tokens as the default path. On CPU the device path runs with CPUExecuti
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -14,6 +16,7 @@ from runtime.models import SHARED_BUFFER
 from tests.tiny_models import PROMPTS
 from ui.registry import ModelRegistry
 
+MODELS = Path(__file__).resolve().parent.parent / "models"
 CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 needs_cuda = pytest.mark.skipif(
     not CUDA, reason="onnxruntime offers no CUDAExecutionProvider here (needs .[gpu] and a GPU)"
@@ -67,6 +70,22 @@ def test_devices_map_to_providers():
     if not CUDA:
         with pytest.raises(ValueError, match="got 'CUDAExecutionProvider'"):
             runtime.providers_for("cuda")
+
+
+@pytest.mark.parametrize("name", ["paraphraser", "masked-lm-base"])
+def test_every_task_checks_and_uses_its_providers(name):
+    """The hierarchical and fill-mask classes take `providers` as `Generator` does."""
+    path = MODELS / name
+    if not path.exists():
+        pytest.skip(f"{name} is not shipped")
+    with pytest.raises(ValueError, match="got 'NopeExecutionProvider'"):
+        runtime.load(path, providers=["NopeExecutionProvider"])
+    for providers in (None, ["CPUExecutionProvider"]):
+        model = runtime.load(path, providers=providers, threads=1)
+        sessions = getattr(model, "sessions", None) or {"model": model.session}
+        expected = runtime.providers_for(None) if providers is None else providers
+        assert model.providers == expected
+        assert all(s.get_providers() == expected for s in sessions.values())
 
 
 def test_registry_loads_every_model_with_its_providers(bundle):

@@ -14,17 +14,20 @@ import numpy as np
 import pytest
 import torch
 
+import export
 import runtime
-from export import hierarchical as eh
+from export import hierarchical as hierarchical_export
+from modeling import hierarchical as model_definition
 from runtime import hierarchical_text as ht
-from train import hierarchical as hm
+from train import hierarchical as hierarchical_training
+from train import hierarchical_cli, hierarchical_ship
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCE = "In the beginning, God created the heavens and the earth."
 
 
 def _train(recipe: str, out: Path, *extra: str) -> dict:
-    hm.main([recipe, "--tiny", "--out", str(out), "--quiet", *extra])
+    hierarchical_cli.main([recipe, "--tiny", "--out", str(out), "--quiet", *extra])
     return json.loads((out / "result.json").read_text())
 
 
@@ -39,7 +42,9 @@ def runs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def bundle(runs) -> tuple[Path, dict]:
     out = runs / "bundle"
-    manifest = eh.export_bundle(runs / "lm-sarah", out, "tiny-paraphraser", runs / "ae")
+    manifest = hierarchical_export.export_bundle(
+        runs / "lm-sarah", out, "tiny-paraphraser", runs / "ae"
+    )
     return out, manifest
 
 
@@ -65,21 +70,21 @@ def test_words_round_trip_and_bad_sentences():
 def test_recipes_write_results_and_autoencoder_changes_only_the_sentence_decoder(runs):
     result = json.loads((runs / "lm-sarah" / "result.json").read_text())
     assert result["steps"] == 6 and 0 < result["test_nits_per_char"] < 10
-    lm, ae = hm.load_run(runs / "lm-sarah"), hm.load_run(runs / "ae")
+    lm, ae = model_definition.load_run(runs / "lm-sarah"), model_definition.load_run(runs / "ae")
     changed = {
         k.split(".")[0]
         for k, v in lm.state_dict().items()
         if not torch.equal(v, ae.state_dict()[k])
     }
     assert changed == {"sentence_decoder"}
-    hm.check_shared_weights(runs / "lm-sarah", runs / "ae")
+    hierarchical_ship.check_shared_weights(runs / "lm-sarah", runs / "ae")
 
 
 def test_ship_refuses_an_autoencoder_whose_encoder_was_trained(runs, tmp_path):
     lm = runs / "lm-sarah"
     _train("autoencoder", tmp_path / "ae", "--init", str(lm), "--steps", "2", "--train-encoder")
     with pytest.raises(ValueError, match="must change only the sentence decoder"):
-        hm.check_shared_weights(lm, tmp_path / "ae")
+        hierarchical_ship.check_shared_weights(lm, tmp_path / "ae")
 
 
 def test_autoencoder_data_is_every_fitting_verse_copied():
@@ -88,12 +93,12 @@ def test_autoencoder_data_is_every_fitting_verse_copied():
         for v, text in enumerate(["In the beginning.", "", "a" * 25, "Last verse."], start=1)
     ]
     rows.append({**rows[0], "split": "test"})
-    copies = hm.verse_copies(rows, "train")
+    copies = hierarchical_training.verse_copies(rows, "train")
     # the empty and the over-long verse are dropped; the last verse has no next verse but counts
     assert copies == [
         (ht.split_words(t), ht.split_words(t)) for t in ("In the beginning.", "Last verse.")
     ]
-    assert hm.verse_pairs(rows, "train") == []
+    assert hierarchical_training.verse_pairs(rows, "train") == []
 
 
 def test_export_parity_with_pytorch(bundle):
@@ -107,18 +112,36 @@ def test_export_parity_with_pytorch(bundle):
     assert parity["gru_linear_before_reset"]["word_decoder"] == [1]
 
 
-@pytest.mark.parametrize("kind", hm.KINDS)
+@pytest.mark.parametrize("kind", model_definition.KINDS)
 def test_every_kind_exports_with_parity_at_any_batch_and_length(kind, tmp_path):
     torch.manual_seed(0)
-    config = hm.tiny_config(hm.HierarchicalConfig(kind=kind, charset=list("abc .")))
-    model = hm.HierarchicalLM(config).eval()
-    graphs = eh.export_graphs(model, tmp_path)
+    config = hierarchical_training.tiny_config(
+        model_definition.HierarchicalConfig(kind=kind, charset=list("abc ."))
+    )
+    model = model_definition.HierarchicalLM(config).eval()
+    graphs = hierarchical_export.export_graphs(model, tmp_path)
     gru_roles = ("sentence_encoder", "sentence_decoder") if kind == "gru" else ()
     for role in (*gru_roles, "word_decoder"):
-        assert set(eh.gru_linear_before_reset(tmp_path / graphs[role])) == {1}
+        assert set(hierarchical_export.gru_linear_before_reset(tmp_path / graphs[role])) == {1}
     # graph_parity runs every graph at batch sizes 1, 3, 7 and lengths 1, 4, 9
-    diffs = eh.graph_parity(model, tmp_path, graphs, {"sentence_decoder": model})
+    diffs = hierarchical_export.graph_parity(model, tmp_path, graphs, {"sentence_decoder": model})
     assert max(diffs.values()) < 1e-4
+
+
+def test_graphs_that_drifted_from_pytorch_fail_the_parity_check(tmp_path):
+    torch.manual_seed(0)
+    config = hierarchical_training.tiny_config(
+        model_definition.HierarchicalConfig(kind="gru", charset=list("abc ."))
+    )
+    model = model_definition.HierarchicalLM(config).eval()
+    graphs = hierarchical_export.export_graphs(model, tmp_path)
+    diffs = hierarchical_export.graph_parity(model, tmp_path, graphs, {"sentence_decoder": model})
+    hierarchical_export.check_graph_parity(diffs)  # the graphs as exported pass
+    with torch.no_grad():  # the PyTorch word decoder changes after its graph was written
+        model.word_decoder.out.bias += 0.1
+    diffs = hierarchical_export.graph_parity(model, tmp_path, graphs, {"sentence_decoder": model})
+    with pytest.raises(export.ParityError, match="word_decoder"):
+        hierarchical_export.check_graph_parity(diffs)
 
 
 def test_generate_and_stream_agree_and_follow_the_seed(gen):
@@ -300,9 +323,9 @@ def test_shipped_autoencoder_keeps_more_of_a_verse_than_another_verse_shares():
     from train import data
 
     rows = data.load_verses(data.FIXTURE)
-    verses = ["".join(words) for words, _ in hm.verse_copies(rows, "test")]
+    verses = ["".join(words) for words, _ in hierarchical_training.verse_copies(rows, "test")]
     gen = runtime.load(shipped("paraphraser"))
-    quality = hm.reconstruction_quality(gen, verses)
+    quality = hierarchical_ship.reconstruction_quality(gen, verses)
     assert quality["sentences"] == 46
     assert quality["chrf"] >= quality["unrelated_chrf"] + 4
     recorded = gen.manifest["metrics"]["autoencoder_reconstruction"]

@@ -14,7 +14,7 @@ import pytest
 
 import runtime
 from runtime.masked_lm import MaskedLM
-from runtime.word_vectors import WordVectors
+from runtime.word_vectors import WordVectors, load_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 WORD2VEC = ROOT / "models" / "word2vec"
@@ -230,6 +230,14 @@ def test_card_metrics_match_the_analogy_evaluation(shipped):
     metrics = vectors.manifest["metrics"]
     assert metrics["analogy accuracy (3CosAdd, top 1)"] == round(result["analogy_accuracy"], 3)
     assert result["analogy_questions"] == result["analogy_total"]  # every word is in the vocab
+
+
+def test_load_matrix_needs_the_manifest_entry(tmp_path):
+    with pytest.raises(ValueError, match="has no embeddings.npy"):
+        load_matrix(tmp_path, {"name": "m"})
+    np.save(tmp_path / "embeddings.npy", np.ones((3, 2), dtype=np.float16))
+    matrix = load_matrix(tmp_path, {"name": "m", "embeddings": "embeddings.npy"})
+    assert matrix.dtype == np.float32 and matrix.shape == (3, 2)
 
 
 def test_tiny_word2vec_chain(tmp_path):

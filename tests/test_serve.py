@@ -318,10 +318,11 @@ def test_the_app_is_a_thin_client_with_the_same_output(server, local):
     from gradio_client import Client
 
     import app
+    from runtime.word_vectors import load_matrix
     from tests.app_fixtures import serve as serve_app
     from ui import limits
     from ui.compare_tab import preset_config
-    from ui.embeddings import EmbeddingSpace, load_matrix
+    from ui.embeddings import EmbeddingSpace
     from ui.remote import RemoteRegistry
     from ui.streaming import SAMPLE_SEPARATOR
 

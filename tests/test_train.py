@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import runtime
-from train import cli, common, data, evaluate, lm, seq2seq
+from export import corpus
+from train import cli, common, data, evaluate, lm, seq2seq, seq2seq_recipes
 from train import tokenizer as tk
 from ui import registry as ui_registry
 
@@ -75,7 +76,7 @@ def test_lm_bundle_controls_reproduce_training_format(tiny_runs):
     law = gen.encode_prompt("In the beginning", {"section": "law"})
     assert law != plain
     # Training's passage for a chapter whose first verse is the prompt: BOS, section, verse.
-    chapter = lm.Chapter("Genesis", 1, "Law", ["In the beginning", "God said."])
+    chapter = corpus.Chapter("Genesis", 1, "Law", ["In the beginning", "God said."])
     encoded = lm.EncodedChapter(chapter, tokenizer)
     passage = lm.make_passages([encoded], special, 128)[0]
     assert passage.ids[: len(law)] == law
@@ -266,7 +267,7 @@ def test_balanced_draw_evens_out_ratio_values_above_the_floor(floor):
 
 
 def test_rewriter_epochs_add_balanced_value_token_examples(tmp_path):
-    recipe = seq2seq.Rewriter(True, data.FIXTURE, tmp_path / "tokenizers", tmp_path, seed=0)
+    recipe = seq2seq_recipes.Rewriter(True, data.FIXTURE, tmp_path / "tokenizers", tmp_path, seed=0)
     train = recipe.pairs["train"]
     examples = recipe.epoch_examples(random.Random(0))
     assert len(examples) == recipe.examples_per_epoch() == len(train) + recipe.balanced_count()

@@ -183,11 +183,3 @@ def test_nearest_orders_by_cosine_and_respects_exclusions():
     best = embeddings.nearest(matrix, np.array([1.0, 0.1]), 2, exclude={0})
     assert [row for row, _ in best] == [2, 1]
     assert math.isclose(best[0][1], 1.1 / (math.sqrt(2) * math.sqrt(1.01)))
-
-
-def test_load_matrix_needs_the_manifest_entry(tmp_path):
-    with pytest.raises(ValueError, match="has no embeddings.npy"):
-        embeddings.load_matrix(tmp_path, {"name": "m"})
-    np.save(tmp_path / "embeddings.npy", np.ones((3, 2), dtype=np.float16))
-    matrix = embeddings.load_matrix(tmp_path, {"name": "m", "embeddings": "embeddings.npy"})
-    assert matrix.dtype == np.float32 and matrix.shape == (3, 2)

@@ -3,7 +3,7 @@
     scriptorium train RECIPE [--tiny] [--out DIR] [--resume] [--max-steps N] [--max-minutes M]
                       [--eval-only] [--no-eval] [--ship]
     scriptorium train ship RECIPE [--out DIR] [--models-dir models]
-    scriptorium train paraphraser lm|autoencoder|style|ship ...   (train/hierarchical.py)
+    scriptorium train paraphraser lm|autoencoder|style|ship ...   (train/hierarchical_cli.py)
 
 RECIPE: bible-lm, rewriter, translator, masked-lm-base or masked-lm-large.
 
@@ -13,7 +13,8 @@ int8 bundle DIR/bundle-int8/ and evaluates it through the runtime into DIR/evalu
 `ship` exports the evaluated model into models/<name>/<precision>/ with the full model card.
 `--tiny` runs the whole chain in seconds on the committed fixture slice (tests use it).
 
-Does not cover: what a recipe trains or measures (train/lm.py, train/seq2seq.py).
+Does not cover: what a recipe trains or measures (train/lm.py, train/seq2seq_recipes.py,
+train/masked_lm.py; their contract: train/recipe.py).
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from train import common, data
+from train.recipe import Recipe
 
 RECIPES = ("bible-lm", "rewriter", "translator", "masked-lm-base", "masked-lm-large")
 DEFAULT_PRECISIONS = {
@@ -38,23 +41,27 @@ MODELS_LIMIT_MB = 250  # models/ must stay below this in total
 EVAL_PRECISION = "int8"  # the shipped default; evaluation measures what the app runs
 
 
-def recipe_class(name: str):
+def recipe_class(name: str) -> Callable[..., Recipe]:
+    """The recipe `name` (train/recipe.py's contract), to be built with (tiny, verses,
+    tokenizer_dir, out_dir, seed)."""
     import functools
 
-    from train import lm, masked_lm, seq2seq
+    from train import lm, masked_lm, seq2seq_recipes
 
     if name.startswith("masked-lm-"):
         return functools.partial(masked_lm.MaskedLM, name)
-    return {"bible-lm": lm.BibleLM, "rewriter": seq2seq.Rewriter, "translator": seq2seq.Translator}[
-        name
-    ]
+    return {
+        "bible-lm": lm.BibleLM,
+        "rewriter": seq2seq_recipes.Rewriter,
+        "translator": seq2seq_recipes.Translator,
+    }[name]
 
 
 def default_out(name: str, tiny: bool) -> Path:
     return Path("checkpoints") / (name + ("-tiny" if tiny else ""))
 
 
-def make_recipe(args):
+def make_recipe(args) -> tuple[Recipe, Path]:
     verses = args.verses or (data.FIXTURE if args.tiny else data.DEFAULT_OUT)
     if not Path(verses).exists():
         raise FileNotFoundError(f"{verses} not found: build it with `python -m train.data`")
@@ -64,7 +71,7 @@ def make_recipe(args):
     return recipe, out
 
 
-def card(recipe, metrics: dict) -> dict:
+def card(recipe: Recipe, metrics: dict) -> dict:
     return {
         "name": recipe.name,
         "description": recipe.description(),
@@ -130,10 +137,9 @@ def run(args) -> int:
     common.save_model_dir(
         model, recipe.tokenizer, model_dir, recipe.controls(), card(recipe, {}), recipe.generation()
     )
-    if hasattr(recipe, "finish_model_dir"):
-        recipe.finish_model_dir(model_dir)
+    recipe.finish_model_dir(model_dir)
     bundle = out / f"bundle-{EVAL_PRECISION}"
-    getattr(recipe, "export", common.export)(
+    recipe.export(
         model_dir,
         bundle,
         EVAL_PRECISION,
@@ -172,14 +178,16 @@ def training_section(evaluation: dict) -> str:
     )
 
 
-def ship(recipe, out: Path, models_dir: Path, precisions, progress: bool = True) -> list[Path]:
+def ship(
+    recipe: Recipe, out: Path, models_dir: Path, precisions, progress: bool = True
+) -> list[Path]:
     """Export the evaluated model into models_dir/<name>/<precision>/ with the full card."""
     evaluation = common.read_json(out / common.EVALUATION)
     sections = [*recipe.card_sections(evaluation), ("Training", training_section(evaluation))]
     shipped = []
     for precision in precisions:
         target = models_dir / recipe.name / precision
-        getattr(recipe, "export", common.export)(
+        recipe.export(
             out / common.MODEL_DIR,
             target,
             precision,
@@ -187,8 +195,7 @@ def ship(recipe, out: Path, models_dir: Path, precisions, progress: bool = True)
             progress,
             optimize=not recipe.tiny,
         )
-        extra = recipe.card_files(out) if hasattr(recipe, "card_files") else []
-        common.finish_card(target, sections, [out / common.LOSS_PNG, *extra])
+        common.finish_card(target, sections, [out / common.LOSS_PNG, *recipe.card_files(out)])
         shipped.append(target)
         print(f"shipped {target}")
     total = sum(p.stat().st_size for p in models_dir.rglob("*") if p.is_file()) / 2**20
@@ -238,9 +245,9 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["paraphraser"]:
-        from train import hierarchical
+        from train import hierarchical_cli
 
-        return hierarchical.main(argv[1:])
+        return hierarchical_cli.main(argv[1:])
     if argv[:1] == ["ship"]:
         args = _parser("scriptorium train ship", ship_only=True).parse_args(argv[1:])
         recipe, out = make_recipe(args)

@@ -34,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from train import data
-from train import tokenizer as tk
+from train.tokenizer import EN_CONTROL_TOKENS, train_tokenizer, training_texts
 
 CHECKPOINT = "checkpoint.pt"  # latest training state, replaced atomically
 LOSS_CSV = "loss.csv"
@@ -456,7 +456,7 @@ def load_or_train_tokenizer(
     from tokenizers import Tokenizer
 
     columns, controls = {
-        "en": (("web", "kjv"), tk.EN_CONTROL_TOKENS),
+        "en": (("web", "kjv"), EN_CONTROL_TOKENS),
         "en_es": (("web", "rv1909"), ()),
     }[name]
     path = tokenizer_dir / f"{name}.json"
@@ -465,7 +465,7 @@ def load_or_train_tokenizer(
     own = out_dir / f"tokenizer-{name}.json"
     if own.exists():
         return Tokenizer.from_file(str(own))
-    return tk.train_tokenizer(tk.training_texts(rows, columns), vocab_size, controls, own)
+    return train_tokenizer(training_texts(rows, columns), vocab_size, controls, own)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,8 +488,8 @@ def export(
 
 def finish_card(bundle_dir: Path, sections: Sequence[tuple[str, str]], files: Sequence[Path]):
     """Append recipe sections (samples, limits, …) to the bundle's README, add `files` (the loss
-    plot), and rewrite manifest.json's checksums (export/manifest.py helpers)."""
-    from export import manifest as mf
+    plot), and seal the bundle again (export.manifest.seal: manifest.json's checksums)."""
+    from export import manifest as bundle_manifest
 
     manifest = read_json(bundle_dir / "manifest.json")
     for path in files:
@@ -497,14 +497,12 @@ def finish_card(bundle_dir: Path, sections: Sequence[tuple[str, str]], files: Se
     if manifest["task"] == "fill-mask":
         from export.fill_mask import model_card
     else:
-        model_card = mf.model_card
+        model_card = bundle_manifest.model_card
     card = model_card(manifest).rstrip("\n")
     for title, body in sections:
         card += f"\n\n## {title}\n\n{body.strip()}"
     (bundle_dir / "README.md").write_text(card + "\n")
-    manifest["files"] = mf.file_entries(bundle_dir)
-    write_json(bundle_dir / "manifest.json", manifest)
-    return manifest
+    return bundle_manifest.seal(bundle_dir, manifest, ensure_ascii=False)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence]) -> str:

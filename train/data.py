@@ -4,8 +4,8 @@ Covers: checking that Debian's SWORD modules are installed, exporting them with 
 their OSIS markup into plain verse text, aligning the World English Bible (WEB), the King James
 Version (KJV) and the Reina-Valera 1909 (RV1909) by book/chapter/verse, labelling each verse with
 its testament, section (the LM's conditioning label) and the fixed train/validation/test split,
-writing and loading the table as TSV, and the length filters that turn it into KJV->WEB and
-WEB->RV1909 training pairs.
+writing the table as TSV (reading it: export/corpus.py), and the length filters that turn it
+into KJV->WEB and WEB->RV1909 training pairs.
 
 Does not cover: tokenizers (train/tokenizer.py), control-token formatting, or training.
 
@@ -31,14 +31,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+# The table's columns and splits, and reading it (`load_verses`), are export/corpus.py's (below
+# both train/ and export/ngram_index.py); the recipes read the table as `data.load_verses`.
+from export.corpus import COLUMNS, DEFAULT_OUT, SPLITS, TRANSLATIONS, load_verses  # noqa: F401
+
 INSTALL_COMMAND = "apt-get install -y sword-text-web sword-text-kjv sword-text-sparv libsword-utils"
 
 # Table column -> SWORD module it is read from.
-MODULES = {"web": "engWEB2015eb", "kjv": "engKJV2006eb", "rv1909": "spaRV1909eb"}
-TRANSLATIONS = tuple(MODULES)
-COLUMNS = ("book", "chapter", "verse", "testament", "section", "split", *TRANSLATIONS)
+MODULES = dict(zip(TRANSLATIONS, ("engWEB2015eb", "engKJV2006eb", "spaRV1909eb")))
 
-DEFAULT_OUT = Path("data/verses.tsv")
 # The committed slice of the table that tests use (no apt packages needed); see FIXTURE_PASSAGES.
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "verses.tsv"
 
@@ -175,7 +176,6 @@ HELD_OUT = {
     "John": "test",
     "Galatians": "test",
 }
-SPLITS = ("train", "validation", "test")
 
 
 def split_of(book: str) -> str:
@@ -564,27 +564,6 @@ def write_verses(rows: Iterable[dict], path: str | Path) -> None:
         writer.writerow(COLUMNS)
         for row in rows:
             writer.writerow([row[column] for column in COLUMNS])
-
-
-def load_verses(path: str | Path = DEFAULT_OUT, split: str | None = None) -> list[dict]:
-    """Rows of a verses TSV as dicts (chapter and verse as int), optionally only one split.
-
-    >>> rows = load_verses(FIXTURE, split="test")
-    >>> sorted({row["split"] for row in rows}), sorted(rows[0])[:3]
-    (['test'], ['book', 'chapter', 'kjv'])
-    """
-    if split is not None and split not in SPLITS:
-        raise ValueError(f"`split` must be one of {SPLITS}, got {split!r}")
-    with Path(path).open(encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise ValueError(f"{path} must have the columns {COLUMNS}, got {reader.fieldnames}")
-        rows = []
-        for row in reader:
-            row["chapter"], row["verse"] = int(row["chapter"]), int(row["verse"])
-            if split is None or row["split"] == split:
-                rows.append(row)
-    return rows
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,8 +30,10 @@ from pathlib import Path
 
 import torch
 
+from export.corpus import Chapter, chapters
 from train import common, data, evaluate
-from train import tokenizer as tk
+from train.recipe import Recipe
+from train.tokenizer import BOS, EN_VOCAB_SIZE, EOS, PAD
 
 NAME = "bible-lm"
 # Control value (what the app shows) per section label; the token comes from train/data.py.
@@ -59,7 +61,7 @@ class LMSize:
     steps: int = 0  # when > 0, a fixed step count instead of `epochs` (tiny mode)
     samples_per_section: int = 50  # generated samples per section for the conditioning check
     sample_tokens: int = 64  # new tokens per sample
-    vocab_size: int = tk.EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own
+    vocab_size: int = EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own
 
 
 # Sized for about an hour on this 2-core machine when it is not shared: 4 × 256 at context 128
@@ -78,31 +80,10 @@ TINY = LMSize(
 
 
 @dataclass
-class Chapter:
-    book: str
-    chapter: int
-    section: str  # section label, e.g. "Law"
-    verses: list[str]
-
-
-@dataclass
 class Passage:
     ids: list[int]  # BOS, section token (unless dropped), verse tokens, EOS at a chapter's end
     section: str  # section label
     controls: int  # leading control tokens after BOS (0 or 1): never prediction targets
-
-
-def chapters(rows: list[dict], split: str) -> list[Chapter]:
-    """WEB chapters of one split, verses in order; verses WEB lacks are skipped."""
-    out: dict[tuple[str, int], Chapter] = {}
-    for row in rows:
-        if row["split"] != split or not row["web"]:
-            continue
-        key = (row["book"], row["chapter"])
-        if key not in out:
-            out[key] = Chapter(row["book"], row["chapter"], row["section"], [])
-        out[key].verses.append(row["web"])
-    return list(out.values())
 
 
 class EncodedChapter:
@@ -184,7 +165,7 @@ def collate(passages: list[Passage], pad_id: int) -> dict[str, torch.Tensor]:
 
 def special_ids(tokenizer) -> dict[str, int]:
     """Token ids of bos/eos/pad and of each section label's control token."""
-    ids = {"bos": tk.BOS, "eos": tk.EOS, "pad": tk.PAD, **data.SECTIONS}
+    ids = {"bos": BOS, "eos": EOS, "pad": PAD, **data.SECTIONS}
     out = {}
     for key, token in ids.items():
         token_id = tokenizer.token_to_id(token)
@@ -200,7 +181,7 @@ def with_bos_post_processor(tokenizer):
     from tokenizers import processors
 
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{tk.BOS} $A", special_tokens=[(tk.BOS, tokenizer.token_to_id(tk.BOS))]
+        single=f"{BOS} $A", special_tokens=[(BOS, tokenizer.token_to_id(BOS))]
     )
     return tokenizer
 
@@ -303,8 +284,9 @@ def section_perplexity(model, encoded, special, size: LMSize) -> dict[str, float
     return out
 
 
-class BibleLM:
-    """The recipe: data, model, training task, evaluation and model card sections."""
+class BibleLM(Recipe):
+    """The recipe (train/recipe.py's contract): data, model, training task, evaluation and model
+    card sections."""
 
     name = NAME
     task_kind = "causal-lm"

@@ -35,8 +35,10 @@ from pathlib import Path
 
 import torch
 
+from export import corpus
 from train import common, data, lm
-from train import tokenizer as tk
+from train.recipe import Recipe
+from train.tokenizer import BOS, EN_VOCAB_SIZE, EOS, as_transformers
 
 MASK = "<|mask|>"
 # BERT's learned absolute positions left both sizes on the unigram plateau (base: validation loss
@@ -63,7 +65,7 @@ class MLMSize:
     bf16: bool = False  # bfloat16 autocast in training (fast on CPUs with AVX512-BF16)
     study_sentences: int = 300  # held-out verses of the masking-ratio study in the card
     study_repetitions: int = 3  # random maskings per verse and ratio
-    vocab_size: int = tk.EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own (tiny)
+    vocab_size: int = EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own (tiny)
 
 
 # Both models get the same budget, 4,000 steps of 32 passages (about 12 epochs of the ~1.15M
@@ -101,8 +103,8 @@ def with_mask_token(tokenizer):
 
     tokenizer.add_special_tokens([AddedToken(MASK, lstrip=True, special=True, normalized=False)])
     tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{tk.BOS} $A {tk.EOS}",
-        special_tokens=[(t, tokenizer.token_to_id(t)) for t in (tk.BOS, tk.EOS)],
+        single=f"{BOS} $A {EOS}",
+        special_tokens=[(t, tokenizer.token_to_id(t)) for t in (BOS, EOS)],
     )
     return tokenizer
 
@@ -111,7 +113,7 @@ def transformers_tokenizer(tokenizer, work_dir: Path):
     """The tokenizer as transformers' PreTrainedTokenizerFast with its mask token set."""
     path = work_dir / "tokenizer-mlm.json"
     tokenizer.save(str(path))
-    fast = tk.as_transformers(path)
+    fast = as_transformers(path)
     fast.mask_token = MASK
     return fast
 
@@ -211,7 +213,7 @@ def build_model(size: MLMSize, vocab_size: int, pad_id: int, seed: int):
     return BertForMaskedLM(config)
 
 
-class MaskedLM:
+class MaskedLM(Recipe):
     """The recipe (train/cli.py's interface): data, model, task, evaluation, card sections."""
 
     task_kind = "fill-mask"
@@ -232,7 +234,7 @@ class MaskedLM:
         )
         self.fast = transformers_tokenizer(self.tokenizer, out_dir)
         self.encoded = {
-            split: [lm.EncodedChapter(c, self.tokenizer) for c in lm.chapters(self.rows, split)]
+            split: [lm.EncodedChapter(c, self.tokenizer) for c in corpus.chapters(self.rows, split)]
             for split in data.SPLITS
         }
 
@@ -285,7 +287,7 @@ class MaskedLM:
 
     def finish_model_dir(self, model_dir: Path) -> None:
         """Name the mask token in the checkpoint's transformers tokenizer files."""
-        fast = tk.as_transformers(model_dir / "tokenizer.json")
+        fast = as_transformers(model_dir / "tokenizer.json")
         fast.mask_token = MASK
         fast.save_pretrained(str(model_dir))
         self.tokenizer.save(str(model_dir / "tokenizer.json"))  # ours, byte for byte
@@ -299,13 +301,12 @@ class MaskedLM:
         """Through the runtime on the int8 bundle: the masking-ratio study on held-out verses,
         the token-vector probes and BERT-as-generator samples."""
         import runtime
-        from study import bert_generation, probes
-        from study import masking as ms
+        from study import bert_generation, masking, probes
         from study.figures import masking_plot
 
         gen = runtime.load(bundle_dir)
-        sentences = ms.held_out_sentences(self.rows, self.size.study_sentences, self.seed)
-        study = ms.masking_study(gen, sentences, repetitions=self.size.study_repetitions)
+        sentences = masking.held_out_sentences(self.rows, self.size.study_sentences, self.seed)
+        study = masking.masking_study(gen, sentences, repetitions=self.size.study_repetitions)
         masking_plot({self.name: study}).savefig(self.out_dir / MASKING_PNG, dpi=100)
         pair = ("the king was tired so he went to sleep", "the queen was tired so he went to sleep")
         try:
@@ -409,7 +410,7 @@ class MaskedLM:
 def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
     """Draw every run's masking study (its evaluation.json) in one figure and put it, as
     masking.png, into each shipped bundle (its card shows that file), updating the checksums."""
-    from export import manifest as mf
+    from export.manifest import seal
     from study.figures import masking_plot
 
     results = {}
@@ -419,9 +420,7 @@ def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
     figure = masking_plot(results)
     for bundle in bundles:
         figure.savefig(bundle / MASKING_PNG, dpi=100)
-        manifest = common.read_json(bundle / "manifest.json")
-        manifest["files"] = mf.file_entries(bundle)
-        common.write_json(bundle / "manifest.json", manifest)
+        seal(bundle, ensure_ascii=False)
 
 
 def main(argv: list[str] | None = None) -> int:

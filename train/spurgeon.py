@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runtime import hierarchical_text as ht
+from runtime import hierarchical_text
 from train import data
 
 MODULE = "TDavid"
@@ -50,18 +50,20 @@ def exposition_paragraphs(imp_lines) -> list[tuple[int, str]]:
             if section != KEPT_SECTION:
                 continue
             for paragraph in _PARAGRAPH_END_RE.split(_POETRY_RE.sub(" ", part)):
-                text = ht.normalize(_TAG_RE.sub(" ", paragraph).replace(" —", "—"))
+                text = hierarchical_text.normalize(_TAG_RE.sub(" ", paragraph).replace(" —", "—"))
                 text = re.sub(r"\s+([,.;:?!])", r"\1", text)
                 if text:
                     paragraphs.append((chapter, text))
     return paragraphs
 
 
-def sentence_pairs(paragraph: str, vocab: ht.CharVocab) -> list[tuple[list[str], list[str]]]:
-    sentences = [ht.split_words(s) for s in _SENTENCE_END_RE.split(paragraph)]
+def sentence_pairs(
+    paragraph: str, vocab: hierarchical_text.CharVocab
+) -> list[tuple[list[str], list[str]]]:
+    sentences = [hierarchical_text.split_words(s) for s in _SENTENCE_END_RE.split(paragraph)]
     fits = [
-        0 < len(w) <= ht.MAX_WORDS
-        and all(len(x) < ht.WORD_CHARS and all(c in vocab.ids for c in x) for x in w)
+        0 < len(w) <= hierarchical_text.MAX_WORDS
+        and all(len(x) < hierarchical_text.WORD_CHARS and all(c in vocab.ids for c in x) for x in w)
         for w in sentences
     ]
     return [(a, b) for a, b, fa, fb in zip(sentences, sentences[1:], fits, fits[1:]) if fa and fb]
@@ -70,7 +72,7 @@ def sentence_pairs(paragraph: str, vocab: ht.CharVocab) -> list[tuple[list[str],
 def build(imp_lines, charset: list[str], train_words: int = 100_000, held_out_words: int = 12_000):
     """{"train"|"validation"|"test": [(source words, target words)], "psalms": {split: [first,
     last]}, "words": {split: target words}}."""
-    vocab = ht.CharVocab(charset)
+    vocab = hierarchical_text.CharVocab(charset)
     by_psalm: dict[int, list] = {}
     for psalm, paragraph in exposition_paragraphs(imp_lines):
         by_psalm.setdefault(psalm, []).extend(sentence_pairs(paragraph, vocab))
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = subprocess.run(
             ["mod2imp", MODULE], capture_output=True, text=True, check=True
         ).stdout.splitlines()
-    charset = ht.default_charset(r["web"] for r in data.load_verses(args.verses))
+    charset = hierarchical_text.default_charset(r["web"] for r in data.load_verses(args.verses))
     corpus = build(lines, charset)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(corpus))

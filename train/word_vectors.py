@@ -82,22 +82,21 @@ def train_variant(sentences, sg: int, settings: dict, seed: int = 0):
 
 def save_bundle(keyed_vectors, out_dir: Path, manifest: dict) -> None:
     """vectors.npy + vocab.txt + manifest.json (checksums); keyed_vectors is gensim's."""
-    from export import manifest as mf
+    from export.manifest import seal
 
     out_dir.mkdir(parents=True, exist_ok=True)
     np.save(out_dir / "vectors.npy", keyed_vectors.vectors.astype(np.float32))
     lines = [f"{w}\t{keyed_vectors.get_vecattr(w, 'count')}" for w in keyed_vectors.index_to_key]
     (out_dir / "vocab.txt").write_text("\n".join(lines) + "\n")
-    manifest = {**manifest, "files": mf.file_entries(out_dir)}
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    seal(out_dir, {**manifest})
 
 
 def evaluations(out: Path, reference: Path | None) -> dict[str, dict]:
     """study.word_analogies.evaluate of both variants in `out` (and of the reference bundle's
     input embeddings, e.g. the Bible LM's), by model name."""
     import runtime
+    from runtime.word_vectors import load_matrix
     from study import word_analogies as wa
-    from ui.embeddings import load_matrix
 
     results = {}
     for variant in VARIANTS:
@@ -114,8 +113,8 @@ def evaluations(out: Path, reference: Path | None) -> dict[str, dict]:
 def write_card(bundle: Path, results: dict[str, dict]) -> None:
     """README.md (model card) of one bundle, then manifest.json's metrics and checksums."""
     import runtime
-    from export import manifest as mf
-    from study import word_analogies as wa
+    from export.manifest import seal
+    from study import word_analogies
     from train.common import markdown_table
 
     manifest = json.loads((bundle / "manifest.json").read_text())
@@ -136,7 +135,7 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
     table = markdown_table(["model", "analogies", "questions", *sections, "similarity"], rows)
     neighbours = [
         f"- **{word}**: " + ", ".join(w for w, _ in vectors.most_similar(word, topn=8))
-        for word in [*wa.POLYSEMOUS, "holy_spirit", "son_of_man"]
+        for word in [*word_analogies.POLYSEMOUS, "holy_spirit", "son_of_man"]
         if word in vectors
     ]
     settings = manifest["settings"]
@@ -182,8 +181,7 @@ evaluated the same way over its " word" tokens.
 Public domain: trained only on the public-domain World English Bible.
 """
     (bundle / "README.md").write_text(card)
-    manifest["files"] = mf.file_entries(bundle)
-    (bundle / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    seal(bundle, manifest)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,9 +3,8 @@
 A phrase's vector is the sum of the input embeddings of its tokens (002: `model.wte(ids).sum`);
 an expression such as "king - man + woman" or "boy + man" adds and subtracts phrase vectors.
 Cosine similarity compares two vectors; nearest neighbours rank every vocabulary token by cosine.
-The matrix comes from the bundle's `embeddings.npy` (float16, [vocab, hidden], named by
-manifest["embeddings"]); `load_matrix` raises `ValueError` with a clear message when a bundle has
-none. This module runs no model and builds no UI.
+The matrix comes from the bundle's `embeddings.npy` through `runtime.word_vectors.load_matrix`.
+This module runs no model and builds no UI.
 """
 
 from __future__ import annotations
@@ -13,26 +12,11 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 TERM = re.compile(r"\s*([+-])?\s*([^+-]+)")
 WORDLIKE = re.compile(r"\w")
-
-
-def load_matrix(bundle_dir: Path, manifest: dict) -> np.ndarray:
-    """The input embedding matrix (vocab, hidden) as float32; ValueError if the bundle has none."""
-    name = manifest.get("embeddings")
-    if not name or not (Path(bundle_dir) / name).exists():
-        raise ValueError(
-            f"model {manifest.get('name')!r} has no embeddings.npy (manifest key `embeddings`); "
-            "re-export it with a version of export/ that writes the input embeddings"
-        )
-    matrix = np.load(Path(bundle_dir) / name, allow_pickle=False)
-    if matrix.ndim != 2:
-        raise ValueError(f"{name} must be a [vocab, hidden] matrix, got shape {matrix.shape}")
-    return matrix.astype(np.float32)  # (V, D)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

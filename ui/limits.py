@@ -1,10 +1,10 @@
 """Server-side limits and input validation shared by every tab, and the queue settings.
 
 Every endpoint checks its inputs here before any model runs: text length caps, token caps and
-parameter ranges, with messages in the project's one template (`` `top_p` must be in (0, 1],
-got 1.5 ``). The checks raise `ValueError`; `shown_to_user` turns that (and the runtime's own
-`ValueError`s) into `gr.Error`, which the UI shows as a message and an API client receives as
-the error text. This module builds no components.
+parameter ranges (their values: `runtime.limits.LIMITS`), with messages in the project's one
+template (`` `top_p` must be in (0, 1], got 1.5 ``). The checks raise `ValueError`;
+`shown_to_user` turns that (and the runtime's own `ValueError`s) into `gr.Error`, which the UI
+shows as a message and an API client receives as the error text. This module builds no components.
 """
 
 from __future__ import annotations
@@ -12,31 +12,10 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from dataclasses import dataclass
 
 import runtime
+from runtime.limits import LIMITS
 
-
-@dataclass(frozen=True)
-class Limits:
-    max_prompt_chars: int = 2000  # characters of a prompt or source text
-    max_lines: int = 16  # lines translated or compared at once
-    max_new_tokens: int = 256  # tokens generated per sequence
-    max_samples: int = 8  # sequences per prompt (sampling) / returned beams
-    max_beams: int = 8  # beam width
-    max_top_k: int = 1000  # top-k (0 = off); 000's largest k
-    max_temperature: float = 2.0
-    repetition_penalty: tuple[float, float] = (0.5, 3.0)  # allowed range; 1.0 = off
-    max_no_repeat_ngram: int = 10
-    max_seed: int = 2**32 - 1
-    max_neighbours: int = 50  # nearest neighbours listed
-    max_study_prompts: int = 5  # prompts in the decoding study
-    max_study_samples: int = 10  # samples per prompt and setting in the decoding study
-    concurrency: int = 4  # model-running events that run at once (all tabs together)
-    max_queue: int = 64  # events waiting beyond those; more are refused
-
-
-LIMITS = Limits()
 CONCURRENCY_ID = "models"  # every event that runs a model shares one concurrency limit
 
 

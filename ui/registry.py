@@ -1,8 +1,8 @@
-"""Find model bundles on disk, say what each is for, and keep one loaded Generator per bundle.
+"""The app's models: say what each bundle is for, and keep one loaded Generator per bundle.
 
-A model directory is either a bundle (manifest.json), an optimum export (config.json), or a
-family of bundles, one per precision (`models/bible-lm/int8`, `models/bible-lm/fp32`). Each
-bundle gets a display name "family (precision)". What a model is for is read from its manifest,
+Bundles are found on disk by `runtime.loading.find_bundles` (a bundle, an optimum export, or a
+family of bundles, one per precision: `models/bible-lm/int8`, `models/bible-lm/fp32`), which
+gives each a display name "family (precision)". What a model is for is read from its manifest,
 never from its name (docs/APP.md, "How models are chosen"):
 
 - generation: causal LMs and seq2seq models (tasks "causal-lm", "seq2seq"); causal LMs first,
@@ -30,17 +30,15 @@ import numpy as np
 
 import runtime
 from runtime.bundle import read_manifest
+from runtime.loading import find_bundles
+from runtime.word_vectors import load_matrix
 
-from .embeddings import EmbeddingSpace, load_matrix
+from .embeddings import EmbeddingSpace
 
 PRECISION_ORDER = ("int8", "fp32", "int4")
 PAIR = re.compile(r"^\s*([A-Za-z_]+)\s*(?:-|→|->|_|2)\s*([A-Za-z_]+)\s*$")
 LENGTH_CONTROLS = ("length_ratio", "length")
 GENERATION_TASKS = ("causal-lm", "seq2seq", "hierarchical-lm")
-
-
-def _is_model(path: Path) -> bool:
-    return (path / "manifest.json").exists() or (path / "config.json").exists()
 
 
 def languages(manifest: dict) -> tuple[str, str] | None:
@@ -90,27 +88,6 @@ def _bundle_file(folder: Path, target: str) -> bytes | None:
     if not path.is_file() or folder.resolve() not in path.parents:
         return None
     return path.read_bytes()
-
-
-def find_bundles(roots) -> list[tuple[str, Path, Path]]:
-    """(display name, path relative to its root, path) of every model directory under `roots`.
-
-    A root may itself be a model, hold models, or hold families of per-precision bundles.
-    """
-    found = []
-    for root in map(Path, roots):
-        if not root.is_dir():
-            continue
-        if _is_model(root):
-            found.append((root.name, Path(root.name), root))
-            continue
-        for path in sorted(p for p in root.iterdir() if p.is_dir()):
-            if _is_model(path):
-                found.append((path.name, Path(path.name), path))
-                continue
-            for bundle in sorted(p for p in path.iterdir() if _is_model(p)):
-                found.append((f"{path.name} ({bundle.name})", Path(path.name, bundle.name), bundle))
-    return found
 
 
 class ModelRegistry:

@@ -80,30 +80,19 @@ class DecodingInputs:
     repetition_penalty: gr.Slider
     no_repeat_ngram_size: gr.Slider
     num_beams: gr.Slider
-    samples: gr.Slider
+    samples: gr.Slider | None  # None: the tab returns one sequence (no `samples` parameter)
     seed: gr.Number
 
-    def components(self) -> list:
-        """In the order of `limits.decoding`'s parameters."""
-        return [
-            self.mode,
-            self.max_new_tokens,
-            self.temperature,
-            self.top_k,
-            self.top_p,
-            self.min_p,
-            self.repetition_penalty,
-            self.no_repeat_ngram_size,
-            self.num_beams,
-            self.samples,
-            self.seed,
-        ]
-
     def by_name(self) -> dict:
-        """The components by the API parameter names the endpoints give them."""
+        """The components by the API parameter names the endpoints give them, in the order of
+        `limits.decoding`'s parameters (`samples` left out when there is no samples slider)."""
         names = ["mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p"]
         names += ["repetition_penalty", "no_repeat_ngram_size", "num_beams", "samples", "seed"]
-        return dict(zip(names, self.components()))
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+    def components(self) -> list:
+        """The components of `by_name`, in its order."""
+        return list(self.by_name().values())
 
 
 def decoding_inputs(
@@ -117,7 +106,8 @@ def decoding_inputs(
     samples: int = 1,
     with_samples: bool = True,
 ) -> DecodingInputs:
-    """Greedy / sampling / beam search with their settings; irrelevant ones hide."""
+    """Greedy / sampling / beam search with their settings; irrelevant ones hide. Without
+    `with_samples` there is no samples slider (for a tab that returns one sequence)."""
     sampling, beam = mode == "sampling", mode == "beam search"
     with gr.Group():
         with gr.Row():
@@ -151,14 +141,16 @@ def decoding_inputs(
             beams = setting_slider(
                 2, LIMITS.max_beams, value=num_beams, step=1, label="Beams", visible=beam
             )
-            count = setting_slider(
-                1,
-                LIMITS.max_samples,
-                value=samples,
-                step=1,
-                label="Samples (or best beams)",
-                visible=with_samples and mode != "greedy",
-            )
+            count = None
+            if with_samples:
+                count = setting_slider(
+                    1,
+                    LIMITS.max_samples,
+                    value=samples,
+                    step=1,
+                    label="Samples (or best beams)",
+                    visible=mode != "greedy",
+                )
             seed = setting_number(
                 value=0,
                 precision=0,
@@ -185,15 +177,16 @@ def decoding_inputs(
 
     def show(chosen):
         sampling, beam = chosen == "sampling", chosen == "beam search"
-        several = with_samples and chosen != "greedy"
-        return [gr.update(visible=sampling)] * 4 + [
-            gr.update(visible=beam),
-            gr.update(visible=several) if several else gr.update(visible=False, value=1),
-        ]
+        updates = [gr.update(visible=sampling)] * 4 + [gr.update(visible=beam)]
+        if count is not None:
+            several = chosen != "greedy"
+            updates.append(
+                gr.update(visible=True) if several else gr.update(visible=False, value=1)
+            )
+        return updates
 
-    mode_radio.change(
-        show, mode_radio, [temp, k, p, min_p, beams, count], queue=False, api_visibility="private"
-    )
+    shown = [temp, k, p, min_p, beams] + ([count] if count is not None else [])
+    mode_radio.change(show, mode_radio, shown, queue=False, api_visibility="private")
     return DecodingInputs(
         mode_radio, max_tokens, temp, k, p, min_p, penalty, ngram, beams, count, seed
     )

@@ -28,13 +28,15 @@ def _load(paths):
 
 
 def masking(args) -> int:
-    from study import masking as ms
-    from train import data
+    import study.masking
+    from export import corpus
 
-    rows = data.load_verses(args.verses)
-    sentences = ms.held_out_sentences(rows, args.sentences, args.seed)
+    rows = corpus.load_verses(args.verses)
+    sentences = study.masking.held_out_sentences(rows, args.sentences, args.seed)
     results = {
-        name: ms.masking_study(gen, sentences, repetitions=args.repetitions, seed=args.seed)
+        name: study.masking.masking_study(
+            gen, sentences, repetitions=args.repetitions, seed=args.seed
+        )
         for name, gen in _load(args.models).items()
     }
     for name, result in results.items():
@@ -56,19 +58,19 @@ def masking(args) -> int:
 
 
 def probes(args) -> int:
-    from study import probes as pr
+    import study.probes
 
     for name, gen in _load(args.models).items():
         print(f"== {name}")
-        for context, row in pr.analogy_table(gen).items():
+        for context, row in study.probes.analogy_table(gen).items():
             print(f"  {context}: " + ", ".join(f"{k} {v:.3f}" for k, v in row.items()))
-        order = pr.word_order(gen)
+        order = study.probes.word_order(gen)
         print("  word order (queen): " + ", ".join(f"{k} {v:.3f}" for k, v in order.items()))
         for a, b in (
             ("the king was tired so he went to sleep", "the queen was tired so he went to sleep"),
             ("the king was tired so he went to sleep", "the king was tired so he went to sleep"),
         ):
-            result = pr.influence(gen, a, b)
+            result = study.probes.influence(gen, a, b)
             print(
                 f"  AIS {result['ais']:.3f}, average {result['average_similarity']:.3f}: "
                 f"{a!r} / {b!r}"
@@ -78,11 +80,13 @@ def probes(args) -> int:
 
 def generate(args) -> int:
     import runtime
-    from study import bert_generation as bg
+    import study.bert_generation
 
     for name, gen in _load(args.models).items():
         print(f"== {name}")
-        for strategy, text in bg.all_strategies(gen, args.prompt, args.right, args.tokens).items():
+        for strategy, text in study.bert_generation.all_strategies(
+            gen, args.prompt, args.right, args.tokens
+        ).items():
             print(f"  {strategy}: {args.prompt}⟨{text}⟩{(' ' + args.right) if args.right else ''}")
     lm = runtime.load(args.lm)
     config = runtime.GenerationConfig(max_new_tokens=args.tokens, do_sample=False)
@@ -92,35 +96,35 @@ def generate(args) -> int:
 
 
 def neighbours(args) -> int:
-    from study import word_analogies as wa
+    import study.word_analogies
 
     vectors = _load(args.vectors)
     masked = _load(args.models)
-    for word, sentences in wa.POLYSEMOUS.items():
+    for word, sentences in study.word_analogies.POLYSEMOUS.items():
         print(f"== {word}")
         for name, wv in vectors.items():
             found = wv.most_similar(word, topn=8) if word in wv else []
             print(f"  {name} (static): " + ", ".join(w for w, _ in found))
         for name, gen in masked.items():
             for sentence in sentences:
-                found = wa.contextual_neighbours(gen, sentence, word)
+                found = study.word_analogies.contextual_neighbours(gen, sentence, word)
                 print(f"  {name} in {sentence!r}: " + ", ".join(w for w, _ in found))
     return 0
 
 
 def analogies(args) -> int:
     import runtime
-    from study import word_analogies as wa
-    from ui.embeddings import load_matrix
+    import study.word_analogies
+    from runtime.word_vectors import load_matrix
 
     models = dict(_load(args.vectors))
     for path in args.embeddings:
         gen = runtime.load(path)
         matrix = load_matrix(gen.directory, gen.manifest)
         name = f"{gen.manifest['name']} input embeddings"
-        models[name] = wa.from_embeddings(matrix, gen.tokenizer, name)
+        models[name] = study.word_analogies.from_embeddings(matrix, gen.tokenizer, name)
     for name, wv in models.items():
-        result = wa.evaluate(wv)
+        result = study.word_analogies.evaluate(wv)
         sections = ", ".join(
             f"{s} {100 * (v['accuracy'] or 0):.0f} %" for s, v in result["sections"].items()
         )

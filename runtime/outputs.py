@@ -1,0 +1,29 @@
+"""What generation returns: `GenerationOutput` (one finished sequence) and `StreamEvent` (one
+increment of a streamed sequence), shared by every generating class (runtime/generator.py,
+runtime/hierarchical.py). Plain dataclasses; this module imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GenerationOutput:
+    text: str  # generated text (special tokens removed, cut before a stop string)
+    token_ids: list[int]  # generated tokens (EOS included when the model ended on it)
+    logprobs: list[float]  # the model's log-probability of each generated token
+    finish_reason: str  # "eos", "length", "stop" (a stop string) or "context" (context full)
+    prompt_index: int = 0  # which prompt of the batch this output belongs to
+    prompt_tokens: int = 0  # prompt length in tokens (controls and BOS included)
+    score: float | None = None  # beam search: length-penalised sequence score
+
+
+@dataclass
+class StreamEvent:
+    text: str  # new text since the previous event of this sequence ("" mid-character)
+    token_id: int | None  # the token that produced it (None for a final flush)
+    logprob: float | None  # its log-probability under the model
+    alternatives: list[tuple[str, float]] = field(default_factory=list)  # top-5 (token, prob)
+    index: int = 0  # which sequence (prompt-major: prompt * num_return_sequences + sample)
+    finish_reason: str | None = None  # set on the last event of a sequence

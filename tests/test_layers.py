@@ -1,0 +1,165 @@
+"""The layering of docs/DESIGN.md's package table, checked by parsing the source (nothing is
+imported): no package imports one above it, no import cycle between packages or between the files
+of one package, no source file over 800 lines.
+
+Every `import` and `from … import` counts, at module level or inside a function: an import
+deferred into a function is still a dependency. Imports of third-party packages are ignored.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_LINES = 800
+
+# What each of our top-level packages (and app.py) may import of ours.
+ALLOWED = {
+    "runtime": set(),
+    # the torch-free runtime owns the text contracts a model shares with its bundle
+    # (runtime.hierarchical_text), so modeling may import runtime and nothing else of ours
+    "modeling": {"runtime"},
+    "study": {"runtime"},
+    "export": {"runtime", "modeling"},
+    "train": {"export", "modeling", "study", "runtime"},
+    "ui": {"runtime", "study"},
+    "serve": {"runtime"},
+    "bench": {"runtime", "modeling", "export", "train", "study", "serve"},
+    "app": {"ui", "runtime"},
+    "spaces": {"ui", "runtime"},
+    # the `scriptorium` command dispatches to every subcommand's module
+    "scriptorium": {"runtime", "modeling", "export", "train", "study", "ui", "serve", "bench"},
+}
+PACKAGES = tuple(ALLOWED)
+
+
+def source_files() -> dict[str, Path]:
+    """Dotted module name → file, for every .py file of our packages and app.py."""
+    files = {"app": REPO / "app.py"}
+    for package in PACKAGES:
+        root = REPO / package
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            files[".".join(parts)] = path
+    return files
+
+
+FILES = source_files()
+
+
+def imported_modules(module: str, path: Path) -> set[str]:
+    """Our modules that `module` imports (absolute names; `from a import b` gives a.b when that
+    is a module of ours, else a)."""
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".")
+                base = parts if is_package else parts[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module
+            names = [f"{prefix}.{alias.name}" for alias in node.names]
+            names = [name if name in FILES else prefix for name in names]
+        else:
+            continue
+        for name in names:
+            # the longest prefix of `name` that is one of our modules
+            parts = name.split(".")
+            for end in range(len(parts), 0, -1):
+                candidate = ".".join(parts[:end])
+                if candidate in FILES:
+                    if candidate != module:
+                        found.add(candidate)
+                    break
+    return found
+
+
+IMPORTS = {module: imported_modules(module, path) for module, path in FILES.items()}
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as a path that returns to its start, or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_parser_sees_every_kind_of_import():
+    assert "export.manifest" in IMPORTS["export.ngram_index"]  # from export.manifest import …
+    assert "modeling.hierarchical" in IMPORTS["export.hierarchical"]  # from modeling import x
+    assert "export.exporter" in IMPORTS["export.fill_mask"]  # from .exporter import …
+    assert "runtime" in IMPORTS["app"]  # import runtime
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_packages_import_only_the_layers_below_them(package):
+    upward = sorted(
+        f"{module} imports {imported}"
+        for module, imports in IMPORTS.items()
+        if top(module) == package
+        for imported in imports
+        if top(imported) != package and top(imported) not in ALLOWED[package]
+    )
+    assert not upward, f"{package} may import only {sorted(ALLOWED[package])}: {upward}"
+
+
+def test_no_import_cycle_between_packages():
+    graph: dict[str, set[str]] = {package: set() for package in PACKAGES}
+    for module, imports in IMPORTS.items():
+        graph[top(module)] |= {top(imported) for imported in imports} - {top(module)}
+    assert find_cycle(graph) is None
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_import_cycle_between_the_files_of_a_package(package):
+    graph = {
+        module: {imported for imported in imports if top(imported) == package}
+        for module, imports in IMPORTS.items()
+        if top(module) == package
+    }
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_no_source_file_is_over_800_lines():
+    long = {
+        str(path.relative_to(REPO)): count
+        for path in FILES.values()
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these by job (at most {MAX_LINES} lines): {long}"

@@ -1,0 +1,76 @@
+"""The command line of seed 003's hierarchical model: train one recipe (lm, autoencoder, style)
+or ship the trained runs.
+
+    python -m train.hierarchical_cli lm --kind sarah --out checkpoints/hier/lm-sarah
+    python -m train.hierarchical_cli ship --runs checkpoints/hier
+
+(`python -m scriptorium train paraphraser …` is the same command.) Recipes:
+train/hierarchical.py; shipping: train/hierarchical_ship.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from modeling.hierarchical import KINDS
+from train import data, hierarchical_ship
+from train.hierarchical import run_autoencoder, run_lm, run_style
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.hierarchical_cli", description=__doc__)
+    parser.add_argument("recipe", choices=("lm", "autoencoder", "style", "ship"))
+    parser.add_argument(
+        "--runs",
+        type=Path,
+        default=Path("checkpoints/hier"),
+        help="ship: directory of the lm-<kind>, ae and style-* runs",
+    )
+    parser.add_argument("--models-dir", type=Path, default=Path("models"))
+    parser.add_argument("--ship-kind", choices=KINDS, help="ship: kind to ship (default: best)")
+    parser.add_argument("--kind", choices=KINDS, default="sarah")
+    parser.add_argument("--out", type=Path, help="run directory (not for ship)")
+    parser.add_argument("--init", type=Path, help="run to start from (autoencoder, style)")
+    parser.add_argument(
+        "--like", type=Path, help="run whose config a from-scratch style run copies"
+    )
+    parser.add_argument("--corpus", type=Path, help="style corpus JSON (train/spurgeon.py)")
+    parser.add_argument("--verses", type=Path, default=data.DEFAULT_OUT)
+    parser.add_argument("--tiny", action="store_true", help="tiny widths on the fixture verses")
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--bf16",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bfloat16 autocast in training steps (default on; --no-bf16 trains in float32)",
+    )
+    parser.add_argument("--max-minutes", type=float)
+    parser.add_argument(
+        "--max-steps", type=int, help="stop (and evaluate) at this step of the --steps schedule"
+    )
+    parser.add_argument(
+        "--train-encoder",
+        action="store_true",
+        help="autoencoder: also train the sentence encoder (seed 003 freezes it; not shippable)",
+    )
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    if args.tiny and args.verses == data.DEFAULT_OUT:
+        args.verses = data.FIXTURE
+    if args.recipe == "ship":
+        return hierarchical_ship.ship(args)
+    if args.out is None:
+        parser.error("--out is required")
+    {"lm": run_lm, "autoencoder": run_autoencoder, "style": run_style}[args.recipe](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

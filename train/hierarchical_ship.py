@@ -1,0 +1,369 @@
+"""Shipping seed 003's hierarchical models: `ship` exports the chosen WEB run (+ autoencoder) and
+the Spurgeon fine-tune to bundles under models/, measures fp32 against int8 through the runtime,
+keeps the better-sized one that is close enough, and writes each bundle's model card (tables,
+plots, reconstruction examples and their quality).
+
+Does not cover: the model (modeling/hierarchical.py), training (train/hierarchical.py), the
+command line (train/hierarchical_cli.py), the ONNX graphs and parity checks
+(export/hierarchical.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from export import hierarchical as hierarchical_export
+from export.manifest import seal
+from modeling import hierarchical as model_definition
+from runtime.hierarchical import HierarchicalGenerator
+from train import common
+from train import hierarchical as hierarchical_training
+from train.evaluate import bleu_chrf
+
+RECONSTRUCTION_SENTENCES = (
+    "Jesus wept.",
+    "In the beginning, God created the heavens and the earth.",
+    "The Lord is my shepherd; I shall not lack.",
+    "Blessed are the poor in spirit, for theirs is the Kingdom of Heaven.",
+    "Now faith is assurance of things hoped for, proof of things not seen.",
+    "The cat sat on the mat and looked at the dog.",
+)
+
+
+RECONSTRUCTION_VERSES = 200  # test verses whose greedy reconstructions the card scores
+
+
+def reconstruction_quality(generator, sentences: list[str]) -> dict:
+    """How much of each sentence the autoencoder's greedy reconstruction keeps: the share
+    reconstructed exactly (and the three most frequent of those), corpus BLEU and chrF against
+    the sentences themselves, and, as the floor, the same scores for other sentences of the
+    list (rotated by half its length)."""
+    sentences = [sentence.strip() for sentence in sentences]
+    texts = [generator.reconstruction(sentence).text.strip() for sentence in sentences]
+    exact = collections.Counter(t for t, s in zip(texts, sentences) if t == s)
+    half = len(sentences) // 2
+    scores = bleu_chrf(texts, sentences)
+    unrelated = bleu_chrf(sentences[half:] + sentences[:half], sentences)
+    return {
+        "sentences": len(sentences),
+        "exact_share": round(exact.total() / len(sentences), 4),
+        "exact": dict(exact.most_common(3)),  # the most frequent sentences reconstructed exactly
+        "bleu": round(scores["bleu"], 2),
+        "chrf": round(scores["chrf"], 2),
+        "unrelated_bleu": round(unrelated["bleu"], 2),
+        "unrelated_chrf": round(unrelated["chrf"], 2),
+    }
+
+
+def comparison_plot(results: dict, path: Path) -> None:
+    """Seed 003's figure 3.2 for our runs: test nits/char against parameters, one point a kind."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for kind, result in results.items():
+        ax.scatter(result["parameters"] / 1e6, result["test_nits_per_char"], s=60)
+        ax.annotate(
+            kind,
+            (result["parameters"] / 1e6, result["test_nits_per_char"]),
+            textcoords="offset points",
+            xytext=(6, 4),
+        )
+    ax.set_xlabel("parameters (millions)")
+    ax.set_ylabel("test nits / character")
+    ax.set_title("Sentence encoder kinds, same step budget")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def budget_note(results: dict, shipped: dict, best: str) -> str:
+    """How the comparison's budget relates to the shipped run, for the card."""
+    steps = {r["steps"] for r in results.values()}
+    planned = {r.get("planned_steps", r["steps"]) for r in results.values()}
+    note = f"All three kinds: {', '.join(map(str, sorted(steps)))} steps"
+    if steps != planned:
+        note += f" of the same {', '.join(map(str, sorted(planned)))}-step schedule"
+    note += ", same data order, seed 0, batch 32, one thread."
+    if shipped["steps"] not in steps:
+        precision = "bfloat16 autocast" if shipped.get("bf16") else "float32"
+        note += (
+            f" The best kind at that budget, {best}, was then trained on its own "
+            f"{shipped['steps']}-step schedule (same data order and seed, {precision}, "
+            f"{shipped['train_seconds'] / 60:.0f} minutes): that run is the shipped model; the "
+            "table compares the kinds at equal budget."
+        )
+    return note + "\n\n"
+
+
+def check_shared_weights(lm_run: Path, autoencoder_run: Path) -> None:
+    """The bundle stores one word encoder, sentence encoder and word decoder for both sentence
+    decoders, so an autoencoder run must have changed nothing else of its language model."""
+    lm, autoencoder = (
+        model_definition.load_run(lm_run).state_dict(),
+        model_definition.load_run(autoencoder_run).state_dict(),
+    )
+    changed = sorted(
+        name
+        for name, weights in lm.items()
+        if not name.startswith("sentence_decoder.") and not torch.equal(weights, autoencoder[name])
+    )
+    if changed:
+        raise ValueError(
+            f"`{autoencoder_run}` must change only the sentence decoder of `{lm_run}`, got "
+            f"{len(changed)} other changed tensors ({changed[0]}, …): was it trained with "
+            "--train-encoder or from another run?"
+        )
+
+
+def comparison_run(runs: Path, kind: str) -> Path:
+    """The run of `kind` in the three-way comparison: runs/compare/<kind> when the comparison
+    was made at a shorter budget than the shipped run, else runs/lm-<kind>."""
+    compare = runs / "compare" / kind
+    return compare if compare.exists() else runs / f"lm-{kind}"
+
+
+def ship(args) -> int:
+    """Export the chosen WEB kind (+ autoencoder) to models/paraphraser/<precision> and the
+    Spurgeon fine-tune to models/paraphraser-spurgeon/<precision>, each with its model card
+    (int8 when it is within INT8_TOLERANCE of fp32, else fp32)."""
+    runs = args.runs
+    compared = {k: comparison_run(runs, k) for k in model_definition.KINDS}
+    results = {
+        k: common.read_json(run / "result.json")
+        for k, run in compared.items()
+        if (run / "result.json").exists()
+    }
+    best = args.ship_kind or min(results, key=lambda k: results[k]["test_nits_per_char"])
+    shipped = common.read_json(runs / f"lm-{best}" / "result.json")
+    autoencoder = common.read_json(runs / "ae" / "result.json")
+    check_shared_weights(runs / f"lm-{best}", runs / "ae")
+    style = {
+        name: common.read_json(runs / f"style-{name}" / "result.json")
+        for name in ("finetune", "scratch")
+        if (runs / f"style-{name}" / "result.json").exists()
+    }
+    corpus = json.loads((runs / "spurgeon.json").read_text()) if style else {}
+    encoders = {
+        k: {"parameters": r["parameters"], "test_nits_per_char": r["test_nits_per_char"]}
+        for k, r in results.items()
+    }
+    table = common.markdown_table(
+        (
+            "sentence encoder",
+            "parameters",
+            "test nits/char",
+            "validation nits/char",
+            "steps",
+            "minutes (1 thread, shared host)",
+        ),
+        [
+            (
+                k,
+                f"{r['parameters']:,}",
+                r["test_nits_per_char"],
+                r["validation_nits_per_char"],
+                r["steps"],
+                round(r["train_seconds"] / 60, 1),
+            )
+            for k, r in results.items()
+        ],
+    )
+    style_table = (
+        common.markdown_table(
+            ("Spurgeon model", "steps", "held-out Spurgeon nits/char"),
+            [
+                (
+                    (
+                        "WEB-pretrained, fine-tuned"
+                        if n == "finetune"
+                        else "from scratch on the slice"
+                    ),
+                    r["steps"],
+                    r["test_nits_per_char"],
+                )
+                for n, r in style.items()
+            ],
+        )
+        if style
+        else "Not trained."
+    )
+    common_sections = (
+        "## Training\n\n"
+        f"Next-verse prediction on consecutive WEB verses ({results[best]['train_pairs']:,} "
+        "training pairs: both verses ≤ 30 words of ≤ 19 characters; train / validation / test "
+        f"books as every Scriptorium model; split {common.split_description()}). Batch "
+        f"{results[best]['batch_size']}, AdamW, peak lr {results[best]['lr']}, on a shared 2-core "
+        f"host ({shipped['threads']} torch thread(s) for the shipped run). Nits per character "
+        "count every character of a target word, its end-of-word symbol and the end-of-sentence "
+        "word. Sizes are seed 003's scaled down: docs/PARAPHRASE.md.\n\n"
+        f"## Sentence encoders (seed 003, figure 3.2)\n\n{budget_note(results, shipped, best)}"
+        f"{table}\n\n"
+        "![test nits per character against parameters](sentence_encoders.png)\n\n"
+        + "".join(f"![{k} training curve](loss-{k}.png)\n" for k in results)
+        + f"\nThe shipped {best} model's curve ({shipped['steps']} steps):\n\n"
+        "![shipped model training curve](loss-shipped.png)\n"
+        + f"\n## Style fine-tuning: Spurgeon\n\n{style_table}\n\n"
+    )
+    if corpus:
+        common_sections += (
+            "Corpus: C. H. Spurgeon's own EXPOSITION sections of *The Treasury of David* (SWORD "
+            f"TDavid), quoted writers dropped; {corpus['words']['train']:,} training words "
+            f"(Psalms {corpus['psalms']['train'][0]}-{corpus['psalms']['train'][1]}), held-out "
+            f"test Psalms {corpus['psalms']['test'][0]}-{corpus['psalms']['test'][1]} "
+            f"({corpus['words']['test']:,} words).\n"
+        )
+    out = args.models_dir / "paraphraser" / "fp32"
+    manifest = hierarchical_export.export_bundle(
+        runs / f"lm-{best}",
+        out,
+        "paraphraser",
+        runs / "ae",
+        card={
+            "description": "",
+            "metrics": {
+                "sentence_encoders": encoders,
+                "kind": best,
+                "test_nits_per_char": shipped["test_nits_per_char"],
+                "steps": shipped["steps"],
+                "autoencoder_test_nits_per_char": autoencoder["test_nits_per_char"],
+                "spurgeon": {n: r["test_nits_per_char"] for n, r in style.items()},
+            },
+            "training_data": {
+                "corpus": "World English Bible (WEB), consecutive verses",
+                "split": common.split_description(),
+            },
+        },
+    )
+    pairs, verse_rows = hierarchical_training.web_pairs(args.verses)
+    web_test = pairs["test"]
+    precision_text, kept = _precisions(out, manifest, web_test, "WEB test (next verse)")
+    generator = HierarchicalGenerator.open(kept[0][0])
+    rows = []
+    for sentence in RECONSTRUCTION_SENTENCES:
+        result = generator.reconstruction(sentence)
+        rows.append((sentence, result.text, round(result.nits_per_char, 3)))
+    reconstruction = common.markdown_table(("sentence", "greedy reconstruction", "nits/char"), rows)
+    test_verses = [
+        "".join(words) for words, _ in hierarchical_training.verse_copies(verse_rows, "test")
+    ]
+    quality = reconstruction_quality(generator, test_verses[:RECONSTRUCTION_VERSES])
+    for _, bundle_manifest in kept:
+        bundle_manifest["metrics"]["autoencoder_reconstruction"] = quality
+    exact_verses = ", ".join(f"“{text}” × {count}" for text, count in quality["exact"].items())
+    examples = generator.paraphrase(RECONSTRUCTION_SENTENCES[1], 40, seed=0)[:4]
+    example_rows = [
+        (round(c.distance, 3), round(c.temperature, 2), round(c.noise, 2), c.text) for c in examples
+    ]
+    readme = (
+        f"# paraphraser\n\nSeed 003's hierarchical character-level model with a **{best}** "
+        f"sentence encoder and decoder ({shipped['steps']} steps), trained to predict "
+        "the next WEB verse, plus its autoencoder (the sentence decoder fine-tuned to reconstruct "
+        "its input, everything else frozen) for unsupervised paraphrase. Task "
+        "`hierarchical-lm`, run by `runtime/hierarchical.py` (numpy + onnxruntime).\n\n"
+        f"Test nits/char (next verse): **{shipped['test_nits_per_char']}**; autoencoder "
+        f"(reconstruction) test nits/char: **{autoencoder['test_nits_per_char']}** after "
+        f"{autoencoder['steps']} steps.\n\n"
+        "## Parity with PyTorch\n\n"
+        f"Greedy decoding: {manifest['parity']['greedy']['identical']} of "
+        f"{manifest['parity']['greedy']['compared']} sentences identical, max |Δlogit| "
+        f"{manifest['parity']['greedy']['max_abs_logit_diff']}; per graph max |Δ| "
+        f"{manifest['parity']['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
+        f"## Reconstruction cost (seed 003, table 4.2)\n\n{reconstruction}\n\n"
+        f"Over the first {quality['sentences']} test verses, the greedy reconstruction is the "
+        f"verse exactly for {quality['exact_share']:.1%} of them ({exact_verses}); against the "
+        f"verses themselves it scores BLEU {quality['bleu']} and chrF {quality['chrf']} "
+        "(sacreBLEU; a copy scores 100; another verse of the same list scores BLEU "
+        f"{quality['unrelated_bleu']}, chrF {quality['unrelated_chrf']}).\n\n"
+        "## Paraphrase example (40 candidates, seed 0, closest 4)\n\n"
+        + common.markdown_table(("distance", "T", "noise w", "candidate"), example_rows)
+        + "\n\n"
+        + precision_text
+        + common_sections
+        + "\n## Licence\n\nPublic domain: trained only on public-domain text.\n"
+    )
+    for bundle, bundle_manifest in kept:
+        _finish_bundle(bundle, bundle_manifest, readme, results, runs)
+        print(f"shipped {bundle}")
+    if "finetune" in style:
+        out = args.models_dir / "paraphraser-spurgeon" / "fp32"
+        manifest = hierarchical_export.export_bundle(
+            runs / "style-finetune",
+            out,
+            "paraphraser-spurgeon",
+            card={
+                "metrics": {
+                    "spurgeon_test_nits_per_char": style["finetune"]["test_nits_per_char"],
+                    "from_scratch_test_nits_per_char": style.get("scratch", {}).get(
+                        "test_nits_per_char"
+                    ),
+                    "kind": best,
+                },
+                "training_data": {
+                    "corpus": "WEB (pretraining), then Spurgeon's Treasury of "
+                    "David exposition (fine-tuning)"
+                },
+            },
+        )
+        precision_text, kept = _precisions(out, manifest, corpus["test"], "held-out Spurgeon")
+        readme = (
+            "# paraphraser-spurgeon\n\nThe `paraphraser`'s next-sentence model (WEB-pretrained, "
+            f"{best}) fine-tuned on C. H. Spurgeon's own exposition in *The Treasury of David*: "
+            "the app's second style for the next sentence (Generate and Compare tabs). It has no "
+            "autoencoder, so it does not paraphrase.\n\n"
+            + precision_text
+            + common_sections
+            + "\n## Licence\n\nPublic domain text (WEB; Spurgeon, 1869-1885).\n"
+        )
+        for bundle, bundle_manifest in kept:
+            _finish_bundle(bundle, bundle_manifest, readme, results, runs)
+            print(f"shipped {bundle}")
+    return 0
+
+
+INT8_TOLERANCE = 0.01  # int8 ships instead of fp32 when its nits/char is at most 1 % worse
+
+
+def _precisions(fp32: Path, manifest: dict, pairs, what: str):
+    """Quantize the fp32 bundle to int8 beside it and measure both through the runtime on
+    `pairs` (teacher-forced nits/char); the int8 bundle replaces fp32 when it is within
+    INT8_TOLERANCE. Returns (the card's section, [(bundle dir, manifest)] to finish)."""
+    int8_dir = fp32.parent / "int8"
+    int8_manifest = hierarchical_export.quantize_bundle(fp32, int8_dir)
+    measured = {
+        "fp32": round(hierarchical_export.runtime_nits_per_char(fp32, pairs), 4),
+        "int8": round(hierarchical_export.runtime_nits_per_char(int8_dir, pairs), 4),
+    }
+    keep_int8 = measured["int8"] <= measured["fp32"] * (1 + INT8_TOLERANCE)
+    for bundle_manifest in (manifest, int8_manifest):
+        bundle_manifest["metrics"]["runtime_nits_per_char"] = {**measured, "pairs": what}
+    shutil.rmtree(fp32 if keep_int8 else int8_dir)
+    verdict = (
+        "int8 ships (GRU weights, most of the model, stay float32, so it is only a little smaller)."
+        if keep_int8
+        else f"int8 is more than {INT8_TOLERANCE:.0%} worse, so fp32 ships."
+    )
+    section = (
+        f"## Precision\n\nTeacher-forced nits/char through the runtime on {len(pairs)} {what} "
+        f"pairs: fp32 {measured['fp32']}, int8 {measured['int8']} (dynamic int8 MatMuls; GRU "
+        f"nodes stay float32): {verdict} Greedy decoding through the int8 graphs against PyTorch: "
+        f"{int8_manifest['parity']['greedy']['identical']} of "
+        f"{int8_manifest['parity']['greedy']['compared']} sentences identical.\n\n"
+    )
+    return section, [(int8_dir, int8_manifest)] if keep_int8 else [(fp32, manifest)]
+
+
+def _finish_bundle(out: Path, manifest: dict, readme: str, results: dict, runs: Path) -> None:
+    comparison_plot(results, out / "sentence_encoders.png")
+    for kind in results:
+        shutil.copy(comparison_run(runs, kind) / common.LOSS_PNG, out / f"loss-{kind}.png")
+    shutil.copy(runs / f"lm-{manifest['kind']}" / common.LOSS_PNG, out / "loss-shipped.png")
+    (out / "README.md").write_text(readme)
+    seal(out, manifest)
