@@ -410,16 +410,16 @@ class ChatTemplate:
 
 
 def hf_chat_fields(directory: Path) -> dict:
-    """The manifest's chat fields, read from a Hugging Face / optimum export directory.
+    """The manifest's `chat` object, read from a Hugging Face / optimum export directory.
 
-    `chat_template` is tokenizer_config.json's (its "default" one when it names several) or
-    chat_template.jinja's; `chat_special_tokens` are the special-token strings the template sees
-    (tokenizer_config.json's `bos_token`, `eos_token`, …); `end_of_turn_token_ids` are the
-    tokens that end a reply, as transformers stops on them: generation_config.json's
-    `eos_token_id` (one or a list) and the tokenizer's `eos_token`. Empty when the directory
-    has no chat template.
+    `template` is tokenizer_config.json's `chat_template` (its "default" one when it names
+    several) or chat_template.jinja's; `special_tokens` are the special-token strings the
+    template sees (tokenizer_config.json's `bos_token`, `eos_token`, …); `end_of_turn_token_ids`
+    are the tokens that end a reply, as transformers stops on them: generation_config.json's
+    `eos_token_id` (one or a list) and the tokenizer's `eos_token`; `end_of_turn_tokens` their
+    text. Empty when the directory has no chat template.
     """
-    template, config = None, _read_json(directory / "tokenizer_config.json")
+    config = _read_json(directory / "tokenizer_config.json")
     template = config.get("chat_template")
     if isinstance(template, list):
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
@@ -436,12 +436,19 @@ def hf_chat_fields(directory: Path) -> dict:
             special[name] = value
     eos = _read_json(directory / "generation_config.json").get("eos_token_id")
     ends = [i for i in (eos if isinstance(eos, list) else [eos]) if isinstance(i, int)]
-    added = _read_json(directory / "tokenizer.json").get("added_tokens", [])
-    ends += [t["id"] for t in added if t.get("content") == special.get("eos_token")]
+    tokenizer = _read_json(directory / "tokenizer.json")
+    vocab = tokenizer.get("model", {}).get("vocab")
+    texts = {i: t for t, i in vocab.items()} if isinstance(vocab, dict) else {}  # BPE, WordLevel
+    texts.update({t.get("id"): t.get("content") for t in tokenizer.get("added_tokens", [])})
+    ends += [i for i, text in texts.items() if text == special.get("eos_token")]
+    ends = list(dict.fromkeys(ends))
     return {
-        "chat_template": template,
-        "chat_special_tokens": special,
-        "end_of_turn_token_ids": list(dict.fromkeys(ends)),
+        "chat": {
+            "template": template,
+            "special_tokens": special,
+            "end_of_turn_token_ids": ends,
+            "end_of_turn_tokens": [texts.get(i) for i in ends],
+        }
     }
 
 
@@ -452,12 +459,19 @@ def _read_json(path: Path) -> dict:
 # ---- the generator's chat methods ------------------------------------------------------------
 
 
+def is_chat_manifest(manifest: dict) -> bool:
+    """Whether a manifest is a chat model's: a causal LM with a chat template."""
+    chat = manifest.get("chat") or {}
+    return manifest.get("task") == "causal-lm" and bool(chat.get("template"))
+
+
 class ChatMixin:
     """Chat for `runtime.Generator`: a causal LM whose bundle carries a chat template."""
 
     @property
     def is_chat_model(self) -> bool:
-        return self.task == "causal-lm" and bool(self.manifest.get("chat_template"))
+        """A causal LM whose manifest's `chat` object has a template (docs/bundle.md)."""
+        return is_chat_manifest(self.manifest)
 
     @cached_property
     def _chat_template(self) -> ChatTemplate:
@@ -466,7 +480,8 @@ class ChatMixin:
                 f"{self.name!r} is not a chat model: its bundle has no chat template (use "
                 "`generate` with a plain prompt)"
             )
-        special = self.manifest.get("chat_special_tokens")
+        chat = self.manifest["chat"]
+        special = chat.get("special_tokens")
         if special is None:  # the strings of the manifest's special token ids
             ids = self.manifest.get("special_tokens", {})
             special = {
@@ -474,14 +489,14 @@ class ChatMixin:
                 for name in SPECIAL_TOKEN_NAMES
                 if ids.get(f"{name}_id") is not None
             }
-        return ChatTemplate(self.manifest["chat_template"], special)
+        return ChatTemplate(chat["template"], special)
 
     @cached_property
     def end_of_turn_token_ids(self) -> tuple[int, ...]:
-        """The tokens that end the assistant's turn: the manifest's `end_of_turn_token_ids`,
-        else the EOS token."""
+        """The tokens that end the assistant's turn: the manifest's
+        `chat.end_of_turn_token_ids`, else the EOS token."""
         self._chat_template  # noqa: B018 (raises for a model that is not a chat model)
-        ids = self.manifest.get("end_of_turn_token_ids") or [self.eos_token_id]
+        ids = self.manifest["chat"].get("end_of_turn_token_ids") or [self.eos_token_id]
         return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True) -> str:

@@ -42,6 +42,7 @@ from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import runtime
+from runtime.chat import is_chat_manifest
 
 from . import api, chat
 
@@ -276,7 +277,7 @@ def _model_object(model: str, manifest: dict) -> dict:
         "task": manifest.get("task"),
         "precision": manifest.get("precision"),
         "context_length": manifest.get("context_length"),
-        "chat": manifest.get("task") == "causal-lm" and bool(manifest.get("chat_template")),
+        "chat": is_chat_manifest(manifest),
     }
 
 

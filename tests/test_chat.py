@@ -185,3 +185,34 @@ def test_a_model_without_a_template_is_not_a_chat_model(chat_model, tmp_path):
         ):
             call()
     assert plain.generate("Hello", runtime.GenerationConfig(max_new_tokens=4))[0].token_ids
+
+
+def test_a_bundle_carries_its_chat_object_as_the_gguf_importer_writes_it(chat_model, tmp_path):
+    """manifest.json's `chat`: {"template", "end_of_turn_token_ids"}; the template's special
+    tokens are then the tokens of the manifest's special token ids."""
+    from runtime.bundle import infer_manifest, sha256_of
+
+    _, model, tokenizer, directory = chat_model
+    bundle = shutil.copytree(directory, tmp_path / "bundle")
+    manifest = {k: v for k, v in infer_manifest(bundle).items() if k != "inferred"}
+    manifest["files"] = {
+        name: {"sha256": sha256_of(bundle / name)} for name in ("model.onnx", "tokenizer.json")
+    }
+    template = (
+        "{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}{{ eos_token }}"
+        "{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    manifest["chat"] = {"template": template, "end_of_turn_token_ids": [END]}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    gen = runtime.load(bundle, threads=1)
+    messages = CONVERSATIONS[0]
+    assert gen.apply_chat_template(messages) == "<|im_start|>user: Hello<|im_end|>assistant:"
+    out = gen.chat(messages, runtime.GenerationConfig(max_new_tokens=40))[0]
+    ids = torch.tensor(
+        [tokenizer(gen.apply_chat_template(messages), add_special_tokens=False)["input_ids"]]
+    )
+    with torch.no_grad():
+        expected = model.generate(
+            ids, max_new_tokens=40, do_sample=False, eos_token_id=END, pad_token_id=0
+        )
+    assert out.token_ids == expected[0, ids.shape[1] :].tolist()

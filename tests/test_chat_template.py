@@ -218,10 +218,11 @@ def test_hf_directory_fields_match_what_transformers_saves(tmp_path):
     tokenizer = _hf_tokenizer(CHATML_SMOLLM2)
     tokenizer.save_pretrained(tmp_path)
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": [2, 3]}')
-    fields = hf_chat_fields(tmp_path)
-    assert fields["chat_template"] == CHATML_SMOLLM2
-    assert fields["chat_special_tokens"] == SPECIAL
-    assert fields["end_of_turn_token_ids"] == [2, 3]  # "</s>" is id 2: listed once
+    chat = hf_chat_fields(tmp_path)["chat"]
+    assert chat["template"] == CHATML_SMOLLM2
+    assert chat["special_tokens"] == SPECIAL
+    assert chat["end_of_turn_token_ids"] == [2, 3]  # "</s>" is id 2: listed once
+    assert chat["end_of_turn_tokens"] == ["</s>", "a"]
     assert hf_chat_fields(tmp_path / "missing") == {}
 
 
