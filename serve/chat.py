@@ -250,7 +250,8 @@ def parse_chat(raw: bytes | str | dict) -> ChatRequest:
         check_messages(list(messages))
         config = runtime.GenerationConfig(**_settings(body)).validate()
     except ValueError as error:
-        raise api.RequestError(str(error), param=api.param_named_in(str(error))) from None
+        message = _api_words(str(error))
+        raise api.RequestError(message, param=api.param_named_in(message)) from None
     if config.num_return_sequences > api.MAX_SEQUENCES:
         raise api.RequestError(
             f"`n` must be at most {api.MAX_SEQUENCES}, got {config.num_return_sequences}",
@@ -265,6 +266,25 @@ def parse_chat(raw: bytes | str | dict) -> ChatRequest:
         stream=bool(body.stream),
         include_usage=body.stream_options is not None and body.stream_options.include_usage,
     )
+
+
+# The runtime's names of the fields whose API names differ.
+API_NAMES = {
+    "max_new_tokens": "max_completion_tokens",
+    "num_return_sequences": "n",
+    **{name: key for key, name in EXTRA_FIELDS.items() if name != key},
+}
+
+
+def _api_words(message: str) -> str:
+    """A runtime message with its field names in the API's words.
+
+    >>> _api_words("`num_return_sequences` must be 1 for greedy decoding, got 2")
+    '`n` must be 1 for greedy decoding, got 2'
+    """
+    for name, key in API_NAMES.items():
+        message = message.replace(f"`{name}`", f"`{key}`")
+    return message
 
 
 def _settings(body: ChatBody) -> dict:

@@ -141,7 +141,8 @@ def test_chat_body_maps_onto_the_generation_config():
         ({"tools": [{"type": "function"}]}, "tools", "`tools` is not supported by this server"),
         ({"frequency_penalty": 0.5}, "frequency_penalty", "is not supported by this server"),
         ({"prompt": "a"}, "prompt", "`prompt` is not a chat.completions parameter"),
-        ({"n": 2, "temperature": 0}, "n", "`num_return_sequences` must be 1 for greedy"),
+        ({"n": 2, "temperature": 0}, "n", "`n` must be 1 for greedy"),
+        ({"min_tokens": -1}, "min_tokens", "`min_tokens` must be an int >= 0, got -1"),
         ({"n": 65, "seed": 1}, "n", "`n` must be at most 64, got 65"),
     ],
 )
