@@ -61,6 +61,10 @@ class TemplateBreach(Exception):
     """A template went past a bound; `ChatTemplate.render` turns it into a `ValueError`."""
 
 
+class TemplateRefusal(TemplateError):
+    """`raise_exception(message)` in a template: it refuses the conversation."""
+
+
 # ---- conversations ---------------------------------------------------------------------------
 
 
@@ -286,7 +290,7 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
 
 
 def _raise_exception(message):
-    raise TemplateError(message)
+    raise TemplateRefusal(message)
 
 
 def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -395,9 +399,18 @@ class ChatTemplate:
             ) from None
         except OverflowError as error:  # the sandbox's `range` over 100,000 items
             raise ValueError(f"the chat template was stopped: {error}") from None
-        except TemplateError as error:
+        except TemplateRefusal as error:
             raise ValueError(f"the chat template refused the conversation: {error}") from None
-        except (TypeError, AttributeError, LookupError, ArithmeticError) as error:
+        except RecursionError:
+            raise ValueError("the chat template was stopped: it recurses too deeply") from None
+        except (
+            TemplateError,
+            TypeError,
+            ValueError,
+            AttributeError,
+            LookupError,
+            ArithmeticError,
+        ) as error:
             raise ValueError(
                 f"the chat template failed on this conversation: {type(error).__name__}: {error}"
             ) from None

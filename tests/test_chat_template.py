@@ -274,6 +274,8 @@ HOSTILE = {
     "str.join": ("{{ ''.join(['x' * 900000] * 1000) }}", "str.join"),
     "raise_exception": ("{{ raise_exception('no, thanks') }}", "refused the conversation: no"),
     "syntax error": ("{% for %}", "does not parse"),
+    "endless recursion": ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recurses"),
+    "undefined call": ("{{ messages[0].nothing.more }}", "failed on this conversation"),
 }
 
 
