@@ -12,11 +12,13 @@ What is where: `loading` (`load`, `find_bundles`: the one module that knows ever
 `sessions` (the one place onnxruntime sessions are made: providers, threads, spinning, IO
 binding); `bundle` (manifests, checksums); `outputs` (`GenerationOutput`, `StreamEvent`);
 `generator`, `models`, `search`, `processors`, `sampling` (the top-k / top-p kernels), `text`,
-`config` (token models); `hierarchical`, `hierarchical_text`, `masked_lm`, `word_vectors` (the
-other tasks); `memorisation`; `limits` (the caps every front end puts on a request).
+`config` (token models); `chat` (chat templates in a bounded sandbox, the chat methods);
+`hierarchical`, `hierarchical_text`, `masked_lm`, `word_vectors` (the other tasks);
+`memorisation`; `limits` (the caps every front end puts on a request).
 
-Layer: the bottom one. runtime/ imports only numpy, onnxruntime, tokenizers and the standard
-library, never torch, transformers or any other package of ours (DESIGN.md, "Layers").
+Layer: the bottom one. runtime/ imports only numpy, onnxruntime, tokenizers, jinja2 (chat
+templates) and the standard library, never torch, transformers or any other package of ours
+(DESIGN.md, "Layers").
 """
 
 from . import sampling

@@ -11,6 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from .chat import hf_chat_fields
+
 SCHEMA_VERSION = 1
 TASKS = ("causal-lm", "seq2seq", "hierarchical-lm", "fill-mask", "word-vectors")
 HIERARCHICAL_ROLES = ["word_encoder", "sentence_encoder", "sentence_decoder", "word_decoder"]
@@ -101,7 +103,8 @@ def verify_files(directory: Path, manifest: dict) -> None:
 
 
 def infer_manifest(directory: Path) -> dict:
-    """A manifest for a plain optimum-onnx export directory (config.json + graphs + tokenizer)."""
+    """A manifest for a plain optimum-onnx export directory (config.json + graphs + tokenizer),
+    with its chat template and end-of-turn tokens when tokenizer_config.json has a template."""
     config_path = directory / "config.json"
     if not config_path.exists():
         raise FileNotFoundError(
@@ -149,6 +152,7 @@ def infer_manifest(directory: Path) -> dict:
             for key in ("forced_bos_token_id", "forced_eos_token_id")
             if generation.get(key) is not None
         },
+        **hf_chat_fields(directory),
         "inferred": True,
     }
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from .chat import ChatMixin
 from .config import GenerationConfig
 from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
@@ -48,8 +49,9 @@ class DecodingPlan:
     rng: np.random.Generator  # seeded from config.seed
 
 
-class Generator:
-    """A loaded model: `generate`, `stream`, its `manifest` and `controls`."""
+class Generator(ChatMixin):
+    """A loaded model: `generate`, `stream`, its `manifest` and `controls`; `chat` and
+    `stream_chat` when its bundle has a chat template (runtime/chat.py)."""
 
     def __init__(
         self,
@@ -153,8 +155,9 @@ class Generator:
         return ids
 
     def _batch(self, prompts, controls):
-        """Encode prompts and pad them: left for a causal LM, right for a seq2seq source."""
-        encoded = [self.encode_prompt(p, controls) for p in prompts]
+        """Encode prompts and pad them: left for a causal LM, right for a seq2seq source. A
+        prompt may come encoded already (a list of token ids: a chat's rendered conversation)."""
+        encoded = [p if isinstance(p, list) else self.encode_prompt(p, controls) for p in prompts]
         width = max(len(ids) for ids in encoded)
         input_ids = np.full((len(encoded), width), self.pad_token_id, dtype=np.int64)  # (B, T)
         mask = np.zeros((len(encoded), width), dtype=np.int64)
@@ -245,8 +248,13 @@ class Generator:
             return
         yield from self._token_events(self._plan([prompt], config, controls), alternatives=5)
 
-    def _token_events(self, plan: DecodingPlan, alternatives) -> Iterator[StreamEvent]:
+    def _token_events(
+        self, plan: DecodingPlan, alternatives, end_ids=None
+    ) -> Iterator[StreamEvent]:
+        """Events of the plan's rows; a row ends on EOS, or on any of `end_ids` when given (a
+        chat's end-of-turn tokens)."""
         config, max_steps = plan.config, plan.max_steps
+        ends = {self.eos_token_id} if end_ids is None else set(end_ids)
         rows = np.repeat(np.arange(len(plan.encoded)), config.num_return_sequences)  # prompt of row
         search = TokenSearch(
             self.model,
@@ -255,7 +263,7 @@ class Generator:
             config,
             history=plan.history[rows],
             history_mask=plan.history_mask[rows],
-            eos_token_id=self.eos_token_id,
+            eos_token_id=self.eos_token_id if end_ids is None else tuple(end_ids),
             pad_token_id=self.pad_token_id,
             max_steps=max_steps,
             rng=plan.rng,
@@ -273,7 +281,7 @@ class Generator:
                 if cut is not None:
                     text, reason = text[:cut], "stop"
                     search.finish(row)
-                elif token == self.eos_token_id:
+                elif token in ends:
                     reason = "eos"
                 elif step.index + 1 == max_steps:
                     reason = plan.limit_reason

@@ -80,7 +80,7 @@ def apply_processors(
     mask: np.ndarray,
     config,
     num_generated: int,
-    eos_token_id: int | None,
+    eos_token_id: int | tuple[int, ...] | None,  # one EOS id, or several (end of turn)
 ) -> np.ndarray:
     """Run the history-dependent processors of `config` (a validated GenerationConfig) in order.
 
@@ -91,7 +91,7 @@ def apply_processors(
     if config.no_repeat_ngram_size > 0:
         scores = no_repeat_ngram(scores, history, mask, config.no_repeat_ngram_size)
     if eos_token_id is not None and num_generated < config.min_new_tokens:
-        scores = suppress(scores, [eos_token_id])
+        scores = suppress(scores, np.atleast_1d(eos_token_id))
     if config.forced_bos_token_id is not None and num_generated == 0:
         scores = force_token(scores, config.forced_bos_token_id)
     if config.forced_eos_token_id is not None and num_generated == config.max_new_tokens - 1:

@@ -51,9 +51,9 @@ class Step:
 class TokenSearch:
     """Greedy decoding or sampling over N rows; iterate it to get one `Step` per token.
 
-    Rows end on EOS, after `max_steps` tokens, or when the caller calls `finish(row)` (stop
-    strings). Iteration ends when every row has ended; closing the iterator early stops the
-    work at once.
+    Rows end on EOS (any of them when `eos_token_id` is a tuple), after `max_steps` tokens, or
+    when the caller calls `finish(row)` (stop strings). Iteration ends when every row has
+    ended; closing the iterator early stops the work at once.
     """
 
     def __init__(
@@ -65,7 +65,7 @@ class TokenSearch:
         *,
         history: np.ndarray,
         history_mask: np.ndarray,
-        eos_token_id: int | None,
+        eos_token_id: int | tuple[int, ...] | None,
         pad_token_id: int,
         max_steps: int,
         rng: np.random.Generator,
@@ -123,7 +123,7 @@ class TokenSearch:
                 values, ids = sampling.top_k_values(logits, self.alternatives)  # (N, A) each
                 top = (values - normalizer[:, None], ids)
             if self.eos is not None:
-                self.done |= tokens == self.eos
+                self.done |= np.isin(tokens, self.eos)
             yield Step(index, tokens, chosen, active, top)
             if self.done.all() or index + 1 == self.max_steps:
                 return

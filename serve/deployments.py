@@ -10,6 +10,8 @@ deployment handle:
   `GET /v1/models/{id}/files/{name}`: a file the manifest lists (tokenizer.json, README.md,
   embeddings.npy…), which is what the app's thin client (ui/remote.py) needs besides text.
 - `POST /v1/completions`: a JSON answer, or server-sent events with `"stream": true`.
+- `POST /v1/chat/completions`: the same for conversations, for models with a chat template
+  (serve/chat.py). Unknown routes answer OpenAI's error shape too.
 
 Generation runs in the replica's pool of `concurrency` threads (later requests wait there, in
 arrival order). A streamed request that is cancelled (the client disconnected, so Serve cancels
@@ -37,10 +39,12 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import runtime
+from runtime.chat import is_chat_manifest
 
-from . import api
+from . import api, chat
 
 RETRIES = 1  # extra attempts of a request whose replica died before it sent anything
 UNAVAILABLE = (RayActorError, ActorUnavailableError, DeploymentUnavailableError, BackPressureError)
@@ -84,8 +88,10 @@ class ModelServer:
         return self.generator.manifest
 
     def file(self, name: str) -> bytes:
-        """A file the manifest lists, as bytes; FileNotFoundError for any other name."""
-        if name not in self.generator.manifest.get("files", {}):
+        """A file the manifest lists (or tokenizer.json), as bytes; FileNotFoundError for any
+        other name."""
+        # tokenizer.json is in every model directory, a plain optimum export's included.
+        if name not in {*self.generator.manifest.get("files", {}), "tokenizer.json"}:
             raise FileNotFoundError(f"`{name}` is not a file of this model's bundle")
         return (self.generator.directory / name).read_bytes()
 
@@ -150,6 +156,19 @@ class ModelServer:
             return
         yield {"usage": api.usage(prompt_tokens, completion_tokens)}
 
+    async def complete_chat(self, request: chat.ChatRequest) -> dict:
+        """A non-streamed chat completion (serve/chat.py), or {"error": message}."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, chat.replica_complete, self.generator, request)
+
+    async def stream_chat(self, request: chat.ChatRequest) -> AsyncIterator[dict]:
+        """A streamed chat completion's items (serve/chat.py), or {"error": message}."""
+        try:
+            async for item in self._in_thread(chat.replica_stream(self.generator, request)):
+                yield item
+        except ValueError as error:
+            yield {"error": str(error)}
+
     async def _in_thread(self, events) -> AsyncIterator:
         """Run the runtime's (blocking) stream in a thread; stop and close it when cancelled."""
         loop, queue, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
@@ -207,6 +226,15 @@ def _collect(events, copies: int) -> list[tuple[runtime.GenerationOutput, list]]
 http = FastAPI(title="Scriptorium", description="OpenAI-compatible completions over Scriptorium")
 
 
+@http.exception_handler(StarletteHTTPException)
+async def _route_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    """Unknown routes and methods answer in OpenAI's error shape, not FastAPI's {"detail"}."""
+    if error.status_code in (404, 405):
+        message = f"no route {request.method} {request.url.path} on this server (see /docs)"
+        return _error(error.status_code, message, code="not_found")
+    return _error(error.status_code, str(error.detail))
+
+
 def _error(status: int, message: str, kind="invalid_request_error", param=None, code=None):
     return JSONResponse(api.error_body(message, kind, param, code), status_code=status)
 
@@ -249,6 +277,7 @@ def _model_object(model: str, manifest: dict) -> dict:
         "task": manifest.get("task"),
         "precision": manifest.get("precision"),
         "context_length": manifest.get("context_length"),
+        "chat": is_chat_manifest(manifest),
     }
 
 
@@ -372,6 +401,36 @@ class Gateway:
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    @http.post("/v1/chat/completions")
+    async def chat_completions(self, raw: Request):
+        """OpenAI's chat completions for a model with a chat template (serve/chat.py)."""
+        model = None
+        try:
+            request = chat.parse_chat(await raw.body())
+            model, handle = request.model, self._handle(request.model)
+            if not _model_object(model, await self._manifest(model))["chat"]:
+                raise chat.not_a_chat_model(model)
+            if request.stream:
+                return await chat.stream_response(
+                    lambda: handle.options(stream=True).stream_chat.remote(request),
+                    request,
+                    lambda error: _failure(error, model),
+                    UNAVAILABLE,
+                    RETRIES,
+                )
+            for attempt in range(RETRIES + 1):
+                try:
+                    result = await handle.complete_chat.remote(request)
+                    break
+                except UNAVAILABLE:
+                    if attempt == RETRIES:
+                        raise
+        except Exception as error:
+            return _failure(error, model)
+        if "error" in result:
+            return _refused(result["error"])
+        return chat.chat_response(chat.new_id(), model, result)
 
 
 def build_app(specs: list[ModelSpec]) -> serve.Application:

@@ -8,7 +8,8 @@ on the fly on a few dozen built-in sentences, so its vocabulary matches the mode
 The weights are random (deterministic given `seed`) but initialised with a large standard deviation
 so that greedy decoding is not degenerate: the logits have clear winners (no near-ties that would
 make ONNX-vs-PyTorch greedy comparisons flaky) and EOS is chosen for some prompts but not all.
-This module does not train anything and needs no network.
+`make_chat_checkpoint(out_dir, seed)` writes a tiny Llama chat model (a ChatML template, as
+SmolLM2's). This module does not train anything and needs no network.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from transformers import (
     GenerationConfig,
     GPT2Config,
     GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
     MarianConfig,
     MarianMTModel,
     PreTrainedTokenizerFast,
@@ -265,4 +268,62 @@ def make_checkpoint(arch: str, out_dir: Path, seed: int = 0) -> Path:
     )
     model.save_pretrained(out_dir)
     _hf_tokenizer(arch, tok).save_pretrained(out_dir)
+    return out_dir
+
+
+# A tiny chat model: a Llama (as SmolLM2) with ChatML special tokens and template.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+CHAT_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2 (as SmolLM2)
+
+
+def make_chat_checkpoint(out_dir: Path, seed: int = 0) -> Path:
+    """Write a tiny random Llama chat checkpoint (ChatML template, <|im_end|> ends a turn, a
+    128-token context) with its tokenizer to `out_dir`; return `out_dir`. Deterministic."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=_VOCAB_TARGET,
+        special_tokens=CHAT_SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS + ["system user assistant helpful"], trainer=trainer)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        initializer_range=0.3,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight[2] *= 1.6  # <|im_end|>: some replies end early, others run on
+    model.generation_config = GenerationConfig(bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model.save_pretrained(out_dir)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        model_max_length=128,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        chat_template=CHATML_TEMPLATE,
+    ).save_pretrained(out_dir)
     return out_dir

@@ -4,12 +4,15 @@
 `GET /v1/models/{id}`) and hands out `RemoteGenerator`s, which implement what the tabs use of a
 `runtime.Generator` — `generate`, `stream`, `manifest`, `controls`, `tokenizer`, `eos_token_id` —
 over the OpenAI-compatible completions API (serve/api.py), so every generation runs on the
-server. Only the tokenizer (tokenizer.json, for counting tokens), the model card and the input
-embeddings are downloaded (`GET /v1/models/{id}/files/{name}`). Settings travel as request
-fields that map back onto the same `runtime.GenerationConfig`, so a seed gives the same text as
-the in-process app. Closing a stream closes its HTTP response, which makes the server cancel
-the generation (the Stop button). Errors: the server's 4xx answers raise `ValueError` with its
-message, anything else (5xx, an unreachable server) `ConnectionError`.
+server; for a chat model also `chat` and `stream_chat` over `/v1/chat/completions`
+(serve/chat.py), while the conversation is rendered and counted here from the manifest's chat
+template, as the runtime does (`apply_chat_template`, `count_chat_tokens`). Only the tokenizer
+(tokenizer.json, for counting tokens), the model card and the input embeddings are downloaded
+(`GET /v1/models/{id}/files/{name}`). Settings travel as request fields that map back onto the
+same `runtime.GenerationConfig`, so a seed gives the same text as the in-process app. Closing a
+stream closes its HTTP response, which makes the server cancel the generation (the Stop
+button). Errors: the server's 4xx answers raise `ValueError` with its message, anything else
+(5xx, an unreachable server) `ConnectionError`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 import runtime
+from runtime.chat import ChatMixin
 
 from .registry import ModelRegistry, inline_images
 
@@ -56,6 +60,17 @@ def completion_body(model, prompt, config: runtime.GenerationConfig, controls=No
     }
 
 
+def chat_body(model, messages, config: runtime.GenerationConfig, controls=None, **extra):
+    """The chat completions request for `config` (serve/chat.py maps it back onto an equal
+    GenerationConfig); beam search is not offered for chat, as in the runtime."""
+    if config.num_beams > 1:
+        raise ValueError(f"`num_beams` must be 1 for chat, got {config.num_beams}")
+    body = completion_body(model, None, config, controls, **extra)
+    for key in ("prompt", "max_tokens", "num_beams", "length_penalty", "early_stopping"):
+        del body[key]
+    return {**body, "messages": list(messages), "max_completion_tokens": config.max_new_tokens}
+
+
 def _raise_for(response: httpx.Response) -> None:
     if response.status_code < 400:
         return
@@ -69,7 +84,7 @@ def _raise_for(response: httpx.Response) -> None:
     raise ConnectionError(f"the backend answered {response.status_code}: {message}")
 
 
-class RemoteGenerator:
+class RemoteGenerator(ChatMixin):
     """A model served by the backend, with the part of `runtime.Generator`'s interface the tabs
     use."""
 
@@ -84,11 +99,12 @@ class RemoteGenerator:
         self.manifest = manifest
         self.tokenizer = tokenizer
         self.eos_token_id = manifest.get("special_tokens", {}).get("eos_token_id")
+        self.context_length = manifest.get("context_length") or 1024
         self.defaults = runtime.GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
 
-    def _post(self, body: dict, stream: bool):
+    def _post(self, body: dict, stream: bool, route: str = "completions"):
         try:
-            request = self.client.build_request("POST", "completions", json=body)
+            request = self.client.build_request("POST", route, json=body)
             response = self.client.send(request, stream=stream)
         except httpx.HTTPError as error:
             raise ConnectionError(f"the backend {self.client.base_url} failed: {error}") from error
@@ -123,23 +139,67 @@ class RemoteGenerator:
         body = completion_body(
             self.model, prompt, config, controls, stream=True, logprobs=STREAM_LOGPROBS
         )
-        response = self._post(body, stream=True)
-        try:
-            for line in response.iter_lines():
-                if not line.startswith("data: "):
-                    continue
-                data = line[len("data: ") :]
-                if data == "[DONE]":
-                    return
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    raise ConnectionError(chunk["error"]["message"])
-                for choice in chunk["choices"]:
-                    yield _event(choice)
-        except httpx.HTTPError as error:
-            raise ConnectionError(f"the backend stream broke off: {error}") from error
-        finally:
-            response.close()
+        for choice in _chunk_choices(self._post(body, stream=True)):
+            yield _event(choice)
+
+    def chat(self, messages, config=None, controls=None) -> list[runtime.GenerationOutput]:
+        """The assistant's replies from `/v1/chat/completions`, as `runtime.Generator.chat`."""
+        self._chat_template  # noqa: B018 (a model that is not a chat model raises here)
+        body = chat_body(self.model, messages, config or self.defaults, controls)
+        answer = self._post(body, stream=False, route="chat/completions").json()
+        return [
+            runtime.GenerationOutput(
+                text=choice["message"]["content"],
+                token_ids=choice["scriptorium"]["token_ids"],
+                logprobs=choice["scriptorium"]["logprobs"],
+                finish_reason=choice["scriptorium"]["finish_reason"],
+                prompt_tokens=answer["usage"]["prompt_tokens"],
+            )
+            for choice in sorted(answer["choices"], key=lambda c: c["index"])
+        ]
+
+    def stream_chat(self, messages, config=None, controls=None) -> Iterator[runtime.StreamEvent]:
+        """The reply token by token from `/v1/chat/completions`; the checks (and the server's
+        refusals) come before the first event. Closing it closes the response."""
+        self._chat_template  # noqa: B018 (a model that is not a chat model raises here)
+        body = chat_body(self.model, messages, config or self.defaults, controls, stream=True)
+        return _chat_events(self._post(body, stream=True, route="chat/completions"))
+
+
+def _chunk_choices(response: httpx.Response) -> Iterator[dict]:
+    """The choices of a server-sent event stream, until [DONE]; closes the response."""
+    try:
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: ") :]
+            if data == "[DONE]":
+                return
+            chunk = json.loads(data)
+            if "error" in chunk:
+                raise ConnectionError(chunk["error"]["message"])
+            yield from chunk["choices"]
+    except httpx.HTTPError as error:
+        raise ConnectionError(f"the backend stream broke off: {error}") from error
+    finally:
+        response.close()
+
+
+def _chat_events(response: httpx.Response) -> Iterator[runtime.StreamEvent]:
+    choices = _chunk_choices(response)
+    try:
+        for choice in choices:
+            extra = choice["scriptorium"]
+            yield runtime.StreamEvent(
+                text=choice["delta"].get("content") or "",
+                token_id=extra["token_ids"][0],
+                logprob=extra["logprobs"][0],
+                alternatives=[(text, prob) for text, prob in extra["alternatives"]],
+                index=choice["index"],
+                finish_reason=extra["finish_reason"],
+            )
+    finally:
+        choices.close()  # closes the response: the server stops generating
 
 
 def _event(choice: dict) -> runtime.StreamEvent:
