@@ -118,9 +118,13 @@ def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> Compl
         _check_text("stop", string)
     try:
         config = runtime.GenerationConfig(**_settings(checked, stop)).validate()
-        check_sequences(len(prompts), config, limits.max_sequences)
     except ValueError as error:
         raise RequestError(api_message(str(error)), param=param_named_in(str(error))) from None
+    try:
+        check_sequences(len(prompts), config, limits.max_sequences)
+    except ValueError as error:
+        largest = "num_beams" if config.num_beams > config.num_return_sequences else "n"
+        raise RequestError(str(error), param=largest) from None
     options = checked.stream_options
     return CompletionRequest(
         model=checked.model,

@@ -106,8 +106,11 @@ def fit_cpus(specs, cluster_cpus: float):
 
 
 def cluster_cpus() -> float:
+    """The Ray cluster's CPUs (this machine's when no cluster is connected)."""
     import ray
 
+    if not ray.is_initialized():
+        return float(os.cpu_count() or 1)
     return float(ray.cluster_resources().get("CPU", 1))
 
 
