@@ -155,7 +155,8 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(address=address)
         return
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    ray.init(num_cpus=num_cpus, runtime_env={"env_vars": env})
+    # "local": always a new cluster, never one that another process started on this machine.
+    ray.init(address="local", num_cpus=num_cpus, runtime_env={"env_vars": env})
 
 
 def deploy(specs, host: str = "127.0.0.1", port: int = 8000, limits=None, api_key=None):

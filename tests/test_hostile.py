@@ -357,7 +357,8 @@ def test_the_app_caps_total_sequences(app_process):
     lines = "\n".join(["In the beginning"] * 16)
     data = ["translator (int8)", lines, "beam search", 8, 1.0, 0, 1.0, 0.0, 1.0, 0, 8, 1, 0]
     status, answer = gradio_call(url, "translate", data)
-    assert status == 200 and "must be at most 64 sequences, got 16 × 1 × 8 = 128" in answer
+    message = json.loads(answer)["error"]
+    assert status == 200 and "must be at most 64 sequences, got 16 × 1 × 8 = 128" in message
 
 
 def test_the_apps_memory_settles_over_a_soak(app_process):

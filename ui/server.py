@@ -10,6 +10,10 @@
   quotes a whole request) to `LOG_LINE_CHARS` characters.
 - `launch_settings(max_body_bytes)`: the keyword arguments for `Blocks.launch` (the middleware
   and `max_file_size`).
+- `SESSION_CAPACITY`: the sessions whose state Gradio keeps (least recently used first out).
+  Gradio gives every API call without a session its own session, and each session copies the
+  configuration of every component (≈ 0.4 MB for this app); at Gradio's default of 10,000
+  sessions, API calls alone grew the process by ≈ 0.7 MB each, measured on 6.17.3 and 6.31.0.
 
 docs/APP.md ("Limits") lists the limits and how to change them. This module builds no
 components and runs no model.
@@ -28,6 +32,7 @@ from pathlib import Path
 MAX_BODY_BYTES = 256 * 1024  # a request body; the largest the tabs send is ≈ 30 KB
 MAX_FILE_SIZE = 1024 * 1024  # an uploaded file, should a route ever take one
 LOG_LINE_CHARS = 2000  # characters of one line on stderr
+SESSION_CAPACITY = 100  # sessions whose state Gradio keeps (`gr.Blocks(state_session_capacity)`)
 UPLOAD_PATHS = ("/upload", "/gradio_api/upload")
 
 
