@@ -33,9 +33,7 @@ def build(registry: ModelRegistry):
         rewrite_tab,
         translate_tab,
     )
-    from ui.server import SESSION_CAPACITY
-
-    with gr.Blocks(title="Scriptorium", state_session_capacity=SESSION_CAPACITY) as demo:
+    with gr.Blocks(title="Scriptorium") as demo:
         gr.Markdown(TITLE, elem_id="title")
         if not registry.names:
             gr.Markdown(models_tab.NO_MODELS, elem_classes="notice")

@@ -405,7 +405,8 @@ def test_serve_with_no_flags_becomes_ready_and_stops_promptly_on_sigterm(tmp_pat
             assert answer.status_code == 200, answer.text
         start = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        assert process.wait(30) == 0
+        # 0, or 15 when Ray's own SIGTERM handler ends the driver (after stopping the cluster)
+        assert process.wait(30) in (0, 15)
         assert time.monotonic() - start < 20
         text = log.read_text()
         if os.cpu_count() < 4:  # 4 text generators: their reservations were fitted, and said

@@ -32,7 +32,7 @@ from pathlib import Path
 MAX_BODY_BYTES = 256 * 1024  # a request body; the largest the tabs send is ≈ 30 KB
 MAX_FILE_SIZE = 1024 * 1024  # an uploaded file, should a route ever take one
 LOG_LINE_CHARS = 2000  # characters of one line on stderr
-SESSION_CAPACITY = 100  # sessions whose state Gradio keeps (`gr.Blocks(state_session_capacity)`)
+SESSION_CAPACITY = 100  # sessions whose state Gradio keeps (`launch(state_session_capacity)`)
 UPLOAD_PATHS = ("/upload", "/gradio_api/upload")
 
 
@@ -142,10 +142,12 @@ class BoundedLines(io.TextIOBase):
 
 def launch_settings(max_body_bytes: int = MAX_BODY_BYTES) -> dict:
     """`Blocks.launch` keyword arguments: the body limit in front of Gradio's routes (no tab
-    takes uploads, so the upload route is closed) and Gradio's own `max_file_size`."""
+    takes uploads, so the upload route is closed), Gradio's own `max_file_size` and the
+    sessions it keeps."""
     from starlette.middleware import Middleware
 
     return {
         "max_file_size": MAX_FILE_SIZE,
+        "state_session_capacity": SESSION_CAPACITY,
         "app_kwargs": {"middleware": [Middleware(BodyLimit, max_bytes=max_body_bytes)]},
     }
