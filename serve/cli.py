@@ -2,8 +2,8 @@
 
 Starts a local Ray cluster, or joins one with `--address`, deploys one `ModelServer` deployment
 per bundle found under `--models` (default: the shipped models/) and the OpenAI-compatible
-gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM: a local cluster is
-stopped at once, an application on a joined cluster is deleted). When the replicas would reserve
+gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM stop a local
+cluster within seconds; on a cluster joined with `--address`, Ctrl-C deletes the application). When the replicas would reserve
 more CPUs than the cluster has and `--cpus-per-replica` is not given, each replica reserves a
 share of the cluster's CPUs instead (`fit_cpus`), so every model is placed and the server
 becomes ready; it says so. The client limits (`--max-body-bytes`, `--max-prompt-chars`,

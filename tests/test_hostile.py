@@ -23,6 +23,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import version
 from pathlib import Path
 
 import httpx
@@ -44,8 +45,9 @@ SERVE_RSS_MB = 400  # each replica, the gateway and the proxy after the hostile 
 GROWTH_MB = 60  # growth of one process over a test's hostile requests
 DOWNLOAD_GROWTH_MB = 100  # growth of one process over the download test
 DOWNLOADS = 30  # sequential downloads of model.onnx (13.6 MB)
-SOAK_CALLS = 300  # /list_models calls to the app
-SOAK_GROWTH_KB_PER_CALL = 6  # the app's growth per call over the soak's second half
+SOAK_CALLS = 400  # /list_models calls to the app (Gradio keeps the state of 100 sessions)
+SOAK_GROWTH_KB_PER_CALL = 8  # the app's growth per call over the soak's second half
+GRADIO_PRUNES_EVENTS = tuple(int(p) for p in version("gradio").split(".")[:2]) >= (6, 31)
 LIMITS = api.Limits(max_downloads=2)
 OK = {"model": MODEL, "prompt": "In the beginning", "max_tokens": 4, "temperature": 0}
 
@@ -361,6 +363,11 @@ def test_the_app_caps_total_sequences(app_process):
     assert status == 200 and "must be at most 64 sequences, got 16 × 1 × 8 = 128" in message
 
 
+@pytest.mark.xfail(
+    not GRADIO_PRUNES_EVENTS,
+    reason="Gradio 6.17.3 keeps every event (≈ 21 KB a call measured here); 6.31.0 prunes them",
+    strict=True,
+)
 def test_the_apps_memory_settles_over_a_soak(app_process):
     url, process, _ = app_process
     half = SOAK_CALLS // 2

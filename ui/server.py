@@ -12,8 +12,8 @@
   and `max_file_size`).
 - `SESSION_CAPACITY`: the sessions whose state Gradio keeps (least recently used first out).
   Gradio gives every API call without a session its own session, and each session copies the
-  configuration of every component (≈ 0.4 MB for this app); at Gradio's default of 10,000
-  sessions, API calls alone grew the process by ≈ 0.7 MB each, measured on 6.17.3 and 6.31.0.
+  configuration of every component (≈ 0.4 MB for this app, on 6.17.3 and 6.31.0 alike); at
+  Gradio's default of 10,000 sessions, API calls alone grew the process by ≈ 1 MB each.
 
 docs/APP.md ("Limits") lists the limits and how to change them. This module builds no
 components and runs no model.
