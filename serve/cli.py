@@ -6,9 +6,10 @@ gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM sto
 cluster within seconds; on a cluster joined with `--address`, Ctrl-C deletes the application).
 When the replicas would reserve more CPUs than the cluster has and `--cpus-per-replica` is not
 given, each replica reserves a share of the cluster's CPUs instead (`fit_cpus`), so every model
-is placed and the server becomes ready; it says so. The client limits (`--max-body-bytes`, `--max-prompt-chars`,
-`--max-sequences`, `--max-downloads`) and `--api-key` are docs/SCALING.md's "Limits" and
-"Authentication". docs/SCALING.md shows how to run it on several machines.
+is placed and the server becomes ready; it says so. The client limits (`--max-body-bytes`,
+`--max-prompt-chars`, `--max-sequences`, `--max-downloads`) and `--api-key` are
+docs/SCALING.md's "Limits" and "Authentication". docs/SCALING.md shows how to run it on several
+machines.
 """
 
 from __future__ import annotations
