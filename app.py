@@ -33,6 +33,7 @@ def build(registry: ModelRegistry):
         rewrite_tab,
         translate_tab,
     )
+
     with gr.Blocks(title="Scriptorium") as demo:
         gr.Markdown(TITLE, elem_id="title")
         if not registry.names:
