@@ -2,12 +2,14 @@
 
 It finds every bundle under models/ (and any `--models` directories), or with `--backend` the
 models of a `scriptorium serve` server, which then runs every generation (ui/remote.py). It
-assembles the tabs, which live in ui/ (one module each), and serves them with a bounded queue.
-docs/APP.md describes the tabs, their API endpoints and limits."""
+assembles the tabs, which live in ui/ (one module each), and serves them with a bounded queue,
+behind a request-body limit, from a temporary folder of its own (ui/server.py). docs/APP.md
+describes the tabs, their API endpoints and limits."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import runtime
@@ -51,6 +53,7 @@ def build(registry: ModelRegistry):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ui import server
     from ui.limits import queue_settings
     from ui.style import launch_kwargs
 
@@ -65,7 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
     parser.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=None, help="port to listen on (default 7860)")
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=server.MAX_BODY_BYTES,
+        help=f"largest request body (default {server.MAX_BODY_BYTES})",
+    )
     args = parser.parse_args(argv)
+    if args.max_body_bytes < 1:
+        parser.error(f"`--max-body-bytes` must be >= 1, got {args.max_body_bytes}")
+    server.private_temp_dir()
+    sys.stderr = server.BoundedLines(sys.stderr)
     if args.backend:
         from ui.remote import RemoteRegistry
 
@@ -83,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         share=args.share,
         prevent_thread_lock=True,
         **launch_kwargs(),
+        **server.launch_settings(args.max_body_bytes),
     )
     registry.preload()  # after the page is up, so loading models does not delay it
     demo.block_thread()

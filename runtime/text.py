@@ -86,7 +86,8 @@ def control_prefix(controls_spec: dict, chosen: dict | None) -> str:
             except (TypeError, ValueError):
                 raise ValueError(f"`{name}` must be a number, got {value!r}") from None
             value = min(values, key=lambda key: abs(float(key) - number))
-        elif value not in values:
-            raise ValueError(f"`{name}` must be one of {sorted(values)}, got {value!r}")
+        elif not isinstance(value, str) or value not in values:
+            shown = repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
+            raise ValueError(f"`{name}` must be one of {sorted(values)}, got {shown[:60]}")
         prefix.append(values[value])
     return "".join(prefix)

@@ -31,11 +31,33 @@ import uuid
 from dataclasses import dataclass, field
 
 import runtime
+from runtime.budget import MAX_SEQUENCES, check_sequences
 
-MAX_LOGPROBS = 5  # OpenAI's legacy limit, and the number of alternatives the runtime streams
-MAX_STOP_STRINGS = 4  # OpenAI's limit
-MAX_SEQUENCES = 64  # prompts × n in one request, so one request cannot hold a replica for long
+from .protocol import (
+    MAX_LOGPROBS,
+    CompletionBody,
+    RequestError,
+    error_body,
+    parse_body,
+    shown,
+)
+
+__all__ = ["RequestError", "error_body", "MAX_LOGPROBS", "parse_completion", "Limits"]
 OPENAI_DEFAULT_MAX_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one client may ask of the server (docs/SCALING.md, "Limits"; `scriptorium serve`
+    flags of the same names)."""
+
+    max_body_bytes: int = 1 << 20  # request body; larger ones get a 413 before being read
+    max_prompt_chars: int = 32_768  # characters of one prompt, checked before tokenizing
+    max_sequences: int = MAX_SEQUENCES  # prompts × n × num_beams in one request
+    max_downloads: int = 4  # file downloads the gateway streams at once; more get a 429
+
+
+LIMITS = Limits()
 
 # Extras in the request body, each a GenerationConfig field of the same name unless mapped here.
 EXTRA_FIELDS = {
@@ -49,22 +71,6 @@ EXTRA_FIELDS = {
     "length_penalty": "length_penalty",
     "early_stopping": "early_stopping",
 }
-ACCEPTED = {
-    "model",
-    "prompt",
-    "max_tokens",
-    "temperature",
-    "top_p",
-    "seed",
-    "stop",
-    "n",
-    "logprobs",
-    "stream",
-    "stream_options",
-    "user",
-    "controls",
-    *EXTRA_FIELDS,
-}
 # OpenAI fields we accept only at the value that means "off".
 NEUTRAL = {
     "echo": False,
@@ -74,23 +80,6 @@ NEUTRAL = {
     "frequency_penalty": 0,
     "logit_bias": None,
 }
-
-
-class RequestError(ValueError):
-    """A request the server refuses: HTTP `status` with an OpenAI error `kind`, `param`, `code`."""
-
-    def __init__(self, message, param=None, status=400, kind="invalid_request_error", code=None):
-        super().__init__(message)
-        self.param, self.status, self.kind, self.code = param, status, kind, code
-
-
-def error_body(message: str, kind="invalid_request_error", param=None, code=None) -> dict:
-    """OpenAI's error object.
-
-    >>> error_body("`top_p` must be in (0, 1], got 1.5", param="top_p")["error"]["type"]
-    'invalid_request_error'
-    """
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 @dataclass(frozen=True)
@@ -104,137 +93,113 @@ class CompletionRequest:
     include_usage: bool = False  # streaming: a last chunk with token counts (stream_options)
 
 
-def parse_completion(body) -> CompletionRequest:
-    """Check an OpenAI completions body and map it onto a validated `GenerationConfig`.
+def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> CompletionRequest:
+    """Check an OpenAI completions body (raw JSON bytes, or a dict) and map it onto a validated
+    `GenerationConfig`; `RequestError` (a 400 naming the API field) for anything wrong.
 
     >>> req = parse_completion({"model": "m", "prompt": "In", "temperature": 0, "max_tokens": 8})
     >>> req.config.mode, req.config.max_new_tokens, req.prompts
     ('greedy', 8, ('In',))
-    >>> parse_completion({"model": "m", "prompt": "In", "seed": 3}).config.mode
+    >>> parse_completion(b'{"model": "m", "prompt": "In", "seed": 3}').config.mode
     'sample'
     """
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object")
+    checked = parse_body(CompletionBody, body)
     for name, neutral in NEUTRAL.items():
-        if body.get(name, neutral) not in (neutral, None):
+        value = getattr(checked, name)
+        if value is not None and value != neutral:
             raise RequestError(
-                f"`{name}` is not supported by this server, got {body[name]!r}", param=name
+                f"`{name}` is not supported by this server, got {shown(value)}", param=name
             )
-    unknown = sorted(set(body) - ACCEPTED - set(NEUTRAL))
-    if unknown:
-        raise RequestError(f"`{unknown[0]}` is not a completions parameter", param=unknown[0])
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise RequestError(f"`model` must be a model id string, got {model!r}", param="model")
-    prompt = body.get("prompt")
-    prompts = (prompt,) if isinstance(prompt, str) else prompt
-    if not isinstance(prompts, list | tuple) or not prompts:
-        raise RequestError(
-            f"`prompt` must be a string or a non-empty list of strings, got {prompt!r}",
-            param="prompt",
-        )
-    if not all(isinstance(p, str) for p in prompts):
-        raise RequestError(
-            "`prompt` must be a string or a list of strings (token-id prompts are not supported)",
-            param="prompt",
-        )
-    settings = _settings(body)
+    prompts = (checked.prompt,) if isinstance(checked.prompt, str) else tuple(checked.prompt)
+    for prompt in prompts:
+        _check_text("prompt", prompt, limits.max_prompt_chars)
+    stop = (checked.stop,) if isinstance(checked.stop, str) else tuple(checked.stop or ())
+    for string in stop:
+        _check_text("stop", string)
     try:
-        config = runtime.GenerationConfig(**settings).validate()
-    except (ValueError, TypeError) as error:
-        raise RequestError(str(error), param=param_named_in(str(error))) from error
-    sequences = len(prompts) * config.num_return_sequences
-    if sequences > MAX_SEQUENCES:
-        raise RequestError(
-            f"`prompt` × `n` must be at most {MAX_SEQUENCES} sequences, got {sequences}",
-            param="n",
-        )
-    logprobs = body.get("logprobs")
-    if logprobs is not None and (
-        not isinstance(logprobs, int)
-        or isinstance(logprobs, bool)
-        or not 0 <= logprobs <= MAX_LOGPROBS
-    ):
-        raise RequestError(
-            f"`logprobs` must be an int in [0, {MAX_LOGPROBS}] or null, got {logprobs!r}",
-            param="logprobs",
-        )
-    controls = body.get("controls") or {}
-    if not isinstance(controls, dict):
-        raise RequestError(
-            f'`controls` must be an object like {{"section": "gospels"}}, got {controls!r}',
-            param="controls",
-        )
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError(f"`stream` must be a bool, got {stream!r}", param="stream")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise RequestError(
-            f"`stream_options` must be an object, got {options!r}", param="stream_options"
-        )
+        config = runtime.GenerationConfig(**_settings(checked, stop)).validate()
+    except ValueError as error:
+        raise RequestError(api_message(str(error)), param=param_named_in(str(error))) from None
+    try:
+        check_sequences(len(prompts), config, limits.max_sequences)
+    except ValueError as error:
+        largest = "num_beams" if config.num_beams > config.num_return_sequences else "n"
+        raise RequestError(str(error), param=largest) from None
+    options = checked.stream_options
     return CompletionRequest(
-        model=model,
-        prompts=tuple(prompts),
+        model=checked.model,
+        prompts=prompts,
         config=config,
-        controls=dict(controls),
-        logprobs=logprobs,
-        stream=stream,
-        include_usage=bool(options.get("include_usage", False)),
+        controls={k: v for k, v in (checked.controls or {}).items() if v is not None},
+        logprobs=checked.logprobs,
+        stream=bool(checked.stream),
+        include_usage=options is not None and options.include_usage,
     )
 
 
-def _settings(body: dict) -> dict:
-    """GenerationConfig keyword arguments from the body (types are checked by `validate`)."""
-    temperature = body.get("temperature")
-    temperature = 1.0 if temperature is None else temperature
-    if not isinstance(temperature, int | float) or isinstance(temperature, bool):
+def _check_text(name: str, text: str, max_chars: int | None = None) -> None:
+    """A string within `max_chars` characters, with no lone surrogate (JSON decoded elsewhere
+    can carry one; tokenizers cannot take it)."""
+    if max_chars is not None and len(text) > max_chars:
         raise RequestError(
-            f"`temperature` must be a number >= 0, got {temperature!r}", param="temperature"
+            f"`{name}` must be at most {max_chars} characters, got {len(text)}", param=name
         )
-    if not math.isfinite(temperature) or temperature < 0:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
         raise RequestError(
-            f"`temperature` must be a number >= 0, got {temperature!r}", param="temperature"
-        )
-    max_tokens = body.get("max_tokens")
-    stop = body.get("stop")
-    if stop is None:
-        stop = ()
-    elif isinstance(stop, str):
-        stop = (stop,)
-    elif isinstance(stop, list) and len(stop) <= MAX_STOP_STRINGS:
-        stop = tuple(stop)
-    else:
-        raise RequestError(
-            f"`stop` must be a string or a list of at most {MAX_STOP_STRINGS} strings, "
-            f"got {stop!r}",
-            param="stop",
-        )
+            f"`{name}` must be valid Unicode, got a lone surrogate at character {error.start}",
+            param=name,
+        ) from None
+
+
+def _settings(body: CompletionBody, stop: tuple[str, ...]) -> dict:
+    """GenerationConfig keyword arguments from a checked body."""
+    temperature = 1.0 if body.temperature is None else body.temperature
     settings = {
-        "max_new_tokens": OPENAI_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+        "max_new_tokens": OPENAI_DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens,
         "do_sample": temperature > 0,
         "temperature": float(temperature) if temperature > 0 else 1.0,
-        "top_p": 1.0 if body.get("top_p") is None else body["top_p"],
-        "num_return_sequences": 1 if body.get("n") is None else body["n"],
-        "seed": body.get("seed"),
+        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "num_return_sequences": 1 if body.n is None else body.n,
+        "seed": body.seed,
         "stop": stop,
     }
-    settings.update(
-        {field_: body[key] for key, field_ in EXTRA_FIELDS.items() if body.get(key) is not None}
-    )
+    for key, name in EXTRA_FIELDS.items():
+        if getattr(body, key) is not None:
+            settings[name] = getattr(body, key)
     return settings
 
 
-OPENAI_NAMES = {"max_new_tokens": "max_tokens", "num_return_sequences": "n"}
+# The runtime's names for the API's fields, so that its messages can name the API's.
+RUNTIME_NAMES = {
+    "max_new_tokens": "max_tokens",
+    "num_return_sequences": "n",
+    **{runtime_name: key for key, runtime_name in EXTRA_FIELDS.items()},
+}
 
 
 def param_named_in(message: str) -> str | None:
-    """The request parameter a runtime message is about (its first `name`), in OpenAI's words."""
+    """The request parameter a runtime message is about (its first `name`), in the API's words.
+
+    >>> param_named_in("`max_new_tokens` must be an int >= 1, got 0")
+    'max_tokens'
+    """
     if message.count("`") < 2:
         return None
     name = message.split("`")[1]
-    reverse = {v: k for k, v in EXTRA_FIELDS.items()}
-    return OPENAI_NAMES.get(name) or reverse.get(name) or name
+    return RUNTIME_NAMES.get(name, name)
+
+
+def api_message(message: str) -> str:
+    """A runtime message with its field names in the API's words.
+
+    >>> api_message("`num_return_sequences` must be 1 for greedy decoding, got 2")
+    '`n` must be 1 for greedy decoding, got 2'
+    """
+    for runtime_name, name in RUNTIME_NAMES.items():
+        message = message.replace(f"`{runtime_name}`", f"`{name}`")
+    return message
 
 
 # ---- responses -------------------------------------------------------------------------------
@@ -255,21 +220,32 @@ def openai_finish_reason(reason: str | None) -> str | None:
     return "stop" if reason in ("eos", "stop") else "length"
 
 
-def logprobs_object(tokens, logprobs, alternatives, k: int) -> dict:
+def logprobs_object(tokens, logprobs, alternatives, k: int, chosen=None, start: int = 0) -> dict:
     """OpenAI's legacy logprobs: tokens, token_logprobs, top_logprobs (k per token), text_offset.
 
-    `alternatives` holds, per token, the model's top (text, probability) pairs (or nothing).
+    `tokens` are the tokens as they appear in the text (a special token such as EOS is ""), so
+    that they join to the text; `alternatives` holds, per token, the model's top (text,
+    probability) pairs, which name special tokens as themselves, as does `chosen` (each token's
+    own text among them). The chosen token's entry in `top_logprobs` is its `token_logprobs`
+    value, so the two never differ. `start` is the character offset of the first token (a
+    stream's running offset).
+
+    >>> out = logprobs_object(["a", "b"], [-0.1, -0.2], [[("a", 0.9)], [("b", 0.8)]], 1, start=3)
+    >>> out["text_offset"], out["top_logprobs"][1]
+    ([3, 4], {'b': -0.2})
     """
-    offsets, position = [], 0
+    offsets, position = [], start
     for token in tokens:
         offsets.append(position)
         position += len(token)
     top = None
     if k > 0:
-        top = [
-            {text: math.log(prob) if prob > 0 else -math.inf for text, prob in alts[:k]}
-            for alts in alternatives
-        ]
+        top = []
+        for own, logprob, alts in zip(chosen or tokens, logprobs, alternatives):
+            row = {text: math.log(prob) if prob > 0 else -math.inf for text, prob in alts[:k]}
+            if own in row:
+                row[own] = logprob
+            top.append(row)
     return {
         "tokens": list(tokens),
         "token_logprobs": list(logprobs),
@@ -310,9 +286,10 @@ def stream_chunk(request_id: str, model: str, created: int, choices: list[dict],
     return chunk
 
 
-def token_text(tokenizer, token_id: int) -> str:
-    """One token as text, special tokens included (so EOS shows as itself)."""
-    return tokenizer.decode([token_id], skip_special_tokens=False)
+def token_text(tokenizer, token_id: int, special: bool = False) -> str:
+    """One token as text: as the completion shows it (a special token such as EOS is ""), or
+    with `special` as itself (as the runtime names alternatives)."""
+    return tokenizer.decode([token_id], skip_special_tokens=not special)
 
 
 def output_choice(output, index: int, tokenizer, logprobs: int | None, alternatives=None) -> dict:
@@ -330,15 +307,20 @@ def output_choice(output, index: int, tokenizer, logprobs: int | None, alternati
         },
     }
     if logprobs is not None:
-        tokens = [token_text(tokenizer, t) for t in output.token_ids]
+        ids = output.token_ids
         choice["logprobs"] = logprobs_object(
-            tokens, output.logprobs, alternatives or [[] for _ in tokens], logprobs
+            [token_text(tokenizer, t) for t in ids],
+            output.logprobs,
+            alternatives or [[] for _ in ids],
+            logprobs,
+            [token_text(tokenizer, t, special=True) for t in ids],
         )
     return choice
 
 
-def event_choice(event, index: int, tokenizer, logprobs: int | None) -> dict:
-    """A streamed choice from a `runtime.StreamEvent` (one token, or a whole beam sequence)."""
+def event_choice(event, index: int, tokenizer, logprobs: int | None, offset: int = 0) -> dict:
+    """A streamed choice from a `runtime.StreamEvent` (one token, or a whole beam sequence);
+    `offset` is the characters of this choice's text streamed before it."""
     ids = [] if event.token_id is None else [event.token_id]
     choice = {
         "text": event.text,
@@ -353,6 +335,11 @@ def event_choice(event, index: int, tokenizer, logprobs: int | None) -> dict:
     }
     if logprobs is not None and ids:
         choice["logprobs"] = logprobs_object(
-            [token_text(tokenizer, ids[0])], [event.logprob], [event.alternatives], logprobs
+            [token_text(tokenizer, ids[0])],
+            [event.logprob],
+            [event.alternatives],
+            logprobs,
+            [token_text(tokenizer, ids[0], special=True)],
+            offset,
         )
     return choice

@@ -2,8 +2,14 @@
 
 Starts a local Ray cluster, or joins one with `--address`, deploys one `ModelServer` deployment
 per bundle found under `--models` (default: the shipped models/) and the OpenAI-compatible
-gateway on `--host:--port`, then serves until interrupted. docs/SCALING.md shows how to run it
-on several machines.
+gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM stop a local
+cluster within seconds; on a cluster joined with `--address`, Ctrl-C deletes the application).
+When the replicas would reserve more CPUs than the cluster has and `--cpus-per-replica` is not
+given, each replica reserves a share of the cluster's CPUs instead (`fit_cpus`), so every model
+is placed and the server becomes ready; it says so. The client limits (`--max-body-bytes`,
+`--max-prompt-chars`, `--max-sequences`, `--max-downloads`) and `--api-key` are
+docs/SCALING.md's "Limits" and "Authentication". docs/SCALING.md shows how to run it on several
+machines.
 """
 
 from __future__ import annotations
@@ -72,10 +78,56 @@ def parse_autoscale(text: str | None) -> tuple[int, int] | None:
     return int(low), int(high)
 
 
+def fit_cpus(specs, cluster_cpus: float):
+    """`specs` with each replica's CPU reservation scaled down so that all of them fit in
+    `cluster_cpus` (specs with an explicit `cpus` are kept), and a sentence saying what was
+    done (None when everything fits as asked). Replicas count at their minimum when autoscaling.
+
+    >>> from serve.deployments import ModelSpec
+    >>> fitted, said = fit_cpus([ModelSpec(str(i), ".") for i in range(4)], 2)
+    >>> [s.cpus for s in fitted], said.split(":")[0]
+    ([0.5, 0.5, 0.5, 0.5], '4 replicas would reserve 4 CPUs on a 2-CPU cluster')
+    """
+    import dataclasses
+
+    def replicas(spec):
+        return max(spec.autoscaling[0], 1) if spec.autoscaling else spec.replicas
+
+    wanted = sum(replicas(s) * (s.threads if s.cpus is None else s.cpus) for s in specs)
+    if wanted <= cluster_cpus or any(s.cpus is not None for s in specs):
+        return list(specs), None
+    share = cluster_cpus / wanted
+    fitted = [dataclasses.replace(s, cpus=round(s.threads * share, 3)) for s in specs]
+    count = sum(replicas(s) for s in specs)
+    said = (
+        f"{count} replicas would reserve {wanted:g} CPUs on a {cluster_cpus:g}-CPU cluster: "
+        f"each reserves {share:.3g} of its {specs[0].threads} instead (they share the cores)"
+    )
+    return fitted, said
+
+
+def cluster_cpus() -> float:
+    """The Ray cluster's CPUs (this machine's when no cluster is connected)."""
+    import ray
+
+    if not ray.is_initialized():
+        return float(os.cpu_count() or 1)
+    return float(ray.cluster_resources().get("CPU", 1))
+
+
+def limits_from(values: dict):
+    """`api.Limits` from flag values (None or absent: the default)."""
+    from . import api
+
+    fields = ("max_body_bytes", "max_prompt_chars", "max_sequences", "max_downloads")
+    return api.Limits(**{k: int(values[k]) for k in fields if values.get(k) is not None})
+
+
 def application(args: dict):
     """A Serve application builder, for `serve run` / a Serve config file / a KubeRay
     RayService: `import_path: serve.cli:application` with `args` named like this command's
-    flags, e.g. {"models": ["/models"], "replicas": 2, "threads_per_replica": 1}."""
+    flags, e.g. {"models": ["/models"], "replicas": 2, "threads_per_replica": 1,
+    "max_body_bytes": 1048576, "api_key": "…"}."""
     from .deployments import build_app
 
     roots = [Path(p) for p in args.get("models", [DEFAULT_MODELS])]
@@ -89,7 +141,10 @@ def application(args: dict):
         int(args.get("concurrency", 4)),
         int(args.get("max_ongoing", 64)),
     )
-    return build_app(specs)
+    specs, said = fit_cpus(specs, cluster_cpus())
+    if said:
+        print(said)
+    return build_app(specs, limits_from(args), args.get("api_key"))
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -101,17 +156,20 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(address=address)
         return
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    ray.init(num_cpus=num_cpus, runtime_env={"env_vars": env})
+    # "local": always a new cluster, never one that another process started on this machine.
+    ray.init(address="local", num_cpus=num_cpus, runtime_env={"env_vars": env})
 
 
-def deploy(specs, host: str = "127.0.0.1", port: int = 8000):
+def deploy(specs, host: str = "127.0.0.1", port: int = 8000, limits=None, api_key=None):
     """Start Serve's HTTP proxy on host:port and run the application; returns its handle."""
     from ray import serve
 
+    from . import api
     from .deployments import build_app
 
     serve.start(http_options={"host": host, "port": port})
-    return serve.run(build_app(specs), name="scriptorium", route_prefix="/")
+    app = build_app(specs, limits or api.LIMITS, api_key)
+    return serve.run(app, name="scriptorium", route_prefix="/")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,8 +195,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
     parser.add_argument("--address", default=None, help="join this Ray cluster (e.g. auto)")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local cluster")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("SCRIPTORIUM_API_KEY"),
+        help="require `Authorization: Bearer KEY` on /v1 (default: $SCRIPTORIUM_API_KEY; none)",
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=None, help="largest request body (default 1 MiB)"
+    )
+    parser.add_argument(
+        "--max-prompt-chars", type=int, default=None, help="characters per prompt (default 32768)"
+    )
+    parser.add_argument(
+        "--max-sequences",
+        type=int,
+        default=None,
+        help="prompts × n × num_beams per request (default 64)",
+    )
+    parser.add_argument(
+        "--max-downloads", type=int, default=None, help="file downloads at once (default 4)"
+    )
     args = parser.parse_args(argv)
-    for name in ("replicas", "threads_per_replica", "concurrency", "max_ongoing"):
+    limit_flags = ("max_body_bytes", "max_prompt_chars", "max_sequences", "max_downloads")
+    for name in ("replicas", "threads_per_replica", "concurrency", "max_ongoing", *limit_flags):
+        if getattr(args, name) is None:
+            continue
         if getattr(args, name) < 1:
             parser.error(f"`--{name.replace('_', '-')}` must be >= 1, got {getattr(args, name)}")
     try:
@@ -158,15 +239,30 @@ def main(argv: list[str] | None = None) -> int:
     if not specs:
         parser.error(f"no model bundles under {', '.join(map(str, roots))}")
     connect(args.address, args.num_cpus)
-    deploy(specs, args.host, args.port)
-    print(f"serving {', '.join(s.model_id for s in specs)} at http://{args.host}:{args.port}/v1")
+    if args.cpus_per_replica is None:
+        specs, said = fit_cpus(specs, cluster_cpus())
+        if said:
+            print(said, flush=True)
+    deploy(specs, args.host, args.port, limits_from(vars(args)), args.api_key)
+    where = f"http://{args.host}:{args.port}/v1"
+    print(f"serving {', '.join(s.model_id for s in specs)} at {where}", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         stop.wait()
     except KeyboardInterrupt:
         pass
+    shut_down(joined=bool(args.address))
+    return 0
+
+
+def shut_down(joined: bool) -> None:
+    """Stop serving: delete the application on a joined cluster (its other applications and
+    the cluster keep running); stop a local cluster outright, which ends every replica at once
+    (Serve's own shutdown drains each replica in turn, ≈ 10–45 s here)."""
+    import ray
     from ray import serve
 
-    serve.shutdown()
-    return 0
+    if joined:
+        serve.delete("scriptorium")
+    ray.shutdown()

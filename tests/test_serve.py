@@ -123,21 +123,50 @@ def test_openai_body_maps_onto_the_generation_config():
 @pytest.mark.parametrize(
     "body, param, message",
     [
-        ({"top_p": 1.5}, "top_p", "`top_p` must be in (0, 1], got 1.5"),
-        ({"temperature": -1}, "temperature", "`temperature` must be a number >= 0, got -1"),
-        ({"max_tokens": 0}, "max_tokens", "`max_new_tokens` must be an int >= 1, got 0"),
+        ({"top_p": 1.5}, "top_p", "`top_p` must be a number in (0, 1], got 1.5"),
+        ({"temperature": -1}, "temperature", "`temperature` must be a number in [0, 2]"),
+        ({"temperature": 5}, "temperature", "`temperature` must be a number in [0, 2]"),
+        ({"max_tokens": 0}, "max_tokens", "`max_tokens` must be an int >= 1 (default 16), got 0"),
         ({"logprobs": 9}, "logprobs", "`logprobs` must be an int in [0, 5] or null, got 9"),
         ({"echo": True}, "echo", "`echo` is not supported by this server, got True"),
         ({"prompt": [1, 2]}, "prompt", "token-id prompts are not supported"),
         ({"stop": ["a"] * 5}, "stop", "at most 4 strings"),
         ({"best_off": 2}, "best_off", "`best_off` is not a completions parameter"),
-        ({"prompt": ["a"] * 9, "n": 8, "seed": 1}, "n", "must be at most 64 sequences, got 72"),
+        ({"prompt": ["a"] * 9, "n": 8, "seed": 1}, "n", "at most 64 sequences, got 9 × 8 × 1 = 72"),
+        ({"num_beams": 100, "temperature": 0}, "num_beams", "got 1 × 1 × 100 = 100"),
+        ({"n": 2, "temperature": 0}, "n", "`n` must be 1 for greedy"),
+        ({"min_tokens": -1}, "min_tokens", "`min_tokens` must be an int >= 0, got -1"),
+        ({"controls": {"section": ["x"]}}, "controls", "got ['x']"),
+        ({"controls": {"section": {}}}, "controls", "`controls` must be an object"),
+        ({"stream_options": {"include_usage": "yes"}}, "stream_options.include_usage", "'yes'"),
+        ({"stream": "true"}, "stream", "`stream` must be true or false, got 'true'"),
+        ({"prompt": "\ud800 In"}, "prompt", "lone surrogate"),
+        ({"prompt": "x" * 40_000}, "prompt", "at most 32768 characters, got 40000"),
+        ({"stop": ["abcdefgh"] * 1000}, "stop", "… (12000 characters)"),
     ],
 )
 def test_bad_bodies_are_refused_with_the_parameter_named(body, param, message):
     with pytest.raises(api.RequestError) as raised:
         api.parse_completion({"model": "m", "prompt": "a", **body})
     assert message in str(raised.value) and raised.value.param == param
+    assert len(str(raised.value)) < 300  # echoes are cut short
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b'{"model": "m", "prompt": "\\ud800 In"}', "hex escape"),  # a lone surrogate
+        (b'{"model": "m", "prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "recursion"),
+        (b"[" * 100_000 + b"]" * 100_000, "recursion"),
+        ('{"model": "m", "prompt": "In"}'.encode("utf-16"), "expected value"),
+        (b'{"model": "m", "prompt": "In", "temperature": NaN}', "got nan"),
+        (b"[1]", "must be a JSON object"),
+    ],
+)
+def test_raw_bodies_that_json_cannot_carry_safely_are_refused(raw, message):
+    with pytest.raises(api.RequestError) as raised:
+        api.parse_completion(raw)
+    assert message in str(raised.value) and raised.value.status == 400
 
 
 def test_the_command_line_finds_every_bundle_and_checks_its_flags():
@@ -155,6 +184,8 @@ def test_the_command_line_finds_every_bundle_and_checks_its_flags():
     with pytest.raises(SystemExit):
         main(["--replicas", "0"])
     assert type(application({"models": [str(BUNDLE)], "replicas": "2"})).__name__ == "Application"
+    with pytest.raises(SystemExit):
+        main(["--max-body-bytes", "0"])
 
 
 # ---- the server ---------------------------------------------------------------------------------
@@ -188,8 +219,13 @@ def test_seeded_sampling_with_extras_is_the_runtimes_text(client, local):
     prompts = [PROMPT, "And God said"]
     answer = complete(client, prompt=prompts, max_tokens=20, n=2, **SAMPLING_BODY)
     config = runtime.GenerationConfig(max_new_tokens=20, num_return_sequences=2, **SAMPLING)
-    expected = local.generate(prompts, config)
+    # Each prompt is generated on its own: its text is what it gets alone, with the same seed.
+    expected = [output for prompt in prompts for output in local.generate(prompt, config)]
     assert [c["text"] for c in answer["choices"]] == [o.text for o in expected]
+    with_logprobs = complete(
+        client, prompt=prompts, max_tokens=20, n=2, logprobs=1, **SAMPLING_BODY
+    )
+    assert [c["text"] for c in with_logprobs["choices"]] == [o.text for o in expected]
     assert [c["index"] for c in answer["choices"]] == [0, 1, 2, 3]
     gospels = complete(client, max_tokens=20, controls={"section": "gospels"}, **SAMPLING_BODY)
     config = runtime.GenerationConfig(max_new_tokens=20, **SAMPLING)
@@ -208,6 +244,45 @@ def test_logprobs_are_the_models_own(client, local):
     assert "".join(logprobs["tokens"]) == answer["choices"][0]["text"]
     for chosen, top in zip(logprobs["token_logprobs"], logprobs["top_logprobs"]):
         assert len(top) == 2 and max(top.values()) == pytest.approx(chosen, abs=1e-4)  # greedy
+
+
+def test_logprobs_join_to_the_text_and_match_their_top_logprobs(client, local):
+    config = runtime.GenerationConfig(max_new_tokens=100, do_sample=True, seed=2)
+    assert local.generate(PROMPT, config)[0].finish_reason == "eos"  # ends on EOS
+    answer = complete(client, max_tokens=100, seed=2, logprobs=3)
+    choice = answer["choices"][0]
+    logprobs = choice["logprobs"]
+    assert choice["scriptorium"]["finish_reason"] == "eos"
+    assert "".join(logprobs["tokens"]) == choice["text"]  # EOS is "" in tokens, as in text
+    for token_logprob, top in zip(logprobs["token_logprobs"], logprobs["top_logprobs"]):
+        # the chosen token's top_logprobs entry is its token_logprob exactly (or not in the top)
+        assert token_logprob in top.values() or token_logprob < min(top.values())
+
+
+def test_streamed_text_offsets_run_and_caps_are_said(client, local):
+    chunks = sse(client, max_tokens=12, temperature=0, logprobs=1)
+    offsets = [c["choices"][0]["logprobs"]["text_offset"][0] for c in chunks]
+    lengths = [len(c["choices"][0]["text"]) for c in chunks]
+    assert offsets == [sum(lengths[:i]) for i in range(len(lengths))] and offsets[-1] > 0
+    prompt_tokens = len(local.encode_prompt(PROMPT))
+    answer = complete(client, max_tokens=10_000, temperature=0)
+    extras = answer["choices"][0]["scriptorium"]
+    assert extras["max_tokens"] == 128 - prompt_tokens  # capped to the context, and said
+    assert extras["finish_reason"] in ("eos", "context")
+    assert chunks[-1]["choices"][0]["scriptorium"]["max_tokens"] == 12
+
+
+def test_the_schema_declares_the_bodies_and_models_have_dates(client):
+    schema = client.get(str(client.base_url).removesuffix("/v1/") + "/openapi.json").json()
+    body = schema["paths"]["/v1/completions"]["post"]["requestBody"]
+    assert body["content"]["application/json"]["schema"]["$ref"].endswith("/CompletionBody")
+    fields = schema["components"]["schemas"]["CompletionBody"]["properties"]
+    assert {"model", "prompt", "max_tokens", "controls", "num_beams"} <= set(fields)
+    responses = schema["paths"]["/v1/completions"]["post"]["responses"]
+    assert {"200", "400", "404", "413", "415"} <= set(responses)
+    files = schema["paths"]["/v1/models/{model}/files/{name}"]["get"]["responses"]["200"]
+    assert "application/octet-stream" in files["content"]
+    assert all(m["created"] > 1_600_000_000 for m in client.get("models").json()["data"])
 
 
 def test_stream_concatenates_to_the_same_text(client, local):
@@ -254,7 +329,7 @@ def test_the_openai_client_gets_the_same_text(server, local):
     )
     assert "".join(chunk.choices[0].text for chunk in stream) == expected
     assert [m.id for m in client.models.list()] == [MODEL, "slow"]
-    with pytest.raises(openai.BadRequestError, match="must be in"):
+    with pytest.raises(openai.BadRequestError, match="must be a number in"):
         client.completions.create(model=MODEL, prompt=PROMPT, top_p=2.0)
     with pytest.raises(openai.NotFoundError, match="must be one of"):
         client.completions.create(model="gpt-4", prompt=PROMPT)
@@ -263,12 +338,17 @@ def test_the_openai_client_gets_the_same_text(server, local):
 @pytest.mark.parametrize(
     "body, status, param, message",
     [
-        ({"top_p": 1.5}, 400, "top_p", "`top_p` must be in (0, 1], got 1.5"),
+        ({"top_p": 1.5}, 400, "top_p", "`top_p` must be a number in (0, 1], got 1.5"),
         ({"model": "nope"}, 404, "model", "`model` must be one of"),
         ({"prompt": "word " * 300}, 400, "prompt", "the model's context is 128 tokens"),
-        ({"n": 2, "temperature": 0}, 400, "n", "`num_return_sequences` must be 1 for greedy"),
+        ({"n": 2, "temperature": 0}, 400, "n", "`n` must be 1 for greedy"),
         ({"controls": {"section": "psalms"}}, 400, None, "psalms"),
-        ({"stream": True, "repetition_penalty": 0}, 400, "repetition_penalty", "must be > 0"),
+        (
+            {"stream": True, "repetition_penalty": 0},
+            400,
+            "repetition_penalty",
+            "must be a number > 0",
+        ),
         ({"stream": True, "prompt": "word " * 300}, 400, "prompt", "context is 128 tokens"),
     ],
 )
@@ -286,8 +366,10 @@ def test_bad_input_gets_an_openai_error_and_the_server_keeps_serving(
 
 
 def test_a_body_that_is_not_json_is_a_400(client):
-    response = client.post("completions", content=b"{not json")
-    assert response.status_code == 400 and "must be JSON" in response.json()["error"]["message"]
+    json_type = {"content-type": "application/json"}
+    response = client.post("completions", content=b"{not json", headers=json_type)
+    assert response.status_code == 400
+    assert "must be a JSON object" in response.json()["error"]["message"]
 
 
 def test_sixteen_concurrent_clients_are_all_served(client, local):
@@ -421,7 +503,9 @@ def test_a_killed_replica_fails_clearly_or_is_retried_and_comes_back(ray_cluster
 
     replicas = [
         actor
-        for actor in list_actors(filters=[("state", "=", "ALIVE")])
+        for actor in list_actors(
+            address=ray_cluster.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")]
+        )
         if actor.class_name.startswith("ServeReplica:scriptorium:" + deployment_name("slow"))
     ]
     assert len(replicas) == 1

@@ -12,13 +12,15 @@ template, as the runtime does (`apply_chat_template`, `count_chat_tokens`). Only
 same `runtime.GenerationConfig`, so a seed gives the same text as the in-process app. Closing a
 stream closes its HTTP response, which makes the server cancel the generation (the Stop
 button). Errors: the server's 4xx answers raise `ValueError` with its message, anything else
-(5xx, an unreachable server) `ConnectionError`.
+(5xx, an unreachable server) `ConnectionError`. A server started with `--api-key` gets the key
+from `SCRIPTORIUM_API_KEY` (or `api_key`).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -219,9 +221,13 @@ def _event(choice: dict) -> runtime.StreamEvent:
 class RemoteRegistry(ModelRegistry):
     """The backend's models, named by their server ids, each a `RemoteGenerator`."""
 
-    def __init__(self, base_url: str, timeout: float = 300.0):
+    def __init__(self, base_url: str, timeout: float = 300.0, api_key: str | None = None):
         super().__init__({})
-        self.client = httpx.Client(base_url=base_url.rstrip("/") + "/", timeout=timeout)
+        api_key = api_key or os.environ.get("SCRIPTORIUM_API_KEY")  # the server's --api-key
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self.client = httpx.Client(
+            base_url=base_url.rstrip("/") + "/", timeout=timeout, headers=headers
+        )
         for model in self._json("models")["data"]:
             self._manifests[model["id"]] = self._json(f"models/{model['id']}")["manifest"]
             self.paths[model["id"]] = Path(model["id"])  # a name only: nothing is on disk here

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gradio as gr
 
+from runtime.budget import check_sequences
+
 from . import examples, limits, links, widgets
 from .registry import languages
 
@@ -102,6 +104,7 @@ def build(registry) -> None:
                 samples,
                 seed,
             )
+            check_sequences(len(lines), config, names=("lines", "samples", "num_beams"))
             outputs = registry.get(model).generate(lines, config)
             return format_translations(outputs, len(lines), config.num_return_sequences)
 

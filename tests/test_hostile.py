@@ -1,0 +1,501 @@
+"""Hostile clients against both servers: bounded memory, no 500s, nothing served unpublished.
+
+Every request of issue 26 is sent from 127.0.0.1, a bounded number of times, and each test
+asserts the status, that the answer came within `ANSWER_S` seconds (a hang is a failure; this is
+a bound, not a speed measurement), and the resident memory of the serving processes afterwards:
+
+- `scriptorium serve` (one Serve application on a module-wide local Ray cluster with
+  `num_cpus=2`, bible-lm int8 behind an API key): each replica, the gateway and the HTTP proxy
+  stay under `SERVE_RSS_MB` and grow by at most `GROWTH_MB` over the hostile requests.
+- `python app.py` in a subprocess (the shipped models): the process grows by at most
+  `GROWTH_MB` over the hostile requests, and memory settles over a soak of `SOAK_CALLS` calls.
+- `scriptorium serve` with no flags but a port, in a subprocess of its own: it becomes ready on
+  this 2-core machine with every shipped text generator, and SIGTERM stops it promptly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from importlib.metadata import version
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from serve import api
+from serve.deployments import ModelSpec, deployment_name
+from tests.app_fixtures import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / "models" / "bible-lm" / "int8"
+MODEL = "bible-lm/int8"
+KEY = "test-key-" + uuid.uuid4().hex[:8]
+AUTH = {"Authorization": f"Bearer {KEY}"}
+JSON = {"content-type": "application/json", **AUTH}
+ANSWER_S = 15  # any hostile request must be answered within this (a hang fails the test)
+SERVE_RSS_MB = 400  # each replica, the gateway and the proxy after the hostile requests
+GROWTH_MB = 60  # growth of one process over a test's hostile requests
+DOWNLOAD_GROWTH_MB = 100  # growth of one process over the download test
+DOWNLOADS = 30  # sequential downloads of model.onnx (13.6 MB)
+SOAK_CALLS = 400  # /list_models calls to the app (Gradio keeps the state of 100 sessions)
+SOAK_GROWTH_KB_PER_CALL = 8  # the app's growth per call over the soak's second half
+GRADIO_PRUNES_EVENTS = tuple(int(p) for p in version("gradio").split(".")[:2]) >= (6, 31)
+LIMITS = api.Limits(max_downloads=2)
+OK = {"model": MODEL, "prompt": "In the beginning", "max_tokens": 4, "temperature": 0}
+
+
+def rss_mb(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+# ---- scriptorium serve ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server():
+    """(base URL, {role: pid}) of a Serve application with an API key and 2 concurrent
+    downloads; roles: "replica", "gateway", "proxy"."""
+    import ray
+    from ray import serve
+    from ray.util.state import list_actors
+
+    from serve.cli import connect, deploy
+
+    started = not ray.is_initialized()
+    if started:
+        connect(num_cpus=2)
+    else:  # another module's cluster: start Serve afresh on our port
+        serve.shutdown()
+    port = free_port()
+    deploy([ModelSpec(MODEL, str(BUNDLE), cpus=0.5)], "127.0.0.1", port, LIMITS, KEY)
+    pids = {}
+    gcs = ray.get_runtime_context().gcs_address
+    for actor in list_actors(address=gcs, filters=[("state", "=", "ALIVE")]):
+        if actor.class_name.startswith("ServeReplica:scriptorium:" + deployment_name(MODEL)):
+            pids["replica"] = actor.pid
+        elif actor.class_name == "ServeReplica:scriptorium:gateway":
+            pids["gateway"] = actor.pid
+        elif actor.class_name == "ProxyActor":
+            pids["proxy"] = actor.pid
+    assert set(pids) == {"replica", "gateway", "proxy"}, pids
+    yield f"http://127.0.0.1:{port}/v1", pids
+    serve.shutdown()
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server[0] + "/", timeout=ANSWER_S) as http:
+        yield http
+
+
+class Memory:
+    """RSS of processes before and after a block: `growth()` and `now()` in MB."""
+
+    def __init__(self, pids: dict):
+        self.pids, self.before = pids, {k: rss_mb(p) for k, p in pids.items()}
+
+    def now(self) -> dict:
+        return {k: rss_mb(p) for k, p in self.pids.items()}
+
+    def growth(self) -> dict:
+        return {k: v - self.before[k] for k, v in self.now().items()}
+
+
+def timed(send):
+    start = time.monotonic()
+    response = send()
+    return response, time.monotonic() - start
+
+
+def assert_bounded(memory: Memory) -> None:
+    now, growth = memory.now(), memory.growth()
+    assert all(v < SERVE_RSS_MB for v in now.values()), now
+    assert all(v < GROWTH_MB for v in growth.values()), growth
+
+
+def test_oversized_bodies_and_prompts_are_refused_before_they_cost_memory(server, client):
+    memory = Memory(server[1])
+    big = json.dumps({**OK, "prompt": "word " * 1_000_000}).encode()  # 5 MB
+    for _ in range(3):
+        response, took = timed(lambda: client.post("completions", content=big, headers=JSON))
+        assert response.status_code == 413 and took < ANSWER_S
+        assert response.json()["error"]["code"] == "body_too_large"
+
+    def chunks():  # no Content-Length: refused while the body streams in
+        for _ in range(40):
+            yield b" " * 65536
+
+    response = client.post("completions", content=chunks(), headers=JSON)
+    assert response.status_code == 413
+    long_prompt = {**OK, "prompt": "word " * 40_000}  # 200,000 characters in a 200 KB body
+    for stream in (False, True):
+        response, took = timed(
+            lambda s=stream: client.post(
+                "completions", json={**long_prompt, "stream": s}, headers=AUTH
+            )
+        )
+        assert response.status_code == 400 and took < ANSWER_S
+        assert "at most 32768 characters" in response.json()["error"]["message"]
+    normal, took = timed(lambda: client.post("completions", json=OK, headers=AUTH))
+    assert normal.status_code == 200 and took < ANSWER_S
+    assert_bounded(memory)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HOSTILE = [  # (raw body, content type, status, words of the message)
+    (DEEP, "application/json", 400, "nesting"),
+    (f'{{"model": "{MODEL}", "prompt": {DEEP}}}', "application/json", 400, "nesting"),
+    (f'{{"model": "{MODEL}", "prompt": {{"a": {DEEP}}}}}', "application/json", 400, "nesting"),
+    (json.dumps({**OK, "prompt": "\ud800 In"}), "application/json", 400, "valid strings"),
+    (json.dumps({**OK, "prompt": "\ud800 In", "stream": True}), "application/json", 400, "valid"),
+    (json.dumps({**OK, "controls": {"section": ["x"]}}), "application/json", 400, "`controls`"),
+    (json.dumps({**OK, "controls": {"section": {}}, "stream": True}), "application/json", 400, ""),
+    (json.dumps(OK), "text/plain", 415, "application/json"),
+    (json.dumps(OK), None, 415, "application/json"),
+    (json.dumps(OK), "application/json; charset=utf-16", 415, "UTF-8"),
+    (json.dumps(OK).encode("utf-16"), "application/json", 400, "UTF-8"),
+    (json.dumps({**OK, "stop": ["abcdefgh"] * 1000}), "application/json", 400, "`stop`"),
+    (
+        json.dumps({**OK, "stream": True, "stream_options": {"include_usage": "yes"}}),
+        "application/json",
+        400,
+        "include_usage",
+    ),
+    (json.dumps({**OK, "num_beams": 2000, "max_tokens": 32}), "application/json", 400, "64"),
+    (json.dumps({**OK, "num_beams": 8, "n": 8, "prompt": ["a", "b"]}), "application/json", 400, ""),
+    (json.dumps({**OK, "max_tokens": "16"}), "application/json", 400, "`max_tokens`"),
+    (json.dumps({**OK, "seed": 1.5}), "application/json", 400, "`seed`"),
+]
+
+
+def test_malformed_bodies_get_a_short_400_or_415_never_a_500(server, client):
+    memory = Memory(server[1])
+    for raw, content_type, status, words in HOSTILE:
+        headers = {**AUTH, **({"content-type": content_type} if content_type else {})}
+        response, took = timed(
+            lambda raw=raw, headers=headers: client.post(
+                "completions", content=raw, headers=headers
+            )
+        )
+        error = response.json()["error"]
+        assert (response.status_code, took < ANSWER_S) == (status, True), (raw[:80], error)
+        assert words in error["message"] and len(error["message"]) < 300, error
+    assert client.post("completions", json=OK, headers=AUTH).status_code == 200
+    assert_bounded(memory)
+
+
+def test_the_api_key_is_required_everywhere(client):
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        assert client.post("completions", json=OK, headers=headers).status_code == 401
+        assert client.get("models", headers=headers).status_code == 401
+        answer = client.get(f"models/{MODEL}/files/tokenizer.json", headers=headers)
+        assert answer.status_code == 401
+        assert answer.headers["www-authenticate"] == "Bearer"
+    assert client.get("models", headers=AUTH).status_code == 200
+
+
+def test_files_stream_from_disk_with_etags_and_bounded_concurrency(server, client):
+    memory = Memory(server[1])
+    onnx = (BUNDLE / "model.onnx").read_bytes()
+    sha = json.loads((BUNDLE / "manifest.json").read_text())["files"]["model.onnx"]["sha256"]
+    settled = None
+    for index in range(DOWNLOADS):
+        response = client.get(f"models/{MODEL}/files/model.onnx", headers=AUTH)
+        assert response.status_code == 200 and response.content == onnx
+        if index == DOWNLOADS // 3:
+            settled = memory.now()
+    assert response.headers["etag"] == f'"{sha}"'
+    assert response.headers["content-type"] == "application/octet-stream"
+    cached = client.get(
+        f"models/{MODEL}/files/model.onnx", headers={**AUTH, "If-None-Match": f'"{sha}"'}
+    )
+    assert cached.status_code == 304 and not cached.content
+    card = client.get(f"models/{MODEL}/files/README.md", headers=AUTH)
+    assert card.headers["content-type"].startswith("text/markdown")
+    for name in ("manifest.json.bak", "..%2Fmanifest.json", "%2Fetc%2Fpasswd"):
+        assert client.get(f"models/{MODEL}/files/{name}", headers=AUTH).status_code == 404
+
+    def slow_reader(_):  # holds its download open while reading slowly
+        with httpx.stream(
+            "GET", f"{server[0]}/models/{MODEL}/files/model.onnx", headers=AUTH, timeout=60
+        ) as answer:
+            if answer.status_code != 200:
+                return answer.status_code
+            size = 0
+            for chunk in answer.iter_bytes(1 << 20):
+                size += len(chunk)
+                time.sleep(0.02)
+            return 200 if size == len(onnx) else -1
+
+    with ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(slow_reader, range(6)))
+    assert statuses.count(200) >= 2 and statuses.count(429) >= 1, statuses
+    assert set(statuses) <= {200, 429}, statuses
+    now, growth = memory.now(), memory.growth()
+    assert all(v < SERVE_RSS_MB for v in now.values()), now
+    # Sending files warms the gateway's and proxy's buffers once (≈ 55–65 MB here); after the
+    # first third of the downloads they grow by less than 1 MB per 13.6 MB download.
+    assert all(v < DOWNLOAD_GROWTH_MB for v in growth.values()), growth
+    late = {k: v - settled[k] for k, v in now.items()}
+    assert all(v < DOWNLOADS * 2 / 3 for v in late.values()), late
+
+
+# ---- python app.py ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app_process(tmp_path_factory):
+    """(URL, Popen, stderr path) of `python app.py` on a free port, once its models are
+    loaded (its memory steady)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("app") / "stderr.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        last = 0.0
+        while time.monotonic() < deadline:  # preloading the models after the page is up
+            time.sleep(2)
+            now = rss_mb(process.pid)
+            if abs(now - last) < 2:
+                break
+            last = now
+        yield url, process, log
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def gradio_call(url: str, name: str, data: list, **post) -> tuple[int, str]:
+    """POST /gradio_api/call/NAME, then read its result event; (status, the final event's
+    data, or the POST's own answer when it was refused)."""
+    with httpx.Client(timeout=ANSWER_S) as http:
+        posted = http.post(f"{url}/gradio_api/call/{name}", json={"data": data}, **post)
+        if posted.status_code != 200:
+            return posted.status_code, posted.text
+        event_id = posted.json()["event_id"]
+        with http.stream("GET", f"{url}/gradio_api/call/{name}/{event_id}") as answer:
+            lines = [line for line in answer.iter_lines() if line.startswith("data: ")]
+    return 200, lines[-1].removeprefix("data: ") if lines else ""
+
+
+GENERATE = [MODEL.replace("/", " (") + ")", "In the beginning", {}, "greedy", 8]
+GENERATE += [1.0, 0, 1.0, 0.0, 1.0, 0, 2, 1, 0]
+
+
+def test_the_app_refuses_large_bodies_and_bad_inputs_cheaply(app_process):
+    url, process, log = app_process
+    before = rss_mb(process.pid)
+    big = json.dumps({"data": ["word " * 1_000_000]}).encode()  # 5 MB, 2 of 14 inputs
+    for _ in range(4):
+        response, took = timed(
+            lambda: httpx.post(
+                f"{url}/gradio_api/call/generate",
+                content=big,
+                headers={"content-type": "application/json"},
+                timeout=ANSWER_S,
+            )
+        )
+        assert response.status_code == 413 and took < ANSWER_S
+    half = json.dumps({"data": ["bible-lm (int8)", "word " * 40_000]}).encode()  # 2 of 14
+    status, _ = gradio_call(url, "generate", json.loads(half)["data"])
+    assert status in (200, 422)
+    status, answer = gradio_call(
+        url, "generate", [*GENERATE[:2], {"section": ["x"]}, *GENERATE[3:]]
+    )
+    assert status == 200 and "`section` must be one of" in answer
+    status, answer = gradio_call(url, "generate", GENERATE)
+    assert status == 200 and json.loads(answer)[0]  # the server still generates
+    assert rss_mb(process.pid) - before < GROWTH_MB
+    longest = max(len(line) for line in log.read_text().splitlines() or [""])
+    assert longest < 2_200  # a bad request is logged in bounded lines
+
+
+def test_the_app_serves_only_its_own_files_and_takes_no_uploads(app_process):
+    url, _, _ = app_process
+    shared = Path("/tmp/gradio") / f"planted-{uuid.uuid4().hex}.txt"
+    shared.parent.mkdir(exist_ok=True)
+    shared.write_text("not published")
+    try:
+        for path in (f"/gradio_api/file={shared}", f"/file={shared}"):
+            answer = httpx.get(url + path, timeout=ANSWER_S)
+            assert answer.status_code in (403, 404) and "not published" not in answer.text
+    finally:
+        shared.unlink()
+    upload = httpx.post(
+        f"{url}/gradio_api/upload", files={"files": ("a.txt", b"x" * 1000)}, timeout=ANSWER_S
+    )
+    assert upload.status_code == 404
+
+
+def test_the_app_caps_total_sequences(app_process):
+    url, _, _ = app_process
+    lines = "\n".join(["In the beginning"] * 16)
+    data = ["translator (int8)", lines, "beam search", 8, 1.0, 0, 1.0, 0.0, 1.0, 0, 8, 1, 0]
+    status, answer = gradio_call(url, "translate", data)
+    message = json.loads(answer)["error"]
+    assert status == 200 and "must be at most 64 sequences, got 16 × 1 × 8 = 128" in message
+
+
+@pytest.mark.xfail(
+    not GRADIO_PRUNES_EVENTS,
+    reason="Gradio 6.17.3 keeps every event (≈ 21 KB a call measured here); 6.31.0 prunes them",
+    strict=True,
+)
+def test_the_apps_memory_settles_over_a_soak(app_process):
+    url, process, _ = app_process
+    half = SOAK_CALLS // 2
+    for index in range(SOAK_CALLS):
+        status, _ = gradio_call(url, "list_models", [])
+        assert status == 200
+        if index == half - 1:
+            middle = rss_mb(process.pid)
+    growth_kb = (rss_mb(process.pid) - middle) * 1024 / (SOAK_CALLS - half)
+    assert growth_kb < SOAK_GROWTH_KB_PER_CALL, f"{growth_kb:.1f} KB per call"
+
+
+# ---- scriptorium serve with no flags ----------------------------------------------------------
+
+
+def test_serve_with_no_flags_becomes_ready_and_stops_promptly_on_sigterm(tmp_path):
+    port = free_port()
+    log = tmp_path / "serve.txt"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "serve", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline, models = time.monotonic() + 300, None
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
+                if answer.status_code == 200:
+                    models = [m["id"] for m in answer.json()["data"]]
+                    break
+            except httpx.HTTPError:
+                time.sleep(2)
+        assert models and {"bible-lm/int8", "bible-lm/fp32"} <= set(models), log.read_text()[-2000:]
+        for model in models:  # every model is placed and answers
+            body = {"model": model, "prompt": "In the beginning", "max_tokens": 2, "temperature": 0}
+            answer = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+        start = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        # 0, or 15 when Ray's own SIGTERM handler ends the driver (after stopping the cluster)
+        assert process.wait(30) in (0, 15)
+        assert time.monotonic() - start < 20
+        text = log.read_text()
+        if os.cpu_count() < 4:  # 4 text generators: their reservations were fitted, and said
+            assert "CPU cluster: each reserves" in text
+        assert "failed to shut down" not in text
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+# ---- a schema-driven fuzz run ---------------------------------------------------------------
+
+FUZZ_SEED = 22
+FUZZ_CALLS = 120
+ODD = [None, True, False, 0, -1, 1.5, float("nan"), "", "x" * 300, "\u202e\U0001f642", [], {}, [[]]]
+
+
+def schema_values(schema: dict, defs: dict, rng) -> list:
+    """Values for a JSON schema: its edges (valid and one step outside) and odd values."""
+    if "$ref" in schema:
+        return schema_values(defs[schema["$ref"].rsplit("/", 1)[-1]], defs, rng)
+    if "anyOf" in schema:
+        return [v for option in schema["anyOf"] for v in schema_values(option, defs, rng)]
+    if "const" in schema or "enum" in schema:
+        return [schema.get("const"), *schema.get("enum", []), "other"]
+    kind, values = schema.get("type"), []
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", -3))
+        high = schema.get("maximum", schema.get("exclusiveMaximum", 3))
+        values = [low - 1, low, low + 1, min(high, 3), high, high + 1, 2]
+        values += [v + 0.5 for v in values[:2]] if kind == "number" else [2.0, "2"]
+    elif kind == "string":
+        longest = schema.get("maxLength", 64)
+        values = ["In", "", "a" * longest, "a" * (longest + 1), "gospels", "\x00"]
+    elif kind == "boolean":
+        values = [True, False, "true", 1]
+    elif kind == "null":
+        values = [None]
+    elif kind == "array":
+        items = schema_values(schema.get("items", {}), defs, rng) or ODD
+        count = schema.get("maxItems", 3)
+        values = [[rng.choice(items) for _ in range(n)] for n in (0, 1, count, count + 1)]
+    elif kind == "object":
+        inner = schema.get("additionalProperties") or {}
+        inner_values = schema_values(inner, defs, rng) if inner else ODD
+        values = [{}, {"section": rng.choice(inner_values)}, {"include_usage": True}]
+    return values or ODD
+
+
+def test_a_schema_driven_fuzz_run_finds_no_500_and_no_hang(server, client):
+    """Bodies built from the OpenAPI schema's CompletionBody: each call changes 1–3 fields of a
+    valid body to a value from the schema's edges (or an odd one); every answer must be 200
+    with a completion or an OpenAI error with a 4xx status, within the time bound."""
+    import random
+
+    from serve.protocol import CompletionResponse
+
+    memory = Memory(server[1])
+    schema = httpx.get(server[0].removesuffix("/v1") + "/openapi.json").json()
+    defs = schema["components"]["schemas"]
+    fields = defs["CompletionBody"]["properties"]
+    rng = random.Random(FUZZ_SEED)
+    statuses = {}
+    for _ in range(FUZZ_CALLS):
+        body = {**OK}
+        for name in rng.sample(sorted(fields), rng.randint(1, 3)):
+            values = schema_values(fields[name], defs, rng) + ODD
+            body[name] = rng.choice(values)
+        raw = json.dumps(body, allow_nan=True)
+        response, took = timed(
+            lambda raw=raw: client.post("completions", content=raw, headers=JSON)
+        )
+        statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+        assert took < ANSWER_S * 2, (body, took)
+        assert response.status_code in (200, 400, 404), (body, response.text[:300])
+        if response.status_code != 200:
+            error = response.json()["error"]
+            assert set(error) == {"message", "type", "param", "code"} and error["message"]
+        elif not body.get("stream"):
+            CompletionResponse.model_validate(response.json())
+        else:
+            assert response.text.rstrip().endswith("data: [DONE]")
+    assert statuses.get(200, 0) >= 5 and statuses.get(400, 0) >= 5, statuses
+    assert_bounded(memory)
