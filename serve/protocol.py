@@ -262,6 +262,7 @@ class ModelObject(BaseModel):
     task: str | None = None
     precision: str | None = None
     context_length: int | None = None
+    chat: bool = Field(False, description="whether the model has a chat template")
 
 
 class ModelInfo(ModelObject):
