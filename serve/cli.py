@@ -239,21 +239,27 @@ def main(argv: list[str] | None = None) -> int:
     if not specs:
         parser.error(f"no model bundles under {', '.join(map(str, roots))}")
     connect(args.address, args.num_cpus)
-    if args.cpus_per_replica is None:
-        specs, said = fit_cpus(specs, cluster_cpus())
-        if said:
-            print(said, flush=True)
-    deploy(specs, args.host, args.port, limits_from(vars(args)), args.api_key)
-    where = f"http://{args.host}:{args.port}/v1"
-    print(f"serving {', '.join(s.model_id for s in specs)} at {where}", flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # After ray.init: its core worker installs a handler of its own that aborts the driver.
+    # Ours turns SIGTERM into the same clean stop as Ctrl-C, also while deploy() still waits.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        stop.wait()
+        if args.cpus_per_replica is None:
+            specs, said = fit_cpus(specs, cluster_cpus())
+            if said:
+                print(said, flush=True)
+        deploy(specs, args.host, args.port, limits_from(vars(args)), args.api_key)
+        where = f"http://{args.host}:{args.port}/v1"
+        print(f"serving {', '.join(s.model_id for s in specs)} at {where}", flush=True)
+        threading.Event().wait()
     except KeyboardInterrupt:
         pass
-    shut_down(joined=bool(args.address))
+    finally:
+        shut_down(joined=bool(args.address))
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def shut_down(joined: bool) -> None:
