@@ -29,6 +29,7 @@ from .config import GenerationConfig
 from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
 from .outputs import GenerationOutput, StreamEvent
+from .scoring import ScoringMixin
 from .search import TokenSearch, beam_search
 from .sessions import available_providers, create_session
 from .text import IncrementalDecoder, control_prefix, find_stop
@@ -49,9 +50,10 @@ class DecodingPlan:
     rng: np.random.Generator  # seeded from config.seed
 
 
-class Generator(ChatMixin):
+class Generator(ChatMixin, ScoringMixin):
     """A loaded model: `generate`, `stream`, its `manifest` and `controls`; `chat` and
-    `stream_chat` when its bundle has a chat template (runtime/chat.py)."""
+    `stream_chat` when its bundle has a chat template (runtime/chat.py); `score` and `score_ids`
+    (runtime/scoring.py)."""
 
     def __init__(
         self,
