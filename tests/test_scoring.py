@@ -140,3 +140,66 @@ def test_bad_arguments_raise_value_errors():
         gen.score_ids([0] * 129)
     with pytest.raises(ValueError, match="`source_ids` must be None for a causal LM"):
         gen.score_ids([0, 5], source_ids=[1])
+
+
+# ---- serve/scoring.py: echo and token-id prompts, on the shipped bundle --------------------------
+
+
+def test_prompt_list_reads_the_four_shapes_and_refuses_others():
+    from serve.scoring import prompt_list
+
+    assert prompt_list("a") == ["a"]
+    assert prompt_list(["a", "b"]) == ["a", "b"]
+    assert prompt_list([3, 4]) == [[3, 4]]
+    assert prompt_list([[3], [4, 5]]) == [[3], [4, 5]]
+    for bad in ([], [[]], ["a", 3], [True, 2], [-1], {"a": 1}, None, [[3], "a"]):
+        with pytest.raises(ValueError, match="`prompt` must be a string"):
+            prompt_list(bad)
+
+
+def test_echo_of_a_text_prompt_shows_its_tokens_with_their_logprobs():
+    from serve import api
+    from serve.scoring import echo_choice
+
+    gen = runtime.load(BIBLE_LM, threads=1)
+    prompt = "In the beginning God created"
+    choice = echo_choice(gen, prompt, None, logprobs=2)  # max_tokens: 0
+    logprobs = choice["logprobs"]
+    assert choice["text"] == prompt and choice["finish_reason"] == "length"
+    assert "".join(logprobs["tokens"]) == prompt  # BOS is context, not shown
+    score = gen.score(prompt)  # conditioned on BOS, the same tokens
+    assert logprobs["token_logprobs"] == list(score.logprobs)
+    assert logprobs["text_offset"] == [0, 2, 6, 16, 20]
+    assert [len(top) for top in logprobs["top_logprobs"]] == [2] * 5
+    # Echo in front of a generated completion: offsets run on over the completion.
+    config = runtime.GenerationConfig(max_new_tokens=5)
+    (output,) = gen.generate(prompt, config)
+    generated = api.output_choice(output, 0, gen.tokenizer, 1)
+    echoed = echo_choice(gen, prompt, generated, logprobs=1)
+    assert echoed["text"] == prompt + output.text
+    tokens, offsets = echoed["logprobs"]["tokens"], echoed["logprobs"]["text_offset"]
+    assert len(tokens) == 5 + len(output.token_ids) == len(offsets)
+    assert offsets[5] == len(prompt)
+    assert echoed["logprobs"]["token_logprobs"][5:] == output.logprobs
+    assert echo_choice(gen, prompt, generated, logprobs=None)["text"] == prompt + output.text
+
+
+def test_echo_of_token_ids_scores_every_id_after_the_first():
+    from serve.scoring import check_token_prompt, echo_choice
+
+    gen = runtime.load(BIBLE_LM, threads=1)
+    ids = gen.tokenizer.encode("And God said, Let there be light", add_special_tokens=False).ids
+    choice = echo_choice(gen, ids, None, logprobs=0)
+    logprobs = choice["logprobs"]
+    assert logprobs["tokens"] == [gen.tokenizer.decode([i]) for i in ids]
+    assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"] is None
+    assert logprobs["token_logprobs"][1:] == list(gen.score_ids(ids).logprobs)
+    assert choice["text"] == "And God said, Let there be light"
+    # The same ids generate like the same text (gen.generate takes encoded prompts as lists).
+    config = runtime.GenerationConfig(max_new_tokens=6)
+    by_ids = gen.generate([[0, *ids]], config)[0]
+    assert by_ids.token_ids == gen.generate("And God said, Let there be light", config)[0].token_ids
+    with pytest.raises(ValueError, match="`prompt` token ids must be below 8000, got 9000"):
+        check_token_prompt(gen, [9000])
+    with pytest.raises(ValueError, match="`prompt` is 128 tokens"):
+        check_token_prompt(gen, [5] * 128)
