@@ -121,6 +121,16 @@ class GraphRunner:
         first, *rest = binding.get_outputs()
         return [first.numpy(), *rest]
 
+    def to_host(self, value) -> np.ndarray:
+        """A cache tensor (numpy or OrtValue) as a numpy array."""
+        return value if isinstance(value, np.ndarray) else value.numpy()
+
+    def to_device(self, array: np.ndarray):
+        """A numpy cache tensor where this runner keeps its cache (as is, or an OrtValue)."""
+        if not self.io_binding:
+            return array
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.device, 0)
+
     def take(self, value, rows: np.ndarray):
         """Rows `rows` of a cache tensor (numpy or OrtValue), on the same device."""
         if isinstance(value, np.ndarray):
@@ -248,6 +258,47 @@ class CausalLM:
             np.take(state.attention_mask, rows, axis=0),
             np.take(state.next_position, rows, axis=0),
         )
+
+    def join(self, states: list[CausalState]) -> CausalState:
+        """One state holding the rows of `states` in order, each left-padded to the longest row
+        (runtime/engine.py: requests of different lengths step as one batch). Leading positions
+        that are padding in every row are dropped, so `join([select(state, rows)])` also trims
+        what the rows left behind no longer need."""
+        widths = [_real_width(s.attention_mask) for s in states]
+        width = max(widths)
+        mask = np.concatenate(
+            [
+                np.pad(
+                    s.attention_mask[:, s.attention_mask.shape[1] - w :], ((0, 0), (width - w, 0))
+                )
+                for s, w in zip(states, widths)
+            ]
+        )  # (N, width)
+        positions = np.concatenate([s.next_position for s in states])  # (N,)
+        if self.shared_cache:
+            past = self._empty_past(mask.shape[0], width + _CACHE_HEADROOM)
+            row = 0
+            for s, w in zip(states, widths):
+                valid, rows = s.attention_mask.shape[1], s.attention_mask.shape[0]
+                for new, old in zip(past.buffers, s.past.buffers):
+                    new[row : row + rows, :, width - w : width] = old[:, :, valid - w : valid]
+                row += rows
+            return CausalState(past, mask, positions)
+        layers = []
+        for layer in range(len(self.past_names)):
+            parts = []
+            for s, w in zip(states, widths):
+                value = self.runner.to_host(s.past[layer])  # (n, H, T, D)
+                value = value[:, :, value.shape[2] - w :]
+                parts.append(np.pad(value, ((0, 0), (0, 0), (width - w, 0), (0, 0))))
+            layers.append(self.runner.to_device(np.concatenate(parts)))  # (N, H, width, D)
+        return CausalState(tuple(layers), mask, positions)
+
+
+def _real_width(mask: np.ndarray) -> int:
+    """Columns of a left-padded mask (N, T) from the first one any row uses."""
+    used = mask.any(axis=0)
+    return int(mask.shape[1] - np.argmax(used)) if used.any() else 0
 
 
 class Seq2SeqLM:
