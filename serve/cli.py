@@ -114,6 +114,20 @@ def deploy(specs, host: str = "127.0.0.1", port: int = 8000):
     return serve.run(build_app(specs), name="scriptorium", route_prefix="/")
 
 
+def batching_specs(specs):
+    """`specs` with each replica's generator batching its requests (runtime/engine.py): every
+    request it accepts generates at once, in the engine's batch, instead of `concurrency` loops."""
+    import dataclasses
+    import functools
+
+    import runtime
+
+    loader = functools.partial(runtime.load, batching=True)
+    return [
+        dataclasses.replace(s, loader=loader, concurrency=s.max_ongoing_requests) for s in specs
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scriptorium serve", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -137,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")
     parser.add_argument("--address", default=None, help="join this Ray cluster (e.g. auto)")
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local cluster")
+    parser.add_argument(
+        "--batching", action="store_true", help="batch a replica's generations step by step"
+    )
     args = parser.parse_args(argv)
     for name in ("replicas", "threads_per_replica", "concurrency", "max_ongoing"):
         if getattr(args, name) < 1:
@@ -157,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not specs:
         parser.error(f"no model bundles under {', '.join(map(str, roots))}")
+    if args.batching:
+        specs = batching_specs(specs)
     connect(args.address, args.num_cpus)
     deploy(specs, args.host, args.port)
     print(f"serving {', '.join(s.model_id for s in specs)} at http://{args.host}:{args.port}/v1")

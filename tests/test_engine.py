@@ -165,3 +165,15 @@ def test_beam_search_runs_beside_the_loop_unchanged(generators):
     assert [o.token_ids for o in batched.generate(prompts[0], config)] == [
         o.token_ids for o in plain.generate(prompts[0], config)
     ]
+
+
+def test_app_and_serve_opt_in_load_batching_generators():
+    from serve.cli import batching_specs, model_specs
+    from ui.registry import ModelRegistry
+
+    (spec,) = batching_specs(model_specs([BIBLE_LM.parent], max_ongoing=16)[:1])
+    assert spec.model_id == "fp32" and spec.concurrency == 16
+    assert spec.loader(spec.path, threads=1).engine is not None
+    registry = ModelRegistry.discover([BIBLE_LM.parent], batching=True)
+    assert registry.get("fp32").engine is not None
+    assert ModelRegistry.discover([BIBLE_LM.parent]).get("fp32").engine is None
