@@ -39,6 +39,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from .outputs import StreamEvent
+from .search import log_normalizer
 from .text import RowTexts
 
 _DONE = object()  # a request's last item in its caller's inbox
@@ -142,6 +143,7 @@ class Engine:
                     )
                     state = self.model.join(states)
                     active = active + new
+                normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
                 keep, ended = [], []
                 row = 0
                 for request in active:
@@ -150,7 +152,7 @@ class Engine:
                     if request.cancelled:
                         ended.append(request)
                         continue
-                    step = request.search.pick(logits[rows], request.index)
+                    step = request.search.pick(logits[rows], request.index, normalizer[rows])
                     for event in request.texts.events(step, request.search):
                         event.index += request.offset
                         request.inbox.put(event)

@@ -112,16 +112,18 @@ class TokenSearch:
                 return
             logits, state = self.model.step(step.tokens, state)
 
-    def pick(self, logits: np.ndarray, index: int) -> Step:
+    def pick(self, logits: np.ndarray, index: int, normalizer=None) -> Step:
         """Choose step `index`'s tokens from the rows' logits (N, V) and extend the history.
 
         `__iter__` calls it with the model's logits; runtime/engine.py calls it with this
-        search's rows of a batch that other searches share.
+        search's rows of a batch that other searches share, and their `normalizer` (N,) (the
+        row-wise log-sum-exp, computed once for the whole batch: each row's is its own).
         """
         rows = self.history.shape[0]
         # Only the chosen tokens' and the alternatives' log-probabilities are reported, so
         # the (N, V) log-softmax is never formed.
-        normalizer = log_normalizer(logits)[:, 0]  # (N,)
+        if normalizer is None:
+            normalizer = log_normalizer(logits)[:, 0]  # (N,)
         scores = apply_processors(
             logits, self.history, self.history_mask, self.config, index, self.eos
         )
