@@ -53,7 +53,7 @@ class _Request:
         self.search = search  # TokenSearch over its rows, with its own random generator
         self.texts = texts  # RowTexts of its rows
         self.offset = offset  # index of its first row in the caller's numbering
-        self.inbox = inbox  # events for the caller, then _DONE (or an exception)
+        self.inbox = inbox  # lists of events for the caller, then _DONE (or an exception)
         self.rows = len(search.done)
         self.index = 0  # the next step's index
         self.cancelled = False  # set by the caller when it stops reading
@@ -99,7 +99,7 @@ class Engine:
                 elif isinstance(item, BaseException):
                     raise item
                 else:
-                    yield item
+                    yield from item
         finally:
             for request in requests:
                 request.cancelled = True
@@ -153,9 +153,10 @@ class Engine:
                         ended.append(request)
                         continue
                     step = request.search.pick(logits[rows], request.index, normalizer[rows])
-                    for event in request.texts.events(step, request.search):
+                    events = request.texts.events(step, request.search)
+                    for event in events:
                         event.index += request.offset
-                        request.inbox.put(event)
+                    request.inbox.put(events)  # one hand-over per step, not per row
                     request.tokens = step.tokens
                     if request.search.ended(request.index):
                         request.inbox.put(_DONE)

@@ -78,6 +78,8 @@ class TokenSearch:
         self.history = history  # (N, T) tokens the processors see
         self.history_mask = history_mask  # (N, T) bool, False on padding
         self.eos = eos_token_id
+        # (E,) the ending ids, for a comparison that costs microseconds (np.isin sorts)
+        self._ends = None if eos_token_id is None else np.array(eos_token_id).reshape(-1)
         self.pad = pad_token_id
         self.max_steps = max_steps
         self.rng = rng
@@ -138,8 +140,8 @@ class TokenSearch:
         if self.alternatives:
             values, ids = sampling.top_k_values(logits, self.alternatives)  # (N, A) each
             top = (values - normalizer[:, None], ids)
-        if self.eos is not None:
-            self.done |= np.isin(tokens, self.eos)
+        if self._ends is not None:
+            self.done |= (tokens[:, None] == self._ends).any(axis=1)  # (N, E) -> (N,)
         self.history = np.concatenate([self.history, tokens[:, None]], axis=1)  # (N, T + 1)
         self.history_mask = np.concatenate([self.history_mask, active[:, None]], axis=1)
         return Step(index, tokens, chosen, active, top)
