@@ -13,7 +13,7 @@ calls once its request is parsed:
   prompt's tokens come first with their log-probabilities (`gen.score_ids`), the first one null
   when nothing precedes it, and `text_offset` runs over the whole echoed text. With `choice=None`
   it builds the choice of `max_tokens: 0` (the prompt alone, finish reason "length"), which is how
-  evaluation harnesses ask for a log-likelihood.
+  evaluation harnesses ask for a log-likelihood; `scored_completion` answers a whole such request.
 
 Which prompt tokens are shown: a token-id prompt shows every id it gave (the first has no
 log-probability). A text prompt shows the tokens of its text; tokens the model adds in front of
@@ -139,3 +139,15 @@ def prompt_token_count(gen, prompt, controls=None) -> int:
     if isinstance(prompt, str):
         return len(gen.encode_prompt(prompt, controls))
     return len(prompt)
+
+
+def scored_completion(gen, prompts, logprobs: int | None, copies: int = 1, controls=None) -> dict:
+    """The choices and usage of `max_tokens: 0` with `echo`: each prompt echoed with its
+    log-probabilities, `copies` (`n`) choices per prompt, no completion tokens."""
+    choices, prompt_tokens = [], 0
+    for p, prompt in enumerate(prompts):
+        choice = echo_choice(gen, prompt, None, logprobs, controls)
+        choices += [{**choice, "index": p * copies + c} for c in range(copies)]
+        prompt_tokens += prompt_token_count(gen, prompt, controls)
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}
+    return {"choices": choices, "usage": usage}

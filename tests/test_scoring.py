@@ -203,3 +203,21 @@ def test_echo_of_token_ids_scores_every_id_after_the_first():
         check_token_prompt(gen, [9000])
     with pytest.raises(ValueError, match="`prompt` is 128 tokens"):
         check_token_prompt(gen, [5] * 128)
+
+
+def test_scored_completion_answers_max_tokens_zero_for_every_prompt():
+    from serve.scoring import prompt_list, scored_completion
+
+    gen = runtime.load(BIBLE_LM, threads=1)
+    ids = gen.tokenizer.encode("Jesus wept.", add_special_tokens=False).ids
+    prompts = prompt_list([ids, ids[:2]])
+    result = scored_completion(gen, prompts, logprobs=0, copies=2)
+    assert [c["index"] for c in result["choices"]] == [0, 1, 2, 3]
+    assert result["usage"] == {
+        "prompt_tokens": len(ids) + 2,
+        "completion_tokens": 0,
+        "total_tokens": len(ids) + 2,
+    }
+    first = result["choices"][0]["logprobs"]["token_logprobs"]
+    assert first[0] is None and first[1:] == list(gen.score_ids(ids).logprobs)
+    assert result["choices"][3]["text"] == gen.tokenizer.decode(ids[:2])
