@@ -177,3 +177,27 @@ def test_app_and_serve_opt_in_load_batching_generators():
     registry = ModelRegistry.discover([BIBLE_LM.parent], batching=True)
     assert registry.get("fp32").engine is not None
     assert ModelRegistry.discover([BIBLE_LM.parent]).get("fp32").engine is None
+
+
+def test_chat_goes_through_the_loop_and_ends_at_end_of_turn(tmp_path):
+    from optimum.exporters.onnx import main_export
+
+    from tests.tiny_models import make_chat_checkpoint
+
+    checkpoint = make_chat_checkpoint(tmp_path / "checkpoint")
+    main_export(
+        str(checkpoint),
+        output=tmp_path / "onnx",
+        task="text-generation-with-past",
+        do_validation=False,
+    )
+    plain = runtime.load(tmp_path / "onnx", threads=1)
+    batched = runtime.load(tmp_path / "onnx", threads=1, batching=True)
+    messages = [{"role": "user", "content": "Where are you going?"}]
+    config = runtime.GenerationConfig(max_new_tokens=16, do_sample=True, seed=5)
+    steps = batched.engine.steps
+    expected = plain.chat(messages, config)
+    _same_tokens(batched.chat(messages, config), expected)
+    assert batched.engine.steps > steps  # the loop ran it
+    streamed = "".join(e.text for e in batched.stream_chat(messages, config))
+    assert streamed == expected[0].text
