@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--share", action="store_true", help="create a public share link")
+    parser.add_argument(
+        "--batching", action="store_true", help="batch concurrent generations (runtime/engine.py)"
+    )
     # None: Gradio's default (127.0.0.1:7860) unless GRADIO_SERVER_NAME/PORT say otherwise, as
     # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
     parser.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
@@ -88,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             providers = runtime.providers_for(args.device)  # docs/GPU.md
         except ValueError as error:
             parser.error(str(error))
-        registry = ModelRegistry.discover([HERE / "models", *map(Path, args.models)], providers)
+        roots = [HERE / "models", *map(Path, args.models)]
+        registry = ModelRegistry.discover(roots, providers, batching=args.batching)
     demo = build(registry).queue(**queue_settings())
     demo.launch(
         server_name=args.host,

@@ -15,6 +15,7 @@ BENCHMARKS = {
     "attention": "bench.attention",
     "serve": "bench.serve",
     "paraphrase": "bench.paraphrase",
+    "batch": "bench.batch",
 }
 
 

@@ -14,7 +14,8 @@ binding); `bundle` (manifests, checksums); `outputs` (`GenerationOutput`, `Strea
 `generator`, `models`, `search`, `processors`, `sampling` (the top-k / top-p kernels), `text`,
 `config` (token models); `chat` (chat templates in a bounded sandbox, the chat methods);
 `hierarchical`, `hierarchical_text`, `masked_lm`, `word_vectors` (the other tasks);
-`memorisation`; `limits` (the caps every front end puts on a request).
+`scoring` (`score`, `score_ids`: log-probabilities of given text); `memorisation`; `limits`
+(the caps every front end puts on a request).
 
 Layer: the bottom one. runtime/ imports only numpy, onnxruntime, tokenizers, jinja2 (chat
 templates) and the standard library, never torch, transformers or any other package of ours
@@ -26,7 +27,7 @@ from .bundle import BundleError, ChecksumError
 from .config import GenerationConfig
 from .generator import Generator
 from .loading import load
-from .outputs import GenerationOutput, StreamEvent
+from .outputs import GenerationOutput, Score, StreamEvent
 from .sessions import providers_for
 
 __all__ = [
@@ -38,5 +39,6 @@ __all__ = [
     "StreamEvent",
     "load",
     "providers_for",
+    "Score",
     "sampling",
 ]

@@ -26,12 +26,14 @@ from tokenizers import Tokenizer
 
 from .chat import ChatMixin
 from .config import GenerationConfig
+from .engine import Engine
 from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
 from .outputs import GenerationOutput, StreamEvent
+from .scoring import ScoringMixin
 from .search import TokenSearch, beam_search
 from .sessions import available_providers, create_session
-from .text import IncrementalDecoder, control_prefix, find_stop
+from .text import RowTexts, control_prefix, find_stop
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,10 @@ class DecodingPlan:
     rng: np.random.Generator  # seeded from config.seed
 
 
-class Generator(ChatMixin):
+class Generator(ChatMixin, ScoringMixin):
     """A loaded model: `generate`, `stream`, its `manifest` and `controls`; `chat` and
-    `stream_chat` when its bundle has a chat template (runtime/chat.py)."""
+    `stream_chat` when its bundle has a chat template (runtime/chat.py); `score` and `score_ids`
+    (runtime/scoring.py)."""
 
     def __init__(
         self,
@@ -61,6 +64,7 @@ class Generator(ChatMixin):
         threads=None,
         io_binding=None,
         spinning=False,
+        batching=False,
     ):
         self.directory = directory
         self.manifest = manifest
@@ -83,6 +87,9 @@ class Generator(ChatMixin):
         self.context_length = manifest.get("context_length") or 1024
         self.defaults = GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
         self._ngram_index: np.ndarray | None = None  # loaded on the first `memorised` call
+        # With batching, greedy and sampled generations of a causal LM run in one engine loop
+        # (runtime/engine.py) that batches concurrent calls step by step.
+        self.engine = Engine(self) if batching and self.task == "causal-lm" else None
 
     @property
     def name(self) -> str:
@@ -252,11 +259,24 @@ class Generator(ChatMixin):
         self, plan: DecodingPlan, alternatives, end_ids=None
     ) -> Iterator[StreamEvent]:
         """Events of the plan's rows; a row ends on EOS, or on any of `end_ids` when given (a
-        chat's end-of-turn tokens)."""
-        config, max_steps = plan.config, plan.max_steps
-        ends = {self.eos_token_id} if end_ids is None else set(end_ids)
+        chat's end-of-turn tokens). With batching on, the engine's loop runs them."""
+        if self.engine is not None:
+            yield from self.engine.events(plan, alternatives, end_ids)
+            return
+        search = self.token_search(plan, alternatives, end_ids)
+        texts = RowTexts(self.tokenizer, plan, len(search.done), self.end_ids(end_ids))
+        for step in search:
+            yield from texts.events(step, search)
+
+    def end_ids(self, end_ids=None) -> set:
+        """The tokens that end a row: EOS, or a chat's end-of-turn tokens when given."""
+        return {self.eos_token_id} if end_ids is None else set(end_ids)
+
+    def token_search(self, plan: DecodingPlan, alternatives, end_ids=None) -> TokenSearch:
+        """The greedy / sampling search of the plan's rows (`num_return_sequences` per prompt)."""
+        config = plan.config
         rows = np.repeat(np.arange(len(plan.encoded)), config.num_return_sequences)  # prompt of row
-        search = TokenSearch(
+        return TokenSearch(
             self.model,
             plan.input_ids,
             plan.mask,
@@ -265,48 +285,10 @@ class Generator(ChatMixin):
             history_mask=plan.history_mask[rows],
             eos_token_id=self.eos_token_id if end_ids is None else tuple(end_ids),
             pad_token_id=self.pad_token_id,
-            max_steps=max_steps,
+            max_steps=plan.max_steps,
             rng=plan.rng,
             alternatives=alternatives,
         )
-        decoders = [IncrementalDecoder(self.tokenizer) for _ in rows]
-        released = [0] * len(rows)  # characters of each row's text already yielded
-        for step in search:
-            for row in np.flatnonzero(step.active):
-                token = int(step.tokens[row])
-                decoders[row].add(token)
-                text = decoders[row].text
-                reason = None
-                cut = find_stop(text, config.stop) if config.stop else None
-                if cut is not None:
-                    text, reason = text[:cut], "stop"
-                    search.finish(row)
-                elif token in ends:
-                    reason = "eos"
-                elif step.index + 1 == max_steps:
-                    reason = plan.limit_reason
-                if reason is None and config.stop:
-                    text = text[: len(text) - _stop_prefix_overlap(text, config.stop)]
-                if reason is not None and reason != "stop":
-                    text = text + decoders[row].flush()
-                yield StreamEvent(
-                    text=text[released[row] :],
-                    token_id=token,
-                    logprob=float(step.logprobs[row]),
-                    alternatives=self._alternatives(step, row),
-                    index=int(row),
-                    finish_reason=reason,
-                )
-                released[row] = max(released[row], len(text))
-
-    def _alternatives(self, step, row) -> list[tuple[str, float]]:
-        if step.alternatives is None:
-            return []
-        values, ids = step.alternatives
-        return [
-            (self.tokenizer.decode([int(i)], skip_special_tokens=False), float(np.exp(v)))
-            for v, i in zip(values[row], ids[row])
-        ]
 
     def _generate_beam(self, prompts, config, controls) -> list[GenerationOutput]:
         plan = self._plan(prompts, config, controls)
@@ -342,14 +324,3 @@ class Generator(ChatMixin):
                     )
                 )
         return outputs
-
-
-def _stop_prefix_overlap(text: str, stops) -> int:
-    """Length of the longest end of `text` that could still grow into a stop string."""
-    best = 0
-    for stop in stops:
-        for size in range(min(len(stop) - 1, len(text)), 0, -1):
-            if text.endswith(stop[:size]):
-                best = max(best, size)
-                break
-    return best

@@ -30,6 +30,7 @@ def load(
     threads: int | None = None,
     io_binding: bool | None = None,
     spinning: bool = False,
+    batching: bool = False,
 ) -> Generator | HierarchicalGenerator | MaskedLM | WordVectors:
     """Open a bundle (or an optimum-onnx export directory) and create its inference sessions.
 
@@ -48,7 +49,9 @@ def load(
     `spinning` lets onnxruntime's worker threads spin between operators instead of sleeping:
     about 8 % faster batch-1 decoding on 2 cores when this process has the cores to itself (a
     script, a benchmark), but it burns the cores that concurrent generations need, so the app
-    leaves it off.
+    leaves it off. `batching` runs a causal LM's greedy and sampled generations (`generate`,
+    `stream`, `chat`, `stream_chat`) in one engine loop that batches concurrent calls step by step
+    (runtime/engine.py); each call's output is what it would be alone.
     """
     directory = _pick_bundle(Path(path), precision)
     manifest = read_manifest(directory)
@@ -69,6 +72,7 @@ def load(
         threads=threads,
         io_binding=io_binding,
         spinning=spinning,
+        batching=batching,
     )
 
 

@@ -7,6 +7,10 @@
     logits, state = model.step(next_tokens, state)  # one token per row; the prefix is not re-run
     state = model.select(state, rows)  # reorder / repeat rows (beams, samples)
 
+Scoring reads every position instead: `CausalLM.all_logits(input_ids, attention_mask)` and
+`Seq2SeqLM.all_logits(source_ids, source_mask, decoder_ids)` return (N, T, V) from one call
+with an empty cache (teacher forcing).
+
 `state` holds the KV cache and masks. On CPU the cache is numpy arrays; with IO binding (the
 default on CUDA) it stays in OrtValues on the device between steps and only logits come back to
 the host. A causal graph whose manifest entry says `"kv_cache": "shared-buffer"` (export/'s lean
@@ -28,6 +32,7 @@ from .sessions import io_binding_for
 SHARED_BUFFER = "shared-buffer"  # manifest `graphs.decoder.kv_cache`: past and present share memory
 _CACHE_HEADROOM = 128  # positions a shared buffer holds beyond the prompt before it must grow
 _LAST_POSITION = np.array(1, dtype=np.int64)  # `logits_to_keep` feed: the last position only
+_ALL_POSITIONS = np.array(0, dtype=np.int64)  # `logits_to_keep` feed: every position
 
 
 class SharedCache:
@@ -116,6 +121,16 @@ class GraphRunner:
         first, *rest = binding.get_outputs()
         return [first.numpy(), *rest]
 
+    def to_host(self, value) -> np.ndarray:
+        """A cache tensor (numpy or OrtValue) as a numpy array."""
+        return value if isinstance(value, np.ndarray) else value.numpy()
+
+    def to_device(self, array: np.ndarray):
+        """A numpy cache tensor where this runner keeps its cache (as is, or an OrtValue)."""
+        if not self.io_binding:
+            return array
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.device, 0)
+
     def take(self, value, rows: np.ndarray):
         """Rows `rows` of a cache tensor (numpy or OrtValue), on the same device."""
         if isinstance(value, np.ndarray):
@@ -126,6 +141,13 @@ class GraphRunner:
 
 def _graph_io(session) -> tuple[list[str], list[str]]:
     return [i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()]
+
+
+def _positions(attention_mask: np.ndarray) -> np.ndarray:
+    """Position ids (N, T) of a left-padded batch: they count real tokens only, so a padded
+    prompt starts at 0 like an unpadded one."""
+    positions = np.cumsum(attention_mask, axis=1) - 1  # (N, T)
+    return np.where(attention_mask == 0, 1, positions).astype(np.int64)
 
 
 def _past_dtype(session) -> type:
@@ -158,18 +180,32 @@ class CausalLM:
         self.shared_cache = kv_cache == SHARED_BUFFER and cpu_arrays
         self.vocab_size = manifest.get("vocab_size")
 
-    def _run(self, input_ids, attention_mask, positions, past):
+    def _run(self, input_ids, attention_mask, positions, past, every_position=False):
+        """One graph call: logits (N, V) at the last position, or (N, T, V) at every position
+        with `every_position`, and the new past."""
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.uses_position_ids:
             feeds["position_ids"] = positions
         if self.keeps_last_logits:
-            feeds["logits_to_keep"] = _LAST_POSITION
+            feeds["logits_to_keep"] = _ALL_POSITIONS if every_position else _LAST_POSITION
         if isinstance(past, SharedCache):
-            logits = past.run(feeds)
-            return logits[:, -1, :].copy(), past  # (N, V)
+            logits = past.run(feeds)  # (N, T or 1, V), overwritten by the next call: copied
+            return (logits.copy() if every_position else logits[:, -1, :].copy()), past
         feeds.update(zip(self.past_names, past))
         logits, *present = self.runner.run(["logits", *self.present_names], feeds)
-        return logits[:, -1, :].astype(np.float32, copy=False), tuple(present)  # (N, V)
+        if not every_position:
+            logits = logits[:, -1, :]  # (N, V)
+        return logits.astype(np.float32, copy=False), tuple(present)
+
+    def all_logits(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """Logits (N, T, V) at every position of left-padded `input_ids` (N, T), from an empty
+        cache: position t holds the scores of the token after input_ids[:, t]."""
+        batch, length = input_ids.shape
+        past = self._empty_past(batch, length if self.shared_cache else 0)
+        logits, _ = self._run(
+            input_ids, attention_mask, _positions(attention_mask), past, every_position=True
+        )
+        return logits
 
     def _empty_past(self, batch: int, capacity: int) -> tuple[np.ndarray, ...] | SharedCache:
         shape = (batch, self.num_heads, capacity, self.head_size)  # (N, H, capacity, D)
@@ -184,9 +220,7 @@ class CausalLM:
     def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
         batch, length = input_ids.shape
         past = self._empty_past(batch, length + _CACHE_HEADROOM if self.shared_cache else 0)
-        # Position ids count real tokens only: left-padded prompts start at 0 like unpadded ones.
-        positions = np.cumsum(attention_mask, axis=1) - 1  # (N, T)
-        positions = np.where(attention_mask == 0, 1, positions).astype(np.int64)
+        positions = _positions(attention_mask)
         logits, past = self._run(input_ids, attention_mask, positions, past)
         state = CausalState(past, attention_mask, positions[:, -1] + 1)
         return logits, state
@@ -225,6 +259,47 @@ class CausalLM:
             np.take(state.next_position, rows, axis=0),
         )
 
+    def join(self, states: list[CausalState]) -> CausalState:
+        """One state holding the rows of `states` in order, each left-padded to the longest row
+        (runtime/engine.py: requests of different lengths step as one batch). Leading positions
+        that are padding in every row are dropped, so `join([select(state, rows)])` also trims
+        what the rows left behind no longer need."""
+        widths = [_real_width(s.attention_mask) for s in states]
+        width = max(widths)
+        mask = np.concatenate(
+            [
+                np.pad(
+                    s.attention_mask[:, s.attention_mask.shape[1] - w :], ((0, 0), (width - w, 0))
+                )
+                for s, w in zip(states, widths)
+            ]
+        )  # (N, width)
+        positions = np.concatenate([s.next_position for s in states])  # (N,)
+        if self.shared_cache:
+            past = self._empty_past(mask.shape[0], width + _CACHE_HEADROOM)
+            row = 0
+            for s, w in zip(states, widths):
+                valid, rows = s.attention_mask.shape[1], s.attention_mask.shape[0]
+                for new, old in zip(past.buffers, s.past.buffers):
+                    new[row : row + rows, :, width - w : width] = old[:, :, valid - w : valid]
+                row += rows
+            return CausalState(past, mask, positions)
+        layers = []
+        for layer in range(len(self.past_names)):
+            parts = []
+            for s, w in zip(states, widths):
+                value = self.runner.to_host(s.past[layer])  # (n, H, T, D)
+                value = value[:, :, value.shape[2] - w :]
+                parts.append(np.pad(value, ((0, 0), (0, 0), (width - w, 0), (0, 0))))
+            layers.append(self.runner.to_device(np.concatenate(parts)))  # (N, H, width, D)
+        return CausalState(tuple(layers), mask, positions)
+
+
+def _real_width(mask: np.ndarray) -> int:
+    """Columns of a left-padded mask (N, T) from the first one any row uses."""
+    used = mask.any(axis=0)
+    return int(mask.shape[1] - np.argmax(used)) if used.any() else 0
+
 
 class Seq2SeqLM:
     """An encoder graph plus a merged decoder graph with `use_cache_branch` (optimum layout)."""
@@ -243,6 +318,32 @@ class Seq2SeqLM:
         self.dtype = _past_dtype(decoder_session)
         self.encoder_takes_mask = "attention_mask" in _graph_io(encoder_session)[0]
 
+    def all_logits(
+        self, source_ids: np.ndarray, source_mask: np.ndarray, decoder_ids: np.ndarray
+    ) -> np.ndarray:
+        """Decoder logits (N, T, V) for right-padded sources (N, S) and decoder inputs (N, T)
+        (the start token, then the target shifted right): teacher forcing in one call."""
+        encoder_hidden = self._encode(source_ids, source_mask)
+        batch = source_ids.shape[0]
+        empty = np.zeros((batch, self.num_heads, 0, self.head_size), dtype=self.dtype)
+        feeds = {
+            "input_ids": decoder_ids.astype(np.int64),
+            "encoder_hidden_states": encoder_hidden,
+            "encoder_attention_mask": source_mask,
+            "use_cache_branch": np.array([False]),
+        }
+        feeds.update(zip(self.past_names, [empty] * len(self.past_names)))
+        feeds = {k: v for k, v in feeds.items() if k in self.decoder_inputs}
+        logits, *_ = self.decoder.run(["logits", *self.present_names], feeds)
+        return np.asarray(logits, dtype=np.float32)  # (N, T, V)
+
+    def _encode(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        feeds = {"input_ids": input_ids}
+        if self.encoder_takes_mask:
+            feeds["attention_mask"] = attention_mask
+        (encoder_hidden,) = self.encoder.run(["last_hidden_state"], feeds)  # (N, S, hidden)
+        return encoder_hidden
+
     def _run_decoder(self, tokens, encoder_hidden, encoder_mask, past, use_cache):
         feeds = {
             "input_ids": tokens,
@@ -256,10 +357,7 @@ class Seq2SeqLM:
         return logits[:, -1, :].astype(np.float32, copy=False), present  # (N, V)
 
     def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
-        feeds = {"input_ids": input_ids}
-        if self.encoder_takes_mask:
-            feeds["attention_mask"] = attention_mask
-        (encoder_hidden,) = self.encoder.run(["last_hidden_state"], feeds)  # (N, S, hidden)
+        encoder_hidden = self._encode(input_ids, attention_mask)
         batch = input_ids.shape[0]
         # The no-cache branch ignores past inputs, but they must still have valid shapes.
         empty = np.zeros((batch, self.num_heads, 0, self.head_size), dtype=self.dtype)

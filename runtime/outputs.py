@@ -1,6 +1,7 @@
-"""What generation returns: `GenerationOutput` (one finished sequence) and `StreamEvent` (one
+"""What generation returns: `GenerationOutput` (one finished sequence), `StreamEvent` (one
 increment of a streamed sequence), shared by every generating class (runtime/generator.py,
-runtime/hierarchical.py). Plain dataclasses; this module imports nothing of ours.
+runtime/hierarchical.py), and `Score` (log-probabilities of given text, runtime/scoring.py).
+Plain dataclasses; this module imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -27,3 +28,16 @@ class StreamEvent:
     alternatives: list[tuple[str, float]] = field(default_factory=list)  # top-5 (token, prob)
     index: int = 0  # which sequence (prompt-major: prompt * num_return_sequences + sample)
     finish_reason: str | None = None  # set on the last event of a sequence
+
+
+@dataclass(frozen=True)
+class Score:
+    """Log-probabilities of given tokens under the model (`gen.score`, `gen.score_ids`)."""
+
+    token_ids: tuple[int, ...]  # the scored tokens
+    tokens: tuple[str, ...]  # each scored token decoded alone (special tokens kept)
+    logprobs: tuple[float, ...]  # log P(token | everything before it), raw logits, natural log
+    total: float  # sum of `logprobs`: the log-likelihood of the scored text
+    context_ids: tuple[int, ...] = ()  # what the scored tokens were conditioned on
+    # With `top` > 0: per scored token, the model's `top` most likely tokens as (text, logprob).
+    alternatives: tuple[tuple[tuple[str, float], ...], ...] = ()

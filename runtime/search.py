@@ -78,6 +78,8 @@ class TokenSearch:
         self.history = history  # (N, T) tokens the processors see
         self.history_mask = history_mask  # (N, T) bool, False on padding
         self.eos = eos_token_id
+        # (E,) the ending ids, for a comparison that costs microseconds (np.isin sorts)
+        self._ends = None if eos_token_id is None else np.array(eos_token_id).reshape(-1)
         self.pad = pad_token_id
         self.max_steps = max_steps
         self.rng = rng
@@ -105,31 +107,48 @@ class TokenSearch:
         if logits.shape[0] != rows:
             repeat = np.repeat(np.arange(logits.shape[0]), rows // logits.shape[0])
             logits, state = logits[repeat], self.model.select(state, repeat)
-        history, history_mask = self.history, self.history_mask
         for index in range(self.max_steps):
-            # Only the chosen tokens' and the alternatives' log-probabilities are reported, so
-            # the (N, V) log-softmax is never formed.
-            normalizer = log_normalizer(logits)[:, 0]  # (N,)
-            scores = apply_processors(logits, history, history_mask, self.config, index, self.eos)
-            if self.sampler is None:
-                tokens = np.argmax(scores, axis=1)
-            else:
-                tokens = self.sampler(scores, self.rng)
-            active = ~self.done
-            tokens = np.where(active, tokens, self.pad).astype(np.int64)  # (N,)
-            chosen = logits[np.arange(rows), tokens] - normalizer
-            top = None
-            if self.alternatives:
-                values, ids = sampling.top_k_values(logits, self.alternatives)  # (N, A) each
-                top = (values - normalizer[:, None], ids)
-            if self.eos is not None:
-                self.done |= np.isin(tokens, self.eos)
-            yield Step(index, tokens, chosen, active, top)
-            if self.done.all() or index + 1 == self.max_steps:
+            step = self.pick(logits, index)
+            yield step
+            if self.ended(index):
                 return
-            history = np.concatenate([history, tokens[:, None]], axis=1)  # (N, T + 1)
-            history_mask = np.concatenate([history_mask, active[:, None]], axis=1)
-            logits, state = self.model.step(tokens, state)
+            logits, state = self.model.step(step.tokens, state)
+
+    def pick(self, logits: np.ndarray, index: int, normalizer=None) -> Step:
+        """Choose step `index`'s tokens from the rows' logits (N, V) and extend the history.
+
+        `__iter__` calls it with the model's logits; runtime/engine.py calls it with this
+        search's rows of a batch that other searches share, and their `normalizer` (N,) (the
+        row-wise log-sum-exp, computed once for the whole batch: each row's is its own).
+        """
+        rows = self.history.shape[0]
+        # Only the chosen tokens' and the alternatives' log-probabilities are reported, so
+        # the (N, V) log-softmax is never formed.
+        if normalizer is None:
+            normalizer = log_normalizer(logits)[:, 0]  # (N,)
+        scores = apply_processors(
+            logits, self.history, self.history_mask, self.config, index, self.eos
+        )
+        if self.sampler is None:
+            tokens = np.argmax(scores, axis=1)
+        else:
+            tokens = self.sampler(scores, self.rng)
+        active = ~self.done
+        tokens = np.where(active, tokens, self.pad).astype(np.int64)  # (N,)
+        chosen = logits[np.arange(rows), tokens] - normalizer
+        top = None
+        if self.alternatives:
+            values, ids = sampling.top_k_values(logits, self.alternatives)  # (N, A) each
+            top = (values - normalizer[:, None], ids)
+        if self._ends is not None:
+            self.done |= (tokens[:, None] == self._ends).any(axis=1)  # (N, E) -> (N,)
+        self.history = np.concatenate([self.history, tokens[:, None]], axis=1)  # (N, T + 1)
+        self.history_mask = np.concatenate([self.history_mask, active[:, None]], axis=1)
+        return Step(index, tokens, chosen, active, top)
+
+    def ended(self, index: int) -> bool:
+        """Whether the search is over after step `index` (every row ended, or the step limit)."""
+        return bool(self.done.all()) or index + 1 == self.max_steps
 
 
 @dataclass

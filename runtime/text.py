@@ -1,4 +1,5 @@
-"""Text around the token loop: incremental detokenization, stop strings, control tokens.
+"""Text around the token loop: incremental detokenization, stop strings, control tokens, and
+`RowTexts`, which turns a search's steps into `StreamEvent`s.
 
 Byte-level BPE can split one UTF-8 character over several tokens; `IncrementalDecoder` only
 releases text once it decodes to complete characters, so every streamed piece is valid text.
@@ -6,6 +7,10 @@ This module does not run models.
 """
 
 from __future__ import annotations
+
+import numpy as np
+
+from .outputs import StreamEvent
 
 REPLACEMENT = "\ufffd"  # what a byte-level decoder prints for an incomplete UTF-8 sequence
 
@@ -91,3 +96,70 @@ def control_prefix(controls_spec: dict, chosen: dict | None) -> str:
             raise ValueError(f"`{name}` must be one of {sorted(values)}, got {shown[:60]}")
         prefix.append(values[value])
     return "".join(prefix)
+
+
+class RowTexts:
+    """The text side of a token search: decodes each row's tokens incrementally, ends rows on a
+    stop string (`search.finish`), EOS / end ids or the step limit, and makes the events."""
+
+    def __init__(self, tokenizer, plan, rows: int, ends: set):
+        self.tokenizer = tokenizer
+        self.config, self.max_steps = plan.config, plan.max_steps
+        self.limit_reason = plan.limit_reason  # "length" or "context"
+        self.ends = ends  # token ids that end a row with finish reason "eos"
+        self.decoders = [IncrementalDecoder(tokenizer) for _ in range(rows)]
+        self.released = [0] * rows  # characters of each row's text already yielded
+
+    def events(self, step, search) -> list[StreamEvent]:
+        """One event per row still generating at `step`."""
+        config, events = self.config, []
+        for row in np.flatnonzero(step.active):
+            token = int(step.tokens[row])
+            decoder = self.decoders[row]
+            decoder.add(token)
+            text = decoder.text
+            reason = None
+            cut = find_stop(text, config.stop) if config.stop else None
+            if cut is not None:
+                text, reason = text[:cut], "stop"
+                search.finish(row)
+            elif token in self.ends:
+                reason = "eos"
+            elif step.index + 1 == self.max_steps:
+                reason = self.limit_reason
+            if reason is None and config.stop:
+                text = text[: len(text) - _stop_prefix_overlap(text, config.stop)]
+            if reason is not None and reason != "stop":
+                text = text + decoder.flush()
+            events.append(
+                StreamEvent(
+                    text=text[self.released[row] :],
+                    token_id=token,
+                    logprob=float(step.logprobs[row]),
+                    alternatives=self._alternatives(step, row),
+                    index=int(row),
+                    finish_reason=reason,
+                )
+            )
+            self.released[row] = max(self.released[row], len(text))
+        return events
+
+    def _alternatives(self, step, row) -> list[tuple[str, float]]:
+        if step.alternatives is None:
+            return []
+        values, ids = step.alternatives
+        return [
+            (self.tokenizer.decode([int(i)], skip_special_tokens=False), float(np.exp(v)))
+            for v, i in zip(values[row], ids[row])
+        ]
+
+
+def _stop_prefix_overlap(text: str, stops) -> int:
+    """Length of the longest end of `text` that could still grow into a stop string."""
+    best = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), 0, -1):
+            if text.endswith(stop[:size]):
+                best = max(best, size)
+                break
+    return best

@@ -172,6 +172,20 @@ def deploy(specs, host: str = "127.0.0.1", port: int = 8000, limits=None, api_ke
     return serve.run(app, name="scriptorium", route_prefix="/")
 
 
+def batching_specs(specs):
+    """`specs` with each replica's generator batching its requests (runtime/engine.py): every
+    request it accepts generates at once, in the engine's batch, instead of `concurrency` loops."""
+    import dataclasses
+    import functools
+
+    import runtime
+
+    loader = functools.partial(runtime.load, batching=True)
+    return [
+        dataclasses.replace(s, loader=loader, concurrency=s.max_ongoing_requests) for s in specs
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scriptorium serve", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -215,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-downloads", type=int, default=None, help="file downloads at once (default 4)"
     )
+    parser.add_argument(
+        "--batching", action="store_true", help="batch a replica's generations step by step"
+    )
     args = parser.parse_args(argv)
     limit_flags = ("max_body_bytes", "max_prompt_chars", "max_sequences", "max_downloads")
     for name in ("replicas", "threads_per_replica", "concurrency", "max_ongoing", *limit_flags):
@@ -238,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not specs:
         parser.error(f"no model bundles under {', '.join(map(str, roots))}")
+    if args.batching:
+        specs = batching_specs(specs)
     connect(args.address, args.num_cpus)
     # After ray.init: its core worker installs a handler of its own that aborts the driver.
     # Ours turns SIGTERM into the same clean stop as Ctrl-C, also while deploy() still waits.

@@ -91,9 +91,12 @@ def _bundle_file(folder: Path, target: str) -> bytes | None:
 
 
 class ModelRegistry:
-    def __init__(self, paths: dict[str, Path], providers: list[str] | None = None):
+    def __init__(
+        self, paths: dict[str, Path], providers: list[str] | None = None, batching: bool = False
+    ):
         # onnxruntime execution providers every model is loaded with (None: runtime.load's default)
         self.providers = providers
+        self.batching = batching  # causal LMs batch concurrent requests (runtime/engine.py)
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
         self.problems: dict[str, str] = {}  # display name -> why its manifest is unreadable
         self._manifests: dict[str, dict] = {}
@@ -108,8 +111,8 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     @classmethod
-    def discover(cls, roots, providers: list[str] | None = None) -> ModelRegistry:
-        return cls({name: path for name, _, path in find_bundles(roots)}, providers)
+    def discover(cls, roots, providers=None, batching: bool = False) -> ModelRegistry:
+        return cls({name: path for name, _, path in find_bundles(roots)}, providers, batching)
 
     def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
         """Offer the bundle at `path` as `name`, optionally with a generator already loaded
@@ -224,7 +227,7 @@ class ModelRegistry:
             return self._loaded[name]
 
     def _load(self, name: str) -> runtime.Generator:
-        return runtime.load(self.paths[name], providers=self.providers)
+        return runtime.load(self.paths[name], providers=self.providers, batching=self.batching)
 
     def _embedding_matrix(self, name: str, gen) -> np.ndarray:
         return load_matrix(self.paths[name], gen.manifest)

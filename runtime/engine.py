@@ -1,0 +1,181 @@
+"""Continuous batching: one engine loop per loaded causal LM runs every concurrent greedy or
+sampled generation as one batch, admitting new requests at every step.
+
+`runtime.load(path, batching=True)` gives the `Generator` an `Engine`; its `generate`, `stream`,
+`chat` and `stream_chat` then hand their plan to `Engine.events` instead of looping themselves,
+with the same API and the same events. Beam search and seq2seq models run unbatched, on the
+caller's thread, beside the loop.
+
+The loop, on its own thread:
+1. admit waiting requests (up to `max_rows` rows in all): each prompt is prefilled alone, at
+   batch 1, then its cache joins the batch (`CausalLM.join`: rows left-padded to the longest,
+   per-row positions and attention mask);
+2. each request picks its tokens from its rows of the batch's logits with its own `TokenSearch`
+   (its own `GenerationConfig`, processors, stop strings and `np.random.Generator` seeded from its
+   own seed) and its own `RowTexts`, exactly as the unbatched loop does;
+3. requests that ended or whose caller stopped reading leave the batch (the cache is trimmed to
+   the rows that remain); the others' chosen tokens run through the model as one step.
+
+A request's output does not depend on its batch-mates: nothing a row's tokens are chosen from is
+shared with another request (no shared generator, no shared filters), and a graph computes each
+row from that row alone, up to float rounding: padding changes the length of the attention's
+sums, and fp32 logits move by ~1e-6 (tests/test_engine.py checks tokens against a run alone).
+Graphs that quantize activations per tensor (onnxruntime's dynamic int8, `DynamicQuantizeLinear`)
+mix rows in the scale, so an int8 result can change with its batch-mates (docs/RUNTIME.md).
+
+A multi-prompt call becomes one request per prompt, each with a generator seeded from the
+call's seed, so every prompt's samples are those it gets alone (unbatched, one generator serves
+all the prompts of a call). This module does not tokenize, validate settings or decode text
+itself: the generator's plan, `TokenSearch` and `RowTexts` do.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterator
+
+import numpy as np
+
+from .outputs import StreamEvent
+from .search import log_normalizer
+from .text import RowTexts
+
+_DONE = object()  # a request's last item in its caller's inbox
+
+
+class _Request:
+    """One prompt's rows in the engine: its search, texts and where its events go."""
+
+    def __init__(self, plan, search, texts, offset: int, inbox: queue.SimpleQueue):
+        self.plan = plan  # the prompt's DecodingPlan (batch of one prompt)
+        self.search = search  # TokenSearch over its rows, with its own random generator
+        self.texts = texts  # RowTexts of its rows
+        self.offset = offset  # index of its first row in the caller's numbering
+        self.inbox = inbox  # lists of events for the caller, then _DONE (or an exception)
+        self.rows = len(search.done)
+        self.index = 0  # the next step's index
+        self.cancelled = False  # set by the caller when it stops reading
+        self.tokens: np.ndarray | None = None  # (rows,) chosen at the last step
+
+
+class Engine:
+    """The batching loop of one `Generator` (a causal LM)."""
+
+    def __init__(self, gen, max_rows: int = 64):
+        self.gen = gen
+        self.model = gen.model
+        self.max_rows = max_rows  # rows in one batch; further requests wait to be admitted
+        self._waiting: deque[_Request] = deque()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self.steps = 0  # batched model steps run, and rows stepped: for benchmarks and tests
+        self.rows_stepped = 0
+
+    def events(self, plan, alternatives: int, end_ids=None) -> Iterator[StreamEvent]:
+        """The plan's events (as `Generator._token_events` yields them), computed in the loop.
+        Stopping the iteration cancels the plan's requests."""
+        gen, copies = self.gen, plan.config.num_return_sequences
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        requests = []
+        for prompt, ids in enumerate(plan.encoded):
+            own = plan if len(plan.encoded) == 1 else gen._plan([ids], plan.config, None)
+            search = gen.token_search(own, alternatives, end_ids)
+            texts = RowTexts(gen.tokenizer, own, copies, gen.end_ids(end_ids))
+            requests.append(_Request(own, search, texts, prompt * copies, inbox))
+        with self._wake:
+            self._waiting.extend(requests)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        pending = len(requests)
+        try:
+            while pending:
+                item = inbox.get()
+                if item is _DONE:
+                    pending -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield from item
+        finally:
+            for request in requests:
+                request.cancelled = True
+
+    # ---- the loop (engine thread) ----------------------------------------------------------------
+
+    def _admit(self, active: list[_Request]) -> list[_Request]:
+        """Waiting requests that fit beside `active`; blocks while nothing is active."""
+        rows = sum(r.rows for r in active)
+        new = []
+        with self._wake:
+            while not active and not self._waiting:
+                self._wake.wait()
+            while self._waiting and (rows + self._waiting[0].rows <= self.max_rows or not rows):
+                request = self._waiting.popleft()
+                if not request.cancelled:
+                    new.append(request)
+                    rows += request.rows
+        return new
+
+    def _prefill(self, request: _Request):
+        """The request's first logits (rows, V) and cache, its prompt run alone."""
+        plan, model = request.plan, self.model
+        logits, state = model.start(plan.input_ids, plan.mask)
+        if request.rows > 1:  # samples of one prompt share its prefill, as unbatched
+            repeat = np.zeros(request.rows, dtype=np.int64)
+            logits, state = logits[repeat], model.select(state, repeat)
+        return logits, state
+
+    def _loop(self) -> None:
+        active: list[_Request] = []
+        logits = state = None
+        while True:
+            new = self._admit(active)
+            try:
+                if new:
+                    prefills = [self._prefill(r) for r in new]
+                    states = ([state] if active else []) + [s for _, s in prefills]
+                    logits = np.concatenate(
+                        ([logits] if active else []) + [lg for lg, _ in prefills]
+                    )
+                    state = self.model.join(states)
+                    active = active + new
+                normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
+                keep, ended = [], []
+                row = 0
+                for request in active:
+                    rows = slice(row, row + request.rows)
+                    row += request.rows
+                    if request.cancelled:
+                        ended.append(request)
+                        continue
+                    step = request.search.pick(logits[rows], request.index, normalizer[rows])
+                    events = request.texts.events(step, request.search)
+                    for event in events:
+                        event.index += request.offset
+                    request.inbox.put(events)  # one hand-over per step, not per row
+                    request.tokens = step.tokens
+                    if request.search.ended(request.index):
+                        request.inbox.put(_DONE)
+                        ended.append(request)
+                    else:
+                        keep.append(np.arange(rows.start, rows.stop))
+                    request.index += 1
+                if ended:
+                    active = [r for r in active if r not in ended]
+                    if active:
+                        state = self.model.join([self.model.select(state, np.concatenate(keep))])
+                if not active:
+                    logits = state = None
+                    continue
+                tokens = np.concatenate([r.tokens for r in active])  # (N,)
+                logits, state = self.model.step(tokens, state)
+                self.steps += 1
+                self.rows_stepped += len(tokens)
+            except Exception as error:  # the model failed: every request in the batch fails
+                for request in active + new:
+                    request.inbox.put(error)
+                active, logits, state = [], None, None

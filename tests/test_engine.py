@@ -1,0 +1,203 @@
+"""runtime/engine.py: continuous batching never changes a result.
+
+Each request runs alone (unbatched, and alone in the engine) and beside random batch-mates
+(other prompts, lengths, settings, seeds, stop strings, samples per prompt) that join and leave
+the batch at different steps; its tokens must be the same, token for token. Covered: the shipped
+fp32 bible-lm bundle (optimum's GPT-2 graph layout, cache as separate tensors) and a tiny GPT-2
+exported as a Scriptorium bundle (the lean graph, cache in shared in-place buffers), greedy and
+seeded sampling. int8 graphs quantize activations per tensor and are measured, not promised
+(bench/batch.py, docs/RUNTIME.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import runtime
+from tests.tiny_models import PROMPTS, make_checkpoint
+
+BIBLE_LM = Path(__file__).resolve().parents[1] / "models" / "bible-lm" / "fp32"
+BIBLE_PROMPTS = [
+    "In the beginning",
+    "And God said,",
+    "The LORD is my shepherd; I shall not want. He makes me lie down",
+    "Blessed are",
+    "Jesus wept.",
+    "Now the serpent was more subtle than any animal of the field which",
+    "Then",
+]
+CONFIGS = {
+    "greedy": runtime.GenerationConfig(max_new_tokens=24),
+    "sampled": runtime.GenerationConfig(max_new_tokens=24, do_sample=True, top_k=50, seed=11),
+    "sampled-n2": runtime.GenerationConfig(
+        max_new_tokens=20,
+        do_sample=True,
+        top_p=0.9,
+        temperature=1.3,
+        seed=4,
+        num_return_sequences=2,
+        repetition_penalty=1.2,
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=["bible-lm-fp32", "tiny-lean-gpt2"])
+def generators(request, tmp_path_factory):
+    """(unbatched generator, batching generator, prompts) over the same bundle."""
+    if request.param == "bible-lm-fp32":
+        path, prompts = BIBLE_LM, BIBLE_PROMPTS
+    else:
+        from export import export_bundle
+
+        root = tmp_path_factory.mktemp("lean")
+        export_bundle(make_checkpoint("gpt2", root / "checkpoint"), root / "bundle", progress=False)
+        path, prompts = root / "bundle", PROMPTS[:7]
+    plain = runtime.load(path, threads=1)
+    batched = runtime.load(path, threads=1, batching=True)
+    assert plain.engine is None and batched.engine is not None
+    if request.param == "tiny-lean-gpt2":
+        assert batched.model.shared_cache
+    return plain, batched, prompts
+
+
+def _random_mates(rng: np.random.Generator, prompts: list[str], count: int):
+    """`count` random (prompt, config) batch-mates."""
+    mates = []
+    for _ in range(count):
+        sample = bool(rng.integers(2))
+        config = runtime.GenerationConfig(
+            max_new_tokens=int(rng.integers(1, 30)),
+            do_sample=sample,
+            temperature=float(rng.uniform(0.5, 1.5)),
+            top_k=int(rng.integers(0, 40)),
+            seed=int(rng.integers(1000)),
+            num_return_sequences=int(rng.integers(1, 3)) if sample else 1,
+            stop=[" the"] if rng.integers(3) == 0 else [],
+        )
+        mates.append((prompts[int(rng.integers(len(prompts)))], config))
+    return mates
+
+
+def _concurrently(gen, jobs: list[tuple[str, runtime.GenerationConfig]]) -> list:
+    """Every job's outputs, all submitted to `gen` at once from their own threads."""
+    results: list = [None] * len(jobs)
+    barrier = threading.Barrier(len(jobs))
+
+    def run(index: int) -> None:
+        prompt, config = jobs[index]
+        barrier.wait(timeout=60)
+        results[index] = gen.generate(prompt, config)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert all(r is not None for r in results)
+    return results
+
+
+@pytest.mark.parametrize("mode", list(CONFIGS))
+def test_a_result_never_depends_on_its_batch_mates(generators, mode):
+    plain, batched, prompts = generators
+    config = CONFIGS[mode]
+    rng = np.random.default_rng(len(mode))
+    for prompt in prompts[:4]:
+        alone = plain.generate(prompt, config)
+        assert batched.generate(prompt, config) == alone or _same_tokens(
+            batched.generate(prompt, config), alone
+        )
+        rows_before = batched.engine.rows_stepped
+        steps_before = batched.engine.steps
+        jobs = [(prompt, config), *_random_mates(rng, prompts, 5)]
+        beside = _concurrently(batched, jobs)[0]
+        assert _same_tokens(beside, alone)
+        # The batch really held several rows per step.
+        assert batched.engine.rows_stepped - rows_before > batched.engine.steps - steps_before
+
+
+def _same_tokens(outputs, expected) -> bool:
+    """Same tokens, text and finish reasons; log-probabilities equal up to float rounding."""
+    assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
+    assert [o.text for o in outputs] == [e.text for e in expected]
+    assert [o.finish_reason for o in outputs] == [e.finish_reason for e in expected]
+    for out, exp in zip(outputs, expected):
+        np.testing.assert_allclose(out.logprobs, exp.logprobs, atol=1e-4, rtol=0)
+    return True
+
+
+def test_each_prompt_of_a_call_gets_what_it_gets_alone(generators):
+    plain, batched, prompts = generators
+    config = CONFIGS["sampled-n2"]
+    together = batched.generate(prompts[:3], config)
+    alone = [out for p in prompts[:3] for out in plain.generate(p, config)]
+    _same_tokens(together, alone)
+    assert [o.prompt_index for o in together] == [0, 0, 1, 1, 2, 2]
+
+
+def test_stop_strings_streams_and_cancel(generators):
+    plain, batched, prompts = generators
+    config = runtime.GenerationConfig(max_new_tokens=30, stop=[" the", "."], do_sample=True, seed=2)
+    for prompt in prompts[:3]:
+        _same_tokens(batched.generate(prompt, config), plain.generate(prompt, config))
+        streamed = list(batched.stream(prompt, config))
+        expected = list(plain.stream(prompt, config))
+        assert [(e.text, e.token_id, e.finish_reason) for e in streamed] == [
+            (e.text, e.token_id, e.finish_reason) for e in expected
+        ]
+        assert [len(e.alternatives) for e in streamed] == [5] * len(streamed)
+    # A reader that stops early cancels its request; the loop goes on serving others.
+    long = runtime.GenerationConfig(max_new_tokens=60, min_new_tokens=60)
+    events = batched.stream(prompts[0], long)
+    first = [next(events) for _ in range(3)]
+    events.close()
+    assert len(first) == 3
+    _same_tokens(batched.generate(prompts[1], long), plain.generate(prompts[1], long))
+
+
+def test_beam_search_runs_beside_the_loop_unchanged(generators):
+    plain, batched, prompts = generators
+    config = runtime.GenerationConfig(max_new_tokens=10, num_beams=3, num_return_sequences=2)
+    assert [o.token_ids for o in batched.generate(prompts[0], config)] == [
+        o.token_ids for o in plain.generate(prompts[0], config)
+    ]
+
+
+def test_app_and_serve_opt_in_load_batching_generators():
+    from serve.cli import batching_specs, model_specs
+    from ui.registry import ModelRegistry
+
+    (spec,) = batching_specs(model_specs([BIBLE_LM.parent], max_ongoing=16)[:1])
+    assert spec.model_id == "fp32" and spec.concurrency == 16
+    assert spec.loader(spec.path, threads=1).engine is not None
+    registry = ModelRegistry.discover([BIBLE_LM.parent], batching=True)
+    assert registry.get("fp32").engine is not None
+    assert ModelRegistry.discover([BIBLE_LM.parent]).get("fp32").engine is None
+
+
+def test_chat_goes_through_the_loop_and_ends_at_end_of_turn(tmp_path):
+    from optimum.exporters.onnx import main_export
+
+    from tests.tiny_models import make_chat_checkpoint
+
+    checkpoint = make_chat_checkpoint(tmp_path / "checkpoint")
+    main_export(
+        str(checkpoint),
+        output=tmp_path / "onnx",
+        task="text-generation-with-past",
+        do_validation=False,
+    )
+    plain = runtime.load(tmp_path / "onnx", threads=1)
+    batched = runtime.load(tmp_path / "onnx", threads=1, batching=True)
+    messages = [{"role": "user", "content": "Where are you going?"}]
+    config = runtime.GenerationConfig(max_new_tokens=16, do_sample=True, seed=5)
+    steps = batched.engine.steps
+    expected = plain.chat(messages, config)
+    _same_tokens(batched.chat(messages, config), expected)
+    assert batched.engine.steps > steps  # the loop ran it
+    streamed = "".join(e.text for e in batched.stream_chat(messages, config))
+    assert streamed == expected[0].text
