@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .gguf_read import BLOCK, DEFAULT_ZERO, GGUFModel, Linear, concat
+from .gguf_read import BLOCK, DEFAULT_ZERO, FLOATS, GGUFModel, Linear, concat
 from .graph_builder import MICROSOFT, GraphBuilder
 
 OPSET = 17
@@ -352,7 +352,7 @@ def build_llama_graph(
 
 def _storage(lin: Linear) -> str:
     if not lin.quantized:
-        return "float32 MatMul"
+        return "float32 MatMul" + ("" if lin.source in FLOATS else " (dequantized)")
     if lin.note:
         return f"re-quantized: {lin.note} (MatMulNBits {lin.bits}-bit)"
     offsets = ", + per-block offsets" if lin.offsets is not None else ""
