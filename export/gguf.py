@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -36,6 +35,7 @@ PARITY_PROMPTS = [
     "Numbers: 1, 2, 3, 4,",
 ]
 PARITY_NEW_TOKENS = 16
+BUNDLE_FILES = ("manifest.json", "model.onnx", "model.onnx.data", "tokenizer.json", "README.md")
 # Tokens that end a chat turn when a chat template uses them (besides the GGUF's eos / eot ids).
 TURN_ENDS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>", "<end_of_turn>")
 
@@ -171,6 +171,27 @@ def _versions() -> dict:
     return {name: version(name) for name in ("gguf", "onnx", "onnxruntime", "tokenizers", "numpy")}
 
 
+def _parity_lines(parity: dict) -> list[str]:
+    if not parity:
+        return ["Not measured (exported without the parity report)."]
+    lines = [
+        f"Reference: {parity['reference']}; {parity['prompts']} prompts, "
+        f"{parity['new_tokens']} greedy tokens each.",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| largest abs logit (scale) | {parity['max_abs_logit']:.4g} |",
+        f"| cached steps vs full pass, max abs Δlogit | {parity['cached_step_max_abs_diff']:.3g} |",
+    ]
+    if "max_abs_logit_diff" in parity:
+        lines += [
+            f"| max abs Δlogit vs reference | {parity['max_abs_logit_diff']:.4g} |",
+            f"| teacher-forced top-1 agreement | {parity['top1_agreement']:.4f} |",
+            f"| greedy continuations identical | {parity['greedy_identical']} |",
+        ]
+    return lines
+
+
 def model_card(manifest: dict) -> str:
     """README.md of a GGUF bundle, from its manifest."""
     export, source = manifest["export"], manifest["export"]["gguf"]
@@ -201,20 +222,8 @@ def model_card(manifest: dict) -> str:
         "",
         "## Parity",
         "",
-        f"Reference: {parity['reference']}; {parity['prompts']} prompts, "
-        f"{parity['new_tokens']} greedy tokens each.",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| largest abs logit (scale) | {parity['max_abs_logit']:.4g} |",
-        f"| cached steps vs full pass, max abs Δlogit | {parity['cached_step_max_abs_diff']:.3g} |",
+        *_parity_lines(parity),
     ]
-    if "max_abs_logit_diff" in parity:
-        lines += [
-            f"| max abs Δlogit vs reference | {parity['max_abs_logit_diff']:.4g} |",
-            f"| teacher-forced top-1 agreement | {parity['top1_agreement']:.4f} |",
-            f"| greedy continuations identical | {parity['greedy_identical']} |",
-        ]
     chat = manifest["chat"]
     lines += ["", "## Chat", ""]
     if chat["template"]:
@@ -230,10 +239,13 @@ def _prepare(out_dir: Path) -> None:
         if not out_dir.is_dir():
             raise ValueError(f"`out_dir` must be a directory, got the file {out_dir}")
         existing = list(out_dir.iterdir())
-        if existing and not (out_dir / "manifest.json").exists():
-            raise ValueError(f"`out_dir` must be new, empty or a bundle, got {out_dir}")
+        if any(path.name not in BUNDLE_FILES for path in existing):
+            raise ValueError(
+                f"`out_dir` must be new, empty or hold only bundle files {list(BUNDLE_FILES)}, "
+                f"got {out_dir}"
+            )
         for path in existing:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            path.unlink()
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
@@ -255,7 +267,9 @@ def export_gguf(
     tokenizer = build_tokenizer(model.tokenizer)
     _prepare(out_dir)
     tokenizer.save(str(out_dir / "tokenizer.json"))
-    graph = build_llama_graph(model, out_dir / "model.onnx", fp32=fp32, accuracy_level=accuracy_level)
+    graph = build_llama_graph(
+        model, out_dir / "model.onnx", fp32=fp32, accuracy_level=accuracy_level
+    )
     report = {}
     if parity:
         with tempfile.TemporaryDirectory() as scratch:
@@ -274,7 +288,7 @@ def export_gguf(
     meta = model.metadata
     manifest = {
         "schema_version": SCHEMA_VERSION,
-        "name": name or meta.get("general.name") or gguf_path.stem,
+        "name": name or gguf_path.stem,
         "task": "causal-lm",
         "architecture": model.architecture,
         "precision": _precision(graph["storage"], fp32),
@@ -340,7 +354,9 @@ def summary(manifest: dict, out_dir: str) -> str:
             f"{parity['top1_agreement']:.4f}, greedy identical {parity['greedy_identical']}"
         )
     if parity:
-        lines.append(f"cached steps vs full pass: max |Δlogit| {parity['cached_step_max_abs_diff']:.3g}")
+        lines.append(
+            f"cached steps vs full pass: max |Δlogit| {parity['cached_step_max_abs_diff']:.3g}"
+        )
     return "\n".join(lines)
 
 
@@ -358,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         default=ACCURACY_LEVEL,
         help=f"MatMulNBits accuracy level: 0 float activations, 4 int8 (default {ACCURACY_LEVEL})",
     )
-    parser.add_argument("--name", help="display name (default: the GGUF's general.name)")
+    parser.add_argument("--name", help="display name (default: the file name without .gguf)")
     parser.add_argument("--no-parity", action="store_true", help="skip the parity report")
     args = parser.parse_args(argv)
     try:

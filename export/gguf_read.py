@@ -141,7 +141,9 @@ def linear_from_blocks(kind: str, data: np.ndarray, n: int, k: int) -> Linear:
         q = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, k // BLOCK, BLOCK)
         scale = (d * sub_scales).reshape(n, k // BLOCK)
         minimum = (-dmin * sub_mins).reshape(n, k // BLOCK)
-        return Linear(n, k, kind, bits=4, packed=_pack4(q), scales=scale, offsets=8 * scale + minimum)
+        return Linear(
+            n, k, kind, bits=4, packed=_pack4(q), scales=scale, offsets=8 * scale + minimum
+        )
     size = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[kind]
     blocks = data.reshape(n, k // BLOCK, size)  # (N, K/32, bytes per block)
     d = _f16(blocks, 0)
@@ -172,8 +174,7 @@ def linear_from_tensor(tensor, fp32: bool = False) -> Linear:
         weight = quants.dequantize(tensor.data, tensor.tensor_type).reshape(n, k)
     except NotImplementedError:
         raise ValueError(
-            f"tensor {tensor.name!r} has GGUF type {kind}, which the gguf package cannot "
-            "dequantize"
+            f"tensor {tensor.name!r} has GGUF type {kind}, which the gguf package cannot dequantize"
         ) from None
     blocks = quants.quantize(weight.astype(np.float32), GGMLQuantizationType.Q8_0)
     linear = linear_from_blocks("Q8_0", blocks, n, k)
@@ -283,7 +284,9 @@ def read_gguf(path: str | Path) -> GGUFModel:
         context=int(need("context_length")),
         rms_eps=float(need("attention.layer_norm_rms_epsilon")),
         rope_base=float(fields.get(f"{arch}.rope.freq_base", 10000.0)),
-        rope_scale=float(fields.get(f"{arch}.rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0,
+        rope_scale=float(fields.get(f"{arch}.rope.scaling.factor", 1.0))
+        if scaling == "linear"
+        else 1.0,
         rope_factors=factors,
         tokenizer=tokenizer,
         tensors=tensors,

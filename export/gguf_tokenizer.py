@@ -59,9 +59,7 @@ def _byte_level_bpe(fields: dict) -> Tokenizer:
     pre = fields.get("tokenizer.ggml.pre", "default")
     pre_tokenizer, normalizer = _byte_level_pre(pre)
     vocab = {token: i for i, token in enumerate(tokens)}
-    tokenizer = Tokenizer(
-        models.BPE(vocab, merges, ignore_merges=pre in ("llama-bpe", "llama3"))
-    )
+    tokenizer = Tokenizer(models.BPE(vocab, merges, ignore_merges=pre in ("llama-bpe", "llama3")))
     tokenizer.pre_tokenizer = pre_tokenizer
     if normalizer is not None:
         tokenizer.normalizer = normalizer
@@ -70,17 +68,21 @@ def _byte_level_bpe(fields: dict) -> Tokenizer:
 
 
 def _spm_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
-    """Merges of a SentencePiece BPE vocabulary: every split of a piece into two pieces, ranked
-    by the score of the piece they make (best first), then by the ids of the two parts."""
-    ids = {token: i for i, token in enumerate(tokens)}
+    """Merges of a SentencePiece BPE vocabulary, ordered as transformers' GGUF converter orders
+    them: every split of a piece into two pieces, ranked by the score of the piece they make
+    (best first); splits of one piece by the scores of their parts (best first)."""
+    score_of = dict(zip(tokens, scores))
     ranked = []
-    for token, score in zip(tokens, scores):
-        for cut in range(1, len(token)):
-            left, right = token[:cut], token[cut:]
-            if left in ids and right in ids:
-                ranked.append((-score, ids[left], ids[right], left, right))
-    ranked.sort()
-    return [(left, right) for *_, left, right in ranked]
+    for token, score in score_of.items():
+        splits = [
+            (token[:cut], token[cut:], score)
+            for cut in range(1, len(token))
+            if token[:cut] in score_of and token[cut:] in score_of
+        ]
+        splits.sort(key=lambda s: (score_of[s[0]], score_of[s[1]]), reverse=True)
+        ranked.extend(splits)
+    ranked.sort(key=lambda s: s[2], reverse=True)  # stable: ties keep the order above
+    return [(left, right) for left, right, _ in ranked]
 
 
 def _sentencepiece_bpe(fields: dict) -> Tokenizer:

@@ -119,9 +119,13 @@ class LlamaGraph(GraphBuilder):
         (codes,) = self.node("Gather", [packed, ids], ["emb.codes"])  # (B, S, K/32, bytes)
         (codes,) = self.node("Cast", [codes], ["emb.codes_f"], to=TensorProto.FLOAT)
         if table.bits == 4:  # byte = low + 16·high; element 2i is the low nibble
-            (high,) = self.node("Mul", [codes, self.const("one_16th", 0.0625, np.float32)], ["emb.high_raw"])
+            (high,) = self.node(
+                "Mul", [codes, self.const("one_16th", 0.0625, np.float32)], ["emb.high_raw"]
+            )
             (high,) = self.node("Floor", [high], ["emb.high"])
-            (low,) = self.node("Mul", [high, self.const("sixteen", 16.0, np.float32)], ["emb.high_16"])
+            (low,) = self.node(
+                "Mul", [high, self.const("sixteen", 16.0, np.float32)], ["emb.high_16"]
+            )
             (low,) = self.node("Sub", [codes, low], ["emb.low"])
             axis = self.const("axes_last", [-1], np.int64)
             (low,) = self.node("Unsqueeze", [low, axis], ["emb.low_1"])

@@ -2,9 +2,10 @@
 
 `write_tiny_gguf(path, architecture, quant)` writes a 2-layer model (width 256, 4 query heads and 2
 KV heads of 64, SwiGLU width 512) whose projections are in `quant` (F32, F16, Q4_0, Q4_1, Q8_0,
-Q4_K, or any type `gguf.quants` can quantize), with a byte-level BPE tokenizer trained here on a
-few sentences (ChatML special tokens first) and a ChatML chat template. gguf's quantizer has no
-Q4_K, so Q4_K blocks are built from random bytes with bounded float16 scales.
+Q4_K, any type `gguf.quants` can quantize, or Q8_K as random bytes), with a byte-level BPE
+tokenizer trained here on a few sentences (ChatML special tokens first) and a ChatML chat
+template. gguf's quantizer has no Q4_K, so Q4_K blocks are built from random bytes with bounded
+float16 scales.
 """
 
 from __future__ import annotations
@@ -71,6 +72,10 @@ def _add(writer, name: str, weight: np.ndarray, quant: str, rng) -> None:
         kind = GGMLQuantizationType[quant]
         if quant == "Q4_K":
             data = _q4_k_blocks(rng, *weight.shape)
+        elif quant == "Q8_K":  # no quantizer nor dequantizer in gguf: raw bytes, for errors
+            block, size = quants.GGML_QUANT_SIZES[kind]
+            data = rng.integers(0, 256, (weight.shape[0], weight.shape[1] // block * size))
+            data = data.astype(np.uint8)
         else:
             data = quants.quantize(weight.astype(np.float32), kind)
         writer.add_tensor(name, data, raw_shape=data.shape, raw_dtype=kind)
@@ -83,6 +88,7 @@ def write_tiny_gguf(
     seed: int = 0,
     tied: bool = True,
     pre: str | None = None,
+    tokenizer_model: str = "gpt2",
 ) -> Path:
     """Write a tiny random model; returns `path`."""
     import gguf
@@ -102,7 +108,7 @@ def write_tiny_gguf(
     writer.add_rope_freq_base(10000.0)
     writer.add_rope_dimension_count(WIDTH // HEADS)
     writer.add_vocab_size(vocab)
-    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_model(tokenizer_model)
     writer.add_tokenizer_pre(pre or ("qwen2" if architecture == "qwen2" else "default"))
     writer.add_token_list(tokens)
     writer.add_token_types(types)
