@@ -241,7 +241,7 @@ def read_gguf(path: str | Path) -> GGUFModel:
 
     def need(key: str):
         if f"{arch}.{key}" not in fields:
-            raise ValueError(f"{path} lacks the metadata key {arch}.{key!r}")
+            raise ValueError(f"{path} lacks the metadata key '{arch}.{key}'")
         return fields[f"{arch}.{key}"]
 
     tensors = {t.name: t for t in reader.tensors}

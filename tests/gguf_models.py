@@ -145,3 +145,36 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return Path(path)
+
+
+def write_sentencepiece_gguf(path: Path) -> Path:
+    """A GGUF holding only a SentencePiece-style (`llama`) vocabulary: `<unk>`, `<s>`, `</s>`,
+    the 256 `<0xNN>` byte pieces, then pieces of a BPE trained here with `▁` for spaces, scored
+    by rank; one tensor, no model (for tokenizer tests)."""
+    import gguf
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False)
+    tokenizer.train_from_iterator(CORPUS * 3, trainer)
+    vocab = json.loads(tokenizer.to_str())["model"]["vocab"]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
+    types = [2, 3, 3] + [6] * 256  # unknown, control, byte
+    pieces = [p for p, _ in sorted(vocab.items(), key=lambda item: item[1]) if p not in tokens]
+    scores = [0.0] * len(tokens) + [-float(rank) for rank in range(len(pieces))]
+    tokens, types = tokens + pieces, types + [1] * len(pieces)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_scores(scores)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(path)

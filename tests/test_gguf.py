@@ -23,7 +23,7 @@ from export.gguf_read import linear_from_blocks, read_gguf
 from export.gguf_tokenizer import build_tokenizer
 from runtime import load
 from runtime.config import GenerationConfig
-from tests.gguf_models import CORPUS, write_tiny_gguf
+from tests.gguf_models import CORPUS, write_sentencepiece_gguf, write_tiny_gguf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -195,6 +195,21 @@ def test_tokenizer_matches_transformers(tmp_path, architecture):
         assert ours.decode(ids, skip_special_tokens=False) == text
     chat = ours.encode("<|im_start|>user\nhi<|im_end|>").ids
     assert chat[0] == 1 and chat[-1] == 2
+
+
+def test_sentencepiece_tokenizer_matches_transformers(tmp_path):
+    import gguf
+
+    path = write_sentencepiece_gguf(tmp_path / "spm.gguf")
+    reader = gguf.GGUFReader(str(path))
+    fields = {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")}
+    ours = build_tokenizer(fields)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in TEXTS[:-2]:  # not the ChatML tokens, which this vocabulary lacks
+        ids = ours.encode(text).ids
+        assert ids == theirs.encode(text, add_special_tokens=False), text
+        assert ours.decode(ids) == text
+    assert ours.encode("🙂").ids[1:] == [ours.token_to_id(f"<0x{b:02X}>") for b in "🙂".encode()]
 
 
 def test_smollm_pre_tokenizer_splits_digits(tmp_path):
