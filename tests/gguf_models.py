@@ -89,8 +89,15 @@ def write_tiny_gguf(
     tied: bool = True,
     pre: str | None = None,
     tokenizer_model: str = "gpt2",
+    overrides: dict[str, str] | None = None,
 ) -> Path:
-    """Write a tiny random model; returns `path`."""
+    """Write a tiny random model; returns `path`. `overrides` gives some projections another type
+    (e.g. {"attn_v": "Q8_0"}, as llama.cpp's mixed "_M" files do)."""
+    overrides = overrides or {}
+
+    def kind(projection: str) -> str:
+        return overrides.get(projection, quant)
+
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -126,17 +133,19 @@ def write_tiny_gguf(
     for i in range(LAYERS):
         p = f"blk.{i}."
         _add(writer, p + "attn_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng)
-        _add(writer, p + "attn_q.weight", normal(HEADS * head, WIDTH), quant, rng)
-        _add(writer, p + "attn_k.weight", normal(KV_HEADS * head, WIDTH), quant, rng)
-        _add(writer, p + "attn_v.weight", normal(KV_HEADS * head, WIDTH), quant, rng)
+        _add(writer, p + "attn_q.weight", normal(HEADS * head, WIDTH), kind("attn_q"), rng)
+        _add(writer, p + "attn_k.weight", normal(KV_HEADS * head, WIDTH), kind("attn_k"), rng)
+        _add(writer, p + "attn_v.weight", normal(KV_HEADS * head, WIDTH), kind("attn_v"), rng)
         if architecture == "qwen2":
             for n, rows in (("q", HEADS), ("k", KV_HEADS), ("v", KV_HEADS)):
                 _add(writer, p + f"attn_{n}.bias", normal(rows * head, scale=0.5), quant, rng)
-        _add(writer, p + "attn_output.weight", normal(WIDTH, HEADS * head), quant, rng)
+        _add(
+            writer, p + "attn_output.weight", normal(WIDTH, HEADS * head), kind("attn_output"), rng
+        )
         _add(writer, p + "ffn_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng)
-        _add(writer, p + "ffn_gate.weight", normal(INNER, WIDTH), quant, rng)
-        _add(writer, p + "ffn_up.weight", normal(INNER, WIDTH), quant, rng)
-        _add(writer, p + "ffn_down.weight", normal(WIDTH, INNER), quant, rng)
+        _add(writer, p + "ffn_gate.weight", normal(INNER, WIDTH), kind("ffn_gate"), rng)
+        _add(writer, p + "ffn_up.weight", normal(INNER, WIDTH), kind("ffn_up"), rng)
+        _add(writer, p + "ffn_down.weight", normal(WIDTH, INNER), kind("ffn_down"), rng)
     _add(writer, "output_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng)
     if not tied:
         _add(writer, "output.weight", normal(vocab, WIDTH, scale=0.5), quant, rng)

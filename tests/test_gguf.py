@@ -147,6 +147,22 @@ def test_logits_and_greedy_match_transformers(tiny, architecture, quant):
     assert all(pick in row for pick, row in zip(level4.argmax(-1), top5))
 
 
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_mixed_types_match_transformers(tmp_path, architecture):
+    """A Q4_K_M-like file: q, k, gate and LM head in Q4_K, v and up in Q8_0, down re-quantized
+    from Q5_0, so q|k|v and gate|up cannot share one kernel."""
+    overrides = {"attn_v": "Q8_0", "ffn_up": "Q8_0", "ffn_down": "Q5_0"}
+    path = write_tiny_gguf(tmp_path / "mixed.gguf", architecture, "Q4_K", overrides=overrides)
+    manifest = export_gguf(path, tmp_path / "bundle", accuracy_level=0, parity=False)
+    assert set(manifest["export"]["quantization"]["storage"]) == {"Q4_K", "Q8_0", "Q5_0"}
+    ids = build_tokenizer(read_gguf(path).tokenizer).encode(PROMPT).ids
+    with torch.no_grad():
+        expected = reference(path)(torch.tensor([ids])).logits[0].numpy()
+    ours = _logits(tmp_path / "bundle", path, ids)
+    assert np.abs(ours - expected).max() < 0.05 * np.abs(expected).max()
+    assert (ours.argmax(-1) == expected.argmax(-1)).mean() >= 0.8
+
+
 @pytest.mark.parametrize(
     ("architecture", "quant", "storage"),
     [
