@@ -311,6 +311,10 @@ def test_smollm2_real_file(tmp_path):
     assert "Paris" in text
     model = reference(path)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    for text in TEXTS:
+        assert generator.tokenizer.encode(text).ids == tokenizer.encode(
+            text, add_special_tokens=False
+        ), text
     for prompt in ["The capital of France is", "<|im_start|>user\nName a fruit.<|im_end|>\n"]:
         ids = generator.tokenizer.encode(prompt).ids
         assert ids == tokenizer.encode(prompt, add_special_tokens=False)
