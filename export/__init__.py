@@ -10,8 +10,16 @@ is the command line. `export.fill_mask.export_fill_mask_bundle` exports BERT-sty
 "fill-mask" bundles (the masked-LM recipes call it). The steps live in exporter.py (pipeline),
 optimize.py, quantize.py, parity.py and manifest.py. Uses torch, transformers, optimum-onnx, onnx
 and onnxruntime; the runtime it produces bundles for needs none but onnxruntime.
+`export.gguf.export_gguf` imports GGUF files without torch or transformers (docs/GGUF.md), so
+the names below are loaded on first use: importing `export.gguf` does not import torch.
 """
 
-from .exporter import PRECISIONS, ParityError, export_bundle, supported_architectures
-
 __all__ = ["PRECISIONS", "ParityError", "export_bundle", "supported_architectures"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import exporter
+
+        return getattr(exporter, name)
+    raise AttributeError(f"module 'export' has no attribute {name!r}")

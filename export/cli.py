@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from .exporter import PRECISIONS, ParityError, export_bundle
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from .exporter import PRECISIONS
+
     parser = argparse.ArgumentParser(
         prog="scriptorium export",
         description="Export a local Hugging Face checkpoint to an ONNX model bundle.",
@@ -97,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         from .gguf import main as gguf_main
 
         return gguf_main(argv[1:])
+    from .exporter import ParityError, export_bundle  # torch and transformers
+
     args = parse_args(argv)
     if is_masked_lm(args.model_dir):
         from .fill_mask import export_fill_mask_bundle

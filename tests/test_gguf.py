@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -288,6 +289,31 @@ def test_cli_writes_a_bundle(tmp_path, capsys):
     assert "wrote tiny (qwen2, fp32)" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
     assert manifest["export"]["quantization"]["storage"] == {"Q4_1": "float32 MatMul (dequantized)"}
+
+
+def test_import_is_torch_free(tmp_path):
+    """The whole GGUF path, CLI included, runs without importing torch or transformers."""
+    import subprocess
+    import sys
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", "Q4_1")
+    script = (
+        "import sys\n"
+        "from export.cli import main\n"
+        f"assert main(['gguf', {str(path)!r}, {str(tmp_path / 'bundle')!r}]) == 0\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'optimum') if m in sys.modules))\n"
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def _smollm2_gguf() -> Path | None:
