@@ -75,7 +75,6 @@ def full_logits(session, model: GGUFModel, ids: list[int]) -> np.ndarray:
     feeds = {
         "input_ids": np.array([ids], dtype=np.int64),  # (1, T)
         "attention_mask": np.ones((1, steps), dtype=np.int64),
-        "position_ids": np.arange(steps, dtype=np.int64)[None],
         "seqlens_k": np.array([steps - 1], dtype=np.int32),
         "total_sequence_length": np.array(steps, dtype=np.int32),
         "logits_to_keep": np.array(0, dtype=np.int64),

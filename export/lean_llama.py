@@ -7,9 +7,15 @@ lengths can set them itself:
 
     inputs   input_ids (int64, [B, S]), past_key_values.{i}.key|value (float32,
              [B, kv_heads, past, head_size]), attention_mask (int64, [B, past + S], 0 on left
-             padding), position_ids (int64, [B, S]), seqlens_k (int32, [B]: each row's cache
-             length after this call, minus 1), total_sequence_length (int32 scalar: past + S),
-             logits_to_keep (int64 scalar k: logits of the last k positions; 0 = all)
+             padding), seqlens_k (int32, [B]: each row's cache length after this call, minus 1),
+             total_sequence_length (int32 scalar: past + S), logits_to_keep (int64 scalar k:
+             logits of the last k positions; 0 = all)
+
+There is no position_ids input: GroupQueryAttention rotates each new position by its slot in
+the row's cache (seqlens_k). A left-padded row thus counts its padding too, which changes
+nothing but rounding, since rotary attention depends on position differences only (tested against
+single prompts). Given position ids, onnxruntime 1.32 ignores them in a call with an empty cache
+(it uses 0..S-1) but honours them in later steps, which would mix the two numberings.
     outputs  logits (float32, [B, k or S, vocab]), present.{i}.key|value
 
 Nodes, using onnxruntime's contrib ops:
@@ -19,7 +25,7 @@ Nodes, using onnxruntime's contrib ops:
                  head and the embedding share one stored copy of the blocks
     per layer    SimplifiedLayerNormalization (RMSNorm) on layer 0, then
                  q|k|v projection (one MatMulNBits or MatMul, + bias for qwen2)
-                 GroupQueryAttention(do_rotary, cos/sin caches, position_ids, seqlens_k,
+                 GroupQueryAttention(do_rotary, cos/sin caches, seqlens_k,
                      total_sequence_length, padding bias) -> attn, present key, present value
                  o projection -> SkipSimplifiedLayerNormalization(+ residual; ffn_norm)
                  gate|up projection -> Split -> gate·Sigmoid(gate)·up (SwiGLU) -> down projection
@@ -209,7 +215,6 @@ def _io(model: GGUFModel) -> tuple[list, list]:
             outputs.append(info(f"present.{i}.{kind}", TensorProto.FLOAT, present))
     inputs += [
         info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
-        info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
         info("seqlens_k", TensorProto.INT32, ["batch_size"]),
         info("total_sequence_length", TensorProto.INT32, []),
         info("logits_to_keep", TensorProto.INT64, []),
@@ -296,7 +301,7 @@ def build_llama_graph(
                 "total_sequence_length",
                 cos,
                 sin,
-                "position_ids",
+                "",  # position_ids: derived from seqlens_k (see the module docstring)
                 bias,
             ],
             [f"{p}attn", f"present.{i}.key", f"present.{i}.value"],

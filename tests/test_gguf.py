@@ -291,6 +291,20 @@ def test_cli_writes_a_bundle(tmp_path, capsys):
     assert manifest["export"]["quantization"]["storage"] == {"Q4_1": "float32 MatMul (dequantized)"}
 
 
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_left_padded_batch_matches_single_prompts(tmp_path, architecture):
+    """Rows of different lengths share a batch (left padding, per-row positions for the rotary
+    embedding) and each gets what it gets alone."""
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", architecture, "F32")
+    export_gguf(path, tmp_path / "bundle", fp32=True, parity=False)
+    generator = load(tmp_path / "bundle", threads=1)
+    prompts = ["In the beginning God created the heaven and the earth", "Paris"]
+    config = GenerationConfig(max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    together = [out.token_ids for out in generator.generate(prompts, config)]
+    alone = [generator.generate(prompt, config)[0].token_ids for prompt in prompts]
+    assert together == alone
+
+
 def test_import_is_torch_free(tmp_path):
     """The whole GGUF path, CLI included, runs without importing torch or transformers."""
     import subprocess
