@@ -305,6 +305,51 @@ def test_left_padded_batch_matches_single_prompts(tmp_path, architecture):
     assert together == alone
 
 
+def _call(session, model, ids, past, seqlens, total):
+    """One graph call: logits (B, S, V) and the presents, with explicit per-row cache lengths."""
+    feeds = {
+        "input_ids": np.asarray(ids, dtype=np.int64),  # (B, S)
+        "attention_mask": np.ones((len(ids), total), dtype=np.int64),  # (B, T): no padding
+        "seqlens_k": np.asarray(seqlens, dtype=np.int32),  # (B,)
+        "total_sequence_length": np.array(total, dtype=np.int32),
+        "logits_to_keep": np.array(0, dtype=np.int64),
+    }
+    for i in range(model.layers):
+        feeds[f"past_key_values.{i}.key"], feeds[f"past_key_values.{i}.value"] = past[
+            2 * i : 2 * i + 2
+        ]
+    logits, *present = session.run(None, feeds)
+    return logits, present
+
+
+def test_rows_with_their_own_cache_lengths(tmp_path):
+    """Continuous batching's need: one step over rows whose caches hold different lengths (each
+    row's valid prefix first, `seqlens_k` per row) gives each row what it gets alone."""
+    from export.gguf import _session
+
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "qwen2", "F32")
+    export_gguf(path, tmp_path / "bundle", fp32=True, parity=False)
+    model, session = read_gguf(path), _session(tmp_path / "bundle" / "model.onnx")
+    empty = [np.zeros((1, model.kv_heads, 0, model.head_size), np.float32)] * (2 * model.layers)
+    prompts, nexts = [[5, 6, 7, 8, 9, 10], [11, 12, 13]], [20, 21]
+    alone, caches = [], []
+    for prompt, token in zip(prompts, nexts):
+        _, cache = _call(session, model, [prompt], empty, [len(prompt) - 1], len(prompt))
+        logits, _ = _call(session, model, [[token]], cache, [len(prompt)], len(prompt) + 1)
+        alone.append(logits[0, -1])
+        caches.append(cache)
+    longest = max(map(len, prompts))
+    padded = [  # (2, H, longest, D): each row's cache first, zeros after
+        np.concatenate(
+            [np.pad(c[j], ((0, 0), (0, 0), (0, longest - c[j].shape[2]), (0, 0))) for c in caches]
+        )
+        for j in range(2 * model.layers)
+    ]
+    lengths = [len(p) for p in prompts]
+    logits, _ = _call(session, model, [[t] for t in nexts], padded, lengths, longest + 1)
+    np.testing.assert_allclose(logits[:, -1], np.stack(alone), atol=1e-4)
+
+
 def test_import_is_torch_free(tmp_path):
     """The whole GGUF path, CLI included, runs without importing torch or transformers."""
     import subprocess
