@@ -12,12 +12,20 @@ optimize.py, quantize.py, parity.py and manifest.py (whose `seal` writes a bundl
 hierarchical.py exports seed 003's hierarchical model, ngram_index.py adds the memorisation index,
 corpus.py reads the verse table both it and train/ use. Uses torch, transformers, optimum-onnx,
 onnx and onnxruntime; the runtime it produces bundles for needs none but onnxruntime.
+`export.gguf.export_gguf` imports GGUF files without torch or transformers (docs/GGUF.md), so
+the names below are loaded on first use: importing `export.gguf` does not import torch.
 
 May import: runtime/ (the bundle contract it writes for, e.g. checksums and graph kinds) and
 modeling/ (the torch models it exports). Never train/, which is above it (it calls export), nor
 study/, ui/, serve/ or bench/ (tests/test_layers.py checks).
 """
 
-from .exporter import PRECISIONS, ParityError, export_bundle, supported_architectures
-
 __all__ = ["PRECISIONS", "ParityError", "export_bundle", "supported_architectures"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import exporter
+
+        return getattr(exporter, name)
+    raise AttributeError(f"module 'export' has no attribute {name!r}")
