@@ -21,6 +21,7 @@ def build(registry: ModelRegistry):
     import gradio as gr
 
     from ui import (
+        chat_tab,
         compare_tab,
         embeddings_tab,
         generate_tab,
@@ -38,6 +39,7 @@ def build(registry: ModelRegistry):
             gr.Markdown(models_tab.NO_MODELS, elem_classes="notice")
         links.notice()
         with gr.Tabs() as tabs:
+            chat_tab.build(registry)  # first, when there is a chat model
             generate_tab.build(registry)
             compare_tab.build(registry)
             rewrite_tab.build(registry)

@@ -7,7 +7,8 @@ Metrics per column (ui/metrics.py): tokens/s, distinct-1/2, repetition rate, mea
 logprob, with two or more samples Self-BLEU and UNGC-1..4, and once a column is done, for a
 causal LM with the training 8-gram index, the memorisation meter (share of copied 8-grams and
 the longest copy's length in words; ui/generate_tab.py). Chosen controls apply to the
-columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py.
+columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py, the
+chat arena (when a chat model is installed) in ui/arena.py.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import gradio as gr
 
 import runtime
 
-from . import downloads, limits, links, metrics, study_section, widgets
+from . import arena, downloads, limits, links, metrics, study_section, widgets
 from .generate_tab import memorisation
 from .streaming import StreamCollector
 
@@ -311,6 +312,7 @@ def build(registry) -> None:
         )
         stop.click(None, cancels=[event])
         study_section.build(registry, names)
+        arena.build(registry)
 
 
 def metrics_csv(record: dict) -> str:
