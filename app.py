@@ -21,6 +21,7 @@ def build(registry: ModelRegistry):
     import gradio as gr
 
     from ui import (
+        arena,
         chat_tab,
         compare_tab,
         embeddings_tab,
@@ -41,7 +42,7 @@ def build(registry: ModelRegistry):
         with gr.Tabs() as tabs:
             chat_tab.build(registry)  # first, when there is a chat model
             generate_tab.build(registry)
-            compare_tab.build(registry)
+            compare_tab.build(registry, sections=[arena.build])
             rewrite_tab.build(registry)
             translate_tab.build(registry)
             paraphrase_tab.build(registry)

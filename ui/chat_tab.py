@@ -20,9 +20,12 @@ reproduces a conversation made with one set of settings. This module draws no ar
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import html
 import inspect
 import time
+from pathlib import Path
 
 import gradio as gr
 
@@ -223,11 +226,27 @@ def stream_reply(gen, system_prompt: str, turns: list[dict], config, settings: d
     yield turns, gen.count_chat_tokens(messages(system_prompt, turns), add_generation_prompt=False)
 
 
+@functools.cache
+def files_sha256(folder: Path) -> str:
+    """sha256 over a folder's files (each one's relative path and sha256, in order): the digest
+    of a model without a manifest.json (an optimum export), computed once per folder."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        with path.open("rb") as file:
+            digest.update(f"{path.relative_to(folder)}\0".encode())
+            digest.update(hashlib.file_digest(file, "sha256").digest())
+    return digest.hexdigest()
+
+
 def chat_record(registry, model: str, system_prompt: str, turns: list[dict], settings, used):
-    """The downloadable record of a conversation (ui/downloads.py's schema, endpoint "chat")."""
+    """The downloadable record of a conversation (ui/downloads.py's schema, endpoint "chat"):
+    the model's manifest.json sha256, or for a folder without one the sha256 of its files."""
+    manifest = downloads.manifest_sha256(registry, model)
+    folder = Path(registry.paths[model])
     run = {
         "model": model,
-        "manifest_sha256": downloads.manifest_sha256(registry, model),
+        "manifest_sha256": manifest,
+        "files_sha256": files_sha256(folder) if manifest is None and folder.is_dir() else None,
         "system_prompt": system_prompt,
         "messages": turns,
     }
@@ -280,7 +299,7 @@ def build(registry) -> None:
                 download = gr.DownloadButton(
                     "Download JSON", visible=False, size="sm", elem_id="chat-download"
                 )
-            with gr.Column(scale=2):
+            with gr.Column(scale=2, elem_id="chat-settings"):
                 model = widgets.model_picker(names)
                 widgets.model_card(registry, model)
                 system_prompt = gr.Textbox(

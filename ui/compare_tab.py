@@ -8,7 +8,7 @@ logprob, with two or more samples Self-BLEU and UNGC-1..4, and once a column is 
 causal LM with the training 8-gram index, the memorisation meter (share of copied 8-grams and
 the longest copy's length in words; ui/generate_tab.py). Chosen controls apply to the
 columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py, the
-chat arena (when a chat model is installed) in ui/arena.py.
+chat arena (when a chat model is installed) in ui/arena.py, which app.py passes as a section.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import gradio as gr
 
 import runtime
 
-from . import arena, downloads, limits, links, metrics, study_section, widgets
+from . import downloads, limits, links, metrics, study_section, widgets
 from .generate_tab import memorisation
 from .streaming import StreamCollector
 
@@ -154,7 +154,8 @@ def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, se
             stream.close()
 
 
-def build(registry) -> None:
+def build(registry, sections=()) -> None:
+    """The tab, then each of `sections` (functions of the registry) drawn inside it."""
     names = registry.generators()
     with gr.Tab("Compare", id="compare"):
         with gr.Row():
@@ -312,7 +313,8 @@ def build(registry) -> None:
         )
         stop.click(None, cancels=[event])
         study_section.build(registry, names)
-        arena.build(registry)
+        for build_section in sections:  # e.g. ui/arena.py's, which imports this module
+            build_section(registry)
 
 
 def metrics_csv(record: dict) -> str:
