@@ -35,7 +35,7 @@ from .streaming import StreamCollector
 CHAT_MODES = ("greedy", "sampling")  # beam search gives no stream and no chat in the runtime
 MAX_REPLAY_TURNS = 16  # user turns `/chat` (and so a link) replays
 MAX_REPLAY_CHARS = 4000  # their characters together, so that a link stays a usable URL
-UPDATE_EVERY = 0.04  # seconds between UI updates while streaming
+UPDATE_EVERY = 0.15  # seconds between UI updates while streaming
 SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly."
 # chat_config's parameters: the decoding settings of a reply, as the endpoints name them
 SETTINGS = ("mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p")
@@ -188,8 +188,9 @@ def _count_user_tokens(gen, turns: list[dict]) -> None:
 
 
 def stream_reply(gen, system_prompt: str, turns: list[dict], config, settings: dict):
-    """Yield (turns with the reply so far, tokens in the context) while the reply to `turns`
-    (which end with a user turn) streams; closing this closes the runtime stream."""
+    """Yield (turns with the reply so far, tokens in the context: the rendered conversation's
+    and the reply's) while the reply to `turns` (which end with a user turn) streams; closing
+    this closes the runtime stream."""
     _count_user_tokens(gen, turns)
     conversation = messages(system_prompt, turns)
     prompt_tokens = gen.count_chat_tokens(conversation)
@@ -223,7 +224,7 @@ def stream_reply(gen, system_prompt: str, turns: list[dict], config, settings: d
     finally:
         stream.close()
     fill()
-    yield turns, gen.count_chat_tokens(messages(system_prompt, turns), add_generation_prompt=False)
+    yield turns, prompt_tokens + collector.count
 
 
 @functools.cache
