@@ -73,8 +73,8 @@ def run_arena(registry, conversation, columns, max_new_tokens, seed):
                     collectors[i].add(event)
             if time.perf_counter() - shown >= UPDATE_EVERY or not running:
                 shown = time.perf_counter()
-                rows = [
-                    metric_row(i + 1, model, preset, collectors[i])
+                rows = [  # without the memorisation columns: chat models have no index
+                    metric_row(i + 1, model, preset, collectors[i])[:-2]
                     for i, (model, preset) in enumerate(columns)
                 ]
                 yield [c.texts[0] for c in collectors], rows
