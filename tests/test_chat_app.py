@@ -6,16 +6,18 @@ same settings and seed. The chat model is the tiny Llama ChatML export (tests/ap
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
 import app
 import runtime
 from tests.app_fixtures import chat_model_dir, serve
-from ui import arena, chat_tab, votes
+from ui import arena, chat_paraphrase, chat_tab, votes
 from ui.registry import ModelRegistry
 
 __all__ = ["chat_model_dir"]  # a session fixture, used by name
+PARAPHRASER = Path(__file__).resolve().parents[1] / "models" / "paraphraser" / "int8"
 SETTINGS = dict(
     mode="sampling",
     max_new_tokens=12,
@@ -163,6 +165,7 @@ def client(chat_model_dir, tmp_path_factory):
 
     registry = ModelRegistry({})
     registry.add("tiny-chat", chat_model_dir)
+    registry.add("paraphraser", PARAPHRASER)  # the shipped seed 003 model (3 MB)
     assert registry.chat_models() == ["tiny-chat"]
     path = tmp_path_factory.mktemp("votes") / "votes.sqlite"
     with pytest.MonkeyPatch.context() as patch:
@@ -227,3 +230,26 @@ def test_arena_endpoint_streams_each_column_as_gen_chat(client, chat_gen):
         [1, "tiny-chat", "greedy"],
         [2, "tiny-chat", "top-k 5"],
     ]
+
+
+def test_paraphrase_beside_chat_scores_both_methods_alike(client, chat_gen):
+    sentence = "The Lord is my shepherd; I shall not lack."
+    table = client.predict(
+        "paraphraser", "tiny-chat", sentence, 20, 4, api_name="/paraphrase_beside_chat"
+    )
+    rows = table["data"]
+    assert table["headers"] == chat_paraphrase.HEADERS
+    assert [row[0] for row in rows] == ["seed 003 (paraphraser)"] * 4 + ["chat (tiny-chat)"] * 4
+    paraphraser = runtime.load(PARAPHRASER)
+    closest = paraphraser.paraphrase(sentence, 20, seed=4)[:4]
+    assert [row[1] for row in rows[:4]] == [c.text for c in closest]
+    # Scored one sentence at a time, as the chat replies: near the ranking's batched distances
+    # (the int8 encoder's activation scale depends on the batch).
+    alone = chat_paraphrase.distances(paraphraser, sentence, [c.text for c in closest])
+    assert [row[3] for row in rows[:4]] == [round(d, 3) for d in alone]
+    assert alone == pytest.approx([c.distance for c in closest], abs=0.05)
+    replies = chat_paraphrase.chat_candidates(chat_gen, sentence, 4, 4)
+    assert [row[1] for row in rows[4:]] == replies
+    for _, text, score, _ in rows:
+        assert score == round(chat_paraphrase.chrf(text, sentence), 1)
+    assert chat_paraphrase.chrf(sentence, sentence) == 100.0
