@@ -27,6 +27,7 @@ UPDATE_EVERY = 0.05  # seconds between UI updates while streaming
 CHAT_PRESETS = [name for name, fields in PRESETS.items() if fields.get("num_beams", 1) == 1]
 DEFAULT_PRESETS = ["top-p 0.95", "greedy", "top-k 5", "min-p 0.1"]
 TIE = "tie: both / all as good"
+ARENA_HEADERS = METRIC_HEADERS[: METRIC_HEADERS.index("mean log p") + 1]
 TALLY_HEADERS = ["contestant A", "contestant B", "A better", "B better", "ties", "votes"]
 
 
@@ -73,8 +74,8 @@ def run_arena(registry, conversation, columns, max_new_tokens, seed):
                     collectors[i].add(event)
             if time.perf_counter() - shown >= UPDATE_EVERY or not running:
                 shown = time.perf_counter()
-                rows = [  # without the memorisation columns: chat models have no index
-                    metric_row(i + 1, model, preset, collectors[i])[:-2]
+                rows = [  # one sample per column: no Self-BLEU, UNGC; chat models: no n-gram index
+                    metric_row(i + 1, model, preset, collectors[i])[: len(ARENA_HEADERS)]
                     for i, (model, preset) in enumerate(columns)
                 ]
                 yield [c.texts[0] for c in collectors], rows
@@ -155,7 +156,7 @@ def build(registry, votes_path=None) -> None:
         run = gr.Button("Ask every column", variant="primary")
         stop = gr.Button("Stop", variant="stop")
     table = gr.Dataframe(
-        headers=METRIC_HEADERS[:-2],  # no memorisation meter for chat models
+        headers=ARENA_HEADERS,
         label="Metrics per column",
         interactive=False,
         wrap=True,
