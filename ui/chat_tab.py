@@ -243,11 +243,12 @@ def chat_record(registry, model: str, system_prompt: str, turns: list[dict], set
     """The downloadable record of a conversation (ui/downloads.py's schema, endpoint "chat"):
     the model's manifest.json sha256, or for a folder without one the sha256 of its files."""
     manifest = downloads.manifest_sha256(registry, model)
-    folder = Path(registry.paths[model])
+    folder = Path(registry.paths[model])  # for a `--backend` model, only its id
+    optimum = (folder / "config.json").is_file()  # an optimum export on this machine
     run = {
         "model": model,
         "manifest_sha256": manifest,
-        "files_sha256": files_sha256(folder) if manifest is None and folder.is_dir() else None,
+        "files_sha256": files_sha256(folder) if manifest is None and optimum else None,
         "system_prompt": system_prompt,
         "messages": turns,
     }
