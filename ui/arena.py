@@ -230,6 +230,8 @@ def build(registry, votes_path=None) -> None:
         api_name="arena",
         concurrency_id=limits.CONCURRENCY_ID,
     )
+    # Other visitors' votes since the page was built show after each round.
+    event.then(lambda: tally_rows(path), None, tally, queue=False, api_visibility="private")
     stop.click(None, cancels=[event])
 
     @limits.shown_to_user
