@@ -23,6 +23,8 @@ def build(registry: ModelRegistry):
     import gradio as gr
 
     from ui import (
+        arena,
+        chat_tab,
         compare_tab,
         embeddings_tab,
         generate_tab,
@@ -40,8 +42,9 @@ def build(registry: ModelRegistry):
             gr.Markdown(models_tab.NO_MODELS, elem_classes="notice")
         links.notice()
         with gr.Tabs() as tabs:
+            chat_tab.build(registry)  # first, when there is a chat model
             generate_tab.build(registry)
-            compare_tab.build(registry)
+            compare_tab.build(registry, sections=[arena.build])
             rewrite_tab.build(registry)
             translate_tab.build(registry)
             paraphrase_tab.build(registry)

@@ -9,7 +9,9 @@
 Control tokens are added to each checkpoint's tokenizer as special tokens (and the embedding
 matrix grows to match) before export, as the real models do; the export writes each bundle's
 `embeddings.npy`. Graphs are exported without the ORT optimizer (quicker; the app does not care).
-The tree is built once per test session (`functools.cache`).
+The tree is built once per test session (`functools.cache`). `build_chat_model(root)` exports
+tests/tiny_models.py's tiny Llama chat checkpoint (ChatML, <|im_end|>, a 128-token context) with
+optimum to `root/onnx`, which the app finds as a chat model (fixture `chat_model_dir`).
 Test modules import the `models_tree` fixture from here (and list it in `__all__`, as it is
 used by name only).
 """
@@ -106,6 +108,26 @@ def models_tree(tmp_path_factory) -> Path:
     return build_models_tree(tmp_path_factory.getbasetemp() / "app-models")
 
 
+@functools.cache
+def build_chat_model(root: Path) -> Path:
+    """The tiny chat model's optimum export directory under `root` (once per process)."""
+    from optimum.exporters.onnx import main_export
+
+    from tests.tiny_models import make_chat_checkpoint
+
+    checkpoint = make_chat_checkpoint(root / "checkpoint")
+    main_export(
+        str(checkpoint), output=root / "onnx", task="text-generation-with-past", do_validation=False
+    )
+    return root / "onnx"
+
+
+@pytest.fixture(scope="session")
+def chat_model_dir(tmp_path_factory) -> Path:
+    """The tiny chat model's export directory, built once per session."""
+    return build_chat_model(tmp_path_factory.getbasetemp() / "chat-model")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -134,7 +156,12 @@ class SlowGenerator:
             setattr(self, attribute, getattr(self, attribute) + change)
 
     def stream(self, prompt, config=None, controls=None):
-        inner = self._generator.stream(prompt, config, controls)
+        return self._slowed(self._generator.stream(prompt, config, controls))
+
+    def stream_chat(self, messages, config=None, controls=None):
+        return self._slowed(self._generator.stream_chat(messages, config, controls))
+
+    def _slowed(self, inner):
         self._count("open_streams", 1)
         try:
             for event in inner:

@@ -7,7 +7,8 @@ Metrics per column (ui/metrics.py): tokens/s, distinct-1/2, repetition rate, mea
 logprob, with two or more samples Self-BLEU and UNGC-1..4, and once a column is done, for a
 causal LM with the training 8-gram index, the memorisation meter (share of copied 8-grams and
 the longest copy's length in words; ui/generate_tab.py). Chosen controls apply to the
-columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py.
+columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py, the
+chat arena (when a chat model is installed) in ui/arena.py, which app.py passes as a section.
 """
 
 from __future__ import annotations
@@ -153,7 +154,8 @@ def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, se
             stream.close()
 
 
-def build(registry) -> None:
+def build(registry, sections=()) -> None:
+    """The tab, then each of `sections` (functions of the registry) drawn inside it."""
     names = registry.generators()
     with gr.Tab("Compare", id="compare"):
         with gr.Row():
@@ -311,6 +313,8 @@ def build(registry) -> None:
         )
         stop.click(None, cancels=[event])
         study_section.build(registry, names)
+        for build_section in sections:  # e.g. ui/arena.py's, which imports this module
+            build_section(registry)
 
 
 def metrics_csv(record: dict) -> str:

@@ -9,6 +9,8 @@ background and a sampled one shaded grey, its cost in nits on hover. Below: the 
 greedy reconstruction and the source's own cost in nits per character (the seed's table 4.2).
 
 Endpoint `/paraphrase` → (candidates HTML, reconstruction Markdown, shown candidates as JSON).
+With a chat model installed, a section sets an instruct model's paraphrases beside these
+(ui/chat_paraphrase.py, endpoint `/paraphrase_beside_chat`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import html
 import gradio as gr
 import numpy as np
 
-from . import limits, links, widgets
+from . import chat_paraphrase, limits, links, widgets
 
 CLOSEST = 4  # candidates shown by distance
 RANDOM_OTHERS = 4  # further candidates shown at random
@@ -213,3 +215,4 @@ def build(registry) -> None:
             api_name="paraphrase",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        chat_paraphrase.build(registry, model, sentence, count, seed)  # with a chat model only

@@ -14,6 +14,8 @@ never from its name (docs/APP.md, "How models are chosen"):
 - paraphrase: "hierarchical-lm" models with an `autoencoder_decoder` graph.
 - masked LMs: task "fill-mask" (the Masked LM tab), base before large (fewer parameters first);
 - word vectors: task "word-vectors" (static vectors, the Embeddings tab's word2vec section).
+- chat: causal LMs whose manifest has a chat template (`runtime.chat.is_chat_manifest`, what
+  `Generator.is_chat_model` says), for the Chat tab, the arena and the Paraphrase tab's row.
 Within a kind, int8 comes before fp32 before int4 (fast first). Generators are loaded once and
 shared by all users (sessions are thread-safe). This module builds no UI.
 """
@@ -30,6 +32,7 @@ import numpy as np
 
 import runtime
 from runtime.bundle import read_manifest
+from runtime.chat import is_chat_manifest
 from runtime.loading import find_bundles
 from runtime.word_vectors import load_matrix
 
@@ -163,6 +166,9 @@ class ModelRegistry:
 
     def causal_lms(self) -> list[str]:
         return [n for n in self.generators() if self.manifest(n)["task"] == "causal-lm"]
+
+    def chat_models(self) -> list[str]:
+        return self._ordered(n for n in self.names if is_chat_manifest(self.manifest(n)))
 
     def masked_lms(self) -> list[str]:
         def size(name):

@@ -1,0 +1,253 @@
+"""The arena, a section of the Compare tab: one message to 2–4 chat models (or one model with
+different decoding presets) side by side, and a vote on which reply is better.
+
+Shown only when a chat model is installed. The columns' `stream_chat` streams advance in turn,
+one token each, so the replies grow together; each column's clock runs only while its own model
+works (compare_tab.BusyClock), and the metrics table is the Compare tab's (tokens/s, distinct-n,
+repetition rate, mean log p). A contestant is "model · preset"; two columns must differ. After a
+round the visitor picks the better reply (or a tie), once per round; the vote goes to the SQLite
+store (ui/votes.py: committed per vote, kept across restarts), and the tally per pair of
+contestants is shown. Endpoint `/arena` streams the replies and the metrics; voting is a page
+action only (no API endpoint). The tally is read when the page is built and after every round and
+vote, so a page load does no work.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gradio as gr
+
+from . import limits, votes, widgets
+from .compare_tab import METRIC_HEADERS, PRESETS, BusyClock, metric_row, preset_config
+from .streaming import StreamCollector
+
+MAX_COLUMNS = 4
+UPDATE_EVERY = 0.05  # seconds between UI updates while streaming
+CHAT_PRESETS = [name for name, fields in PRESETS.items() if fields.get("num_beams", 1) == 1]
+DEFAULT_PRESETS = ["top-p 0.95", "greedy", "top-k 5", "min-p 0.1"]
+TIE = "tie: both / all as good"
+ARENA_HEADERS = METRIC_HEADERS[: METRIC_HEADERS.index("mean log p") + 1]
+TALLY_HEADERS = ["contestant A", "contestant B", "A better", "B better", "ties", "votes"]
+
+
+def contestant(model: str, preset: str) -> str:
+    return f"{model} · {preset}"
+
+
+def check_distinct(labels: list[str]) -> None:
+    """ValueError naming the first two columns with the same contestant.
+
+    >>> check_distinct(["m · greedy", "m · top-k 5", "m · greedy"])
+    Traceback (most recent call last):
+    ...
+    ValueError: the columns must differ in model or preset, got columns 1 and 3 both 'm · greedy'
+    """
+    for j, label in enumerate(labels):
+        if label in labels[:j]:
+            i = labels.index(label)
+            raise ValueError(
+                "the columns must differ in model or preset, got columns "
+                f"{i + 1} and {j + 1} both {label!r}"
+            )
+
+
+def run_arena(registry, conversation, columns, max_new_tokens, seed):
+    """Yield ([reply per column], metrics rows) while every column's reply streams."""
+    streams, collectors, clocks = [], [], []
+    try:
+        for model, preset in columns:
+            gen = registry.get(model)
+            config = preset_config(preset, max_new_tokens, 1, seed)
+            clock = BusyClock()
+            end = gen.end_of_turn_token_ids[0]
+            collectors.append(StreamCollector(1, gen.tokenizer, end, clock=clock))
+            streams.append(clock.run(lambda gen=gen, c=config: gen.stream_chat(conversation, c)))
+            clocks.append(clock)
+        running, shown = set(range(len(streams))), 0.0
+        while running:
+            for i in sorted(running):
+                event = clocks[i].run(lambda i=i: next(streams[i], None))
+                if event is None:
+                    running.discard(i)
+                else:
+                    collectors[i].add(event)
+            if time.perf_counter() - shown >= UPDATE_EVERY or not running:
+                shown = time.perf_counter()
+                rows = [  # one sample per column: no Self-BLEU, UNGC; chat models: no n-gram index
+                    metric_row(i + 1, model, preset, collectors[i])[: len(ARENA_HEADERS)]
+                    for i, (model, preset) in enumerate(columns)
+                ]
+                yield [c.texts[0] for c in collectors], rows
+    finally:
+        for stream in streams:
+            stream.close()
+
+
+def tally_rows(path) -> list[list]:
+    """The tally as table rows (none before the first vote: the file is made by the first)."""
+    if not path.exists():
+        return []
+    return [[t.a, t.b, t.a_wins, t.b_wins, t.ties, t.votes] for t in votes.VoteStore(path).tally()]
+
+
+def vote_choices(contestants: list[str]) -> list[str]:
+    """The vote's options: each column's contestant, then the tie.
+
+    >>> vote_choices(["m · greedy", "m · top-k 5"])
+    ['1: m · greedy', '2: m · top-k 5', 'tie: both / all as good']
+    """
+    return [f"{n}: {label}" for n, label in enumerate(contestants, start=1)] + [TIE]
+
+
+def winner_of(choice: str, contestants: list[str]) -> int | None:
+    """The column index a vote option names, None for the tie; ValueError for anything else."""
+    options = vote_choices(contestants)
+    if choice not in options:
+        raise ValueError(f"`vote` must be one of {options}, got {choice!r}")
+    return None if choice == TIE else options.index(choice)
+
+
+def build(registry, votes_path=None) -> None:
+    """The arena section (inside the Compare tab); nothing without a chat model.
+    `votes_path`: the SQLite file (default `votes.default_path()`, read when the page is built)."""
+    names = registry.chat_models()
+    if not names:
+        return
+    path = votes_path or votes.default_path()
+    gr.Markdown(
+        "## Arena\nThe same message to 2–4 chat models or decoding presets; vote for the better "
+        "reply. Votes are kept on this machine and tallied per pair."
+    )
+    with gr.Row():
+        message = gr.Textbox(
+            "Name three rivers.",
+            label="Message",
+            lines=2,
+            scale=4,
+            max_length=limits.LIMITS.max_prompt_chars,
+            elem_id="arena-message",
+        )
+        count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
+    with gr.Row():
+        system_prompt = gr.Textbox("", label="System prompt (optional)", scale=3)
+        max_tokens = widgets.setting_slider(
+            1, limits.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens", scale=2
+        )
+        seed = widgets.setting_number(
+            value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
+        )
+    inputs, outputs, blocks = [], [], []
+    with gr.Row(equal_height=True):
+        for i in range(MAX_COLUMNS):
+            with gr.Column(visible=i < 2, min_width=240) as block:
+                model = gr.Dropdown(names, value=names[i % len(names)], label=f"Model {i + 1}")
+                preset = gr.Dropdown(CHAT_PRESETS, value=DEFAULT_PRESETS[i], label="Preset")
+                output = gr.Textbox(
+                    label=f"Reply {i + 1}",
+                    lines=10,
+                    elem_classes="column-output",
+                    elem_id=f"arena-output-{i + 1}",
+                )
+            inputs += [model, preset]
+            outputs.append(output)
+            blocks.append(block)
+    with gr.Row():
+        run = gr.Button("Ask every column", variant="primary")
+        stop = gr.Button("Stop", variant="stop")
+    table = gr.Dataframe(
+        headers=ARENA_HEADERS,
+        label="Metrics per column",
+        interactive=False,
+        wrap=True,
+        elem_id="arena-metrics",
+    )
+    round_state = gr.State(None)  # {"contestants": [...], "voted": bool} of the latest round
+    with gr.Row():
+        choice = gr.Radio([], label="Which reply is better?", scale=4, elem_id="arena-choice")
+        vote = gr.Button("Vote", scale=1, interactive=False, elem_id="arena-vote")
+    said = gr.Markdown(elem_id="arena-said")
+    tally = gr.Dataframe(
+        value=tally_rows(path) or None,
+        headers=TALLY_HEADERS,
+        label="Tally per pair",
+        interactive=False,
+        elem_id="arena-tally",
+    )
+    count.change(
+        lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
+        count,
+        blocks,
+        queue=False,
+        api_visibility="private",
+    )
+
+    @limits.shown_to_user
+    def arena(
+        message,
+        system_prompt,
+        columns,
+        max_new_tokens,
+        seed,
+        model_1,
+        preset_1,
+        model_2,
+        preset_2,
+        model_3=None,
+        preset_3=None,
+        model_4=None,
+        preset_4=None,
+    ):
+        """Stream each column's reply to `message` and the metrics table."""
+        message = limits.text("message", message)
+        system_prompt = limits.text("system_prompt", system_prompt, allow_empty=True)
+        columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
+        max_new_tokens = limits.integer(
+            "max_new_tokens", max_new_tokens, 1, limits.LIMITS.max_new_tokens
+        )
+        seed = limits.integer("seed", seed, 0, limits.LIMITS.max_seed)
+        pairs = [(model_1, preset_1), (model_2, preset_2), (model_3, preset_3)]
+        pairs = (pairs + [(model_4, preset_4)])[:columns]
+        for n, (model, preset) in enumerate(pairs, start=1):
+            limits.choice(f"model_{n}", model, names)
+            limits.choice(f"preset_{n}", preset, CHAT_PRESETS)
+        labels = [contestant(model, preset) for model, preset in pairs]
+        check_distinct(labels)
+        system = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
+        conversation = [*system, {"role": "user", "content": message}]
+        blank = [""] * (MAX_COLUMNS - columns)
+        hidden = gr.Radio(choices=[], value=None)
+        for texts, rows in run_arena(registry, conversation, pairs, max_new_tokens, seed):
+            yield *texts, *blank, rows, None, hidden, gr.Button(interactive=False)
+        done = {"contestants": labels, "voted": False}
+        choices = gr.Radio(choices=vote_choices(labels), value=None)
+        yield *texts, *blank, rows, done, choices, gr.Button(interactive=True)
+
+    event = run.click(
+        arena,
+        [message, system_prompt, count, max_tokens, seed, *inputs],
+        [*outputs, table, round_state, choice, vote],
+        api_name="arena",
+        concurrency_id=limits.CONCURRENCY_ID,
+    )
+    # Other visitors' votes since the page was built show after each round.
+    event.then(lambda: tally_rows(path), None, tally, queue=False, api_visibility="private")
+    stop.click(None, cancels=[event])
+
+    @limits.shown_to_user
+    def cast(chosen, current):
+        if not current or current["voted"]:
+            raise ValueError("there is no round to vote on: ask every column first")
+        winner = winner_of(chosen, current["contestants"])
+        votes.VoteStore(path).add(current["contestants"], winner)
+        thanks = "Vote recorded: " + ("a tie." if winner is None else f"reply {winner + 1}.")
+        voted = {**current, "voted": True}
+        return tally_rows(path), voted, thanks, gr.Button(interactive=False)
+
+    vote.click(
+        cast,
+        [choice, round_state],
+        [tally, round_state, said, vote],
+        api_visibility="private",
+        concurrency_limit=1,  # one writer at a time (SQLite would wait anyway)
+    )
