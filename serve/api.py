@@ -19,7 +19,9 @@ Pure functions, no Ray and no HTTP server, so every rule here is testable on its
 `logprobs` (an int in [0, 5], as OpenAI's legacy completions) returns the model's own
 log-probabilities (before penalties and filters, see runtime/generator.py); `top_logprobs` lists
 the model's most likely tokens at each step, and `text_offset` the character offset of each token
-in the completion text. What is not implemented (`echo`, `best_of` > 1, `suffix`, non-zero
+in the completion text. `prompt` may also be token ids (a list, or a list of lists); `echo` puts
+the prompt in front of each choice, and `max_tokens: 0` with `echo` scores the prompt without
+generating (serve/scoring.py). What is not implemented (`best_of` > 1, `suffix`, non-zero
 `presence_penalty`/`frequency_penalty`, `logit_bias`) is refused with a 400 that says so.
 """
 
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 import runtime
 from runtime.budget import MAX_SEQUENCES, check_sequences
 
+from . import scoring
 from .protocol import (
     MAX_LOGPROBS,
     CompletionBody,
@@ -73,7 +76,6 @@ EXTRA_FIELDS = {
 }
 # OpenAI fields we accept only at the value that means "off".
 NEUTRAL = {
-    "echo": False,
     "best_of": 1,
     "suffix": None,
     "presence_penalty": 0,
@@ -85,12 +87,14 @@ NEUTRAL = {
 @dataclass(frozen=True)
 class CompletionRequest:
     model: str  # model id as listed by GET /v1/models
-    prompts: tuple[str, ...]  # one completion (times n) per prompt
+    prompts: tuple[str | list[int], ...]  # one completion (times n) per prompt: text or token ids
     config: runtime.GenerationConfig  # validated settings, the same for every prompt
     controls: dict = field(default_factory=dict)  # control tokens, e.g. {"section": "gospels"}
     logprobs: int | None = None  # None: no logprobs; k: token logprobs plus the top k per token
     stream: bool = False  # answer with server-sent events
     include_usage: bool = False  # streaming: a last chunk with token counts (stream_options)
+    echo: bool = False  # the prompt (and its logprobs) in front of each choice
+    score_only: bool = False  # `max_tokens: 0` with echo: score the prompt, generate nothing
 
 
 def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> CompletionRequest:
@@ -110,9 +114,20 @@ def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> Compl
             raise RequestError(
                 f"`{name}` is not supported by this server, got {shown(value)}", param=name
             )
-    prompts = (checked.prompt,) if isinstance(checked.prompt, str) else tuple(checked.prompt)
+    prompts = tuple(scoring.prompt_list(checked.prompt))
     for prompt in prompts:
-        _check_text("prompt", prompt, limits.max_prompt_chars)
+        if isinstance(prompt, str):
+            _check_text("prompt", prompt, limits.max_prompt_chars)
+        elif len(prompt) > limits.max_prompt_chars:
+            raise RequestError(
+                f"`prompt` must be at most {limits.max_prompt_chars} token ids, got {len(prompt)}",
+                param="prompt",
+            )
+    score_only = checked.max_tokens == 0
+    if score_only and not checked.echo:
+        raise RequestError(
+            "`max_tokens` must be an int >= 1, or 0 with `echo`: true, got 0", param="max_tokens"
+        )
     stop = (checked.stop,) if isinstance(checked.stop, str) else tuple(checked.stop or ())
     for string in stop:
         _check_text("stop", string)
@@ -134,6 +149,8 @@ def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> Compl
         logprobs=checked.logprobs,
         stream=bool(checked.stream),
         include_usage=options is not None and options.include_usage,
+        echo=bool(checked.echo),
+        score_only=score_only,
     )
 
 
@@ -157,7 +174,8 @@ def _settings(body: CompletionBody, stop: tuple[str, ...]) -> dict:
     """GenerationConfig keyword arguments from a checked body."""
     temperature = 1.0 if body.temperature is None else body.temperature
     settings = {
-        "max_new_tokens": OPENAI_DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens,
+        # max_tokens 0 (echo, scoring only) generates nothing; the config stays a valid one.
+        "max_new_tokens": OPENAI_DEFAULT_MAX_TOKENS if not body.max_tokens else body.max_tokens,
         "do_sample": temperature > 0,
         "temperature": float(temperature) if temperature > 0 else 1.0,
         "top_p": 1.0 if body.top_p is None else body.top_p,

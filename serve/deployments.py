@@ -25,7 +25,10 @@ request and its child requests) sets a flag the thread checks after every token,
 thread then closes the runtime's stream, which ends the decoding loop; an unstreamed request
 runs to its end. `max_tokens` beyond what the context leaves after a prompt is capped, and each
 choice says so (`scriptorium.max_tokens`, the cap applied; finish reason "context" when it was
-reached). Errors, each as OpenAI's `{"error": {…}}`: bad input → 400 naming the field
+reached). A prompt may be token ids, which generate as they are; `echo` puts the prompt (with
+`logprobs`, its tokens' log-probabilities) in front of each choice, streamed as each choice's
+first chunk, and `max_tokens: 0` with `echo` only scores the prompts (serve/scoring.py).
+Errors, each as OpenAI's `{"error": {…}}`: bad input → 400 naming the field
 (serve/protocol.py's checks in the gateway; the runtime's `ValueError`s come back from the
 replica as a value), unknown model or file → 404, a replica that died → one retry when nothing
 was sent yet, else 503 (mid-stream: an error event).
@@ -58,7 +61,7 @@ import runtime
 from runtime.bundle import read_manifest
 from runtime.chat import is_chat_manifest
 
-from . import api, chat, protocol
+from . import api, chat, protocol, scoring
 
 RETRIES = 1  # extra attempts of a request whose replica died before it sent anything
 UNAVAILABLE = (RayActorError, ActorUnavailableError, DeploymentUnavailableError, BackPressureError)
@@ -102,11 +105,15 @@ class ModelServer:
         with self._lock:
             return {"running": self.running, "cancelled": self.cancelled}
 
-    def _room(self, prompt: str, request: api.CompletionRequest) -> tuple[int, int]:
+    def _room(self, prompt: str | list[int], request: api.CompletionRequest) -> tuple[int, int]:
         """(prompt tokens, tokens that can follow them): `max_tokens`, capped by what the
         context leaves, as the runtime caps it. Raises ValueError for a prompt too long."""
         gen = self.generator
-        tokens = len(gen.encode_prompt(prompt, request.controls))
+        if isinstance(prompt, str):
+            tokens = len(gen.encode_prompt(prompt, request.controls))
+        else:
+            scoring.check_token_prompt(gen, prompt)
+            tokens = len(prompt)
         room = gen.context_length - (1 if gen.task == "seq2seq" else tokens)
         return tokens, min(request.config.max_new_tokens, room)
 
@@ -124,19 +131,25 @@ class ModelServer:
 
     def _completion(self, request: api.CompletionRequest) -> dict:
         gen, copies = self.generator, request.config.num_return_sequences
-        tokenizer = gen.tokenizer
+        if request.score_only:
+            return scoring.scored_completion(
+                gen, request.prompts, request.logprobs, copies, request.controls
+            )
+        tokenizer, config, controls = gen.tokenizer, request.config, request.controls
         choices, prompt_tokens, completion_tokens = [], 0, 0
         for p, prompt in enumerate(request.prompts):
             tokens, cap = self._room(prompt, request)
             prompt_tokens += tokens
             if request.logprobs:  # top logprobs come with the stream's per-token alternatives
-                rows = _collect(gen.stream(prompt, request.config, request.controls), copies)
+                rows = _collect(gen.stream(prompt, config, controls), copies)
             else:
-                rows = [(o, None) for o in gen.generate(prompt, request.config, request.controls)]
+                rows = [(o, None) for o in gen.generate([prompt], config, controls)]
             for row, (output, alternatives) in enumerate(rows):
                 choice = api.output_choice(
                     output, p * copies + row, tokenizer, request.logprobs, alternatives
                 )
+                if request.echo:
+                    choice = scoring.echo_choice(gen, prompt, choice, request.logprobs, controls)
                 choice["scriptorium"]["max_tokens"] = cap
                 choices.append(choice)
                 completion_tokens += len(output.token_ids)
@@ -148,10 +161,33 @@ class ModelServer:
         gen, copies = self.generator, request.config.num_return_sequences
         prompt_tokens = completion_tokens = 0
         try:
+            if request.score_only:
+                result = await asyncio.get_running_loop().run_in_executor(
+                    self.pool, self._completion, request
+                )
+                for choice in result["choices"]:
+                    yield {"choice": choice}
+                yield {"usage": result["usage"]}
+                return
             for p, prompt in enumerate(request.prompts):
                 tokens, cap = self._room(prompt, request)
                 prompt_tokens += tokens
                 offsets = [0] * copies  # characters of each choice's text sent so far
+                if request.echo:  # the prompt (and its logprobs) first, once per choice
+                    head = await asyncio.get_running_loop().run_in_executor(
+                        self.pool,
+                        scoring.echo_choice,
+                        gen,
+                        prompt,
+                        None,
+                        request.logprobs,
+                        request.controls,
+                    )
+                    for copy in range(copies):
+                        offsets[copy] = len(head["text"])
+                        yield {
+                            "choice": {**head, "index": p * copies + copy, "finish_reason": None}
+                        }
                 events = gen.stream(prompt, request.config, request.controls)
                 async for event in self._in_thread(events):
                     if event.token_id is not None:

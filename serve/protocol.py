@@ -74,6 +74,7 @@ def must(rule: str, default=None, **constraints):
 
 
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
 
 
@@ -95,11 +96,19 @@ class CompletionBody(Body):
 
     endpoint: typing.ClassVar[str] = "completions"
     model: Name = must("a model id string from GET /v1/models", default=...)
-    prompt: str | Annotated[list[str], Field(min_length=1)] = must(
-        "a string or a non-empty list of strings (token-id prompts are not supported)",
+    prompt: (
+        str
+        | Annotated[list[str], Field(min_length=1)]
+        | Annotated[list[TokenId], Field(min_length=1)]
+        | Annotated[list[Annotated[list[TokenId], Field(min_length=1)]], Field(min_length=1)]
+    ) = must(
+        "a string, a non-empty list of strings, a non-empty list of token ids or a non-empty "
+        "list of non-empty lists of token ids",
         default=...,
     )
-    max_tokens: int | None = must("an int >= 1 (default 16)", ge=1, le=2**31 - 1)
+    max_tokens: int | None = must(
+        "an int >= 1 (default 16), or 0 with `echo` (score the prompt only)", ge=0, le=2**31 - 1
+    )
     temperature: float | None = must(
         f"a number in [0, {MAX_TEMPERATURE:g}] (0: greedy)", ge=0, le=MAX_TEMPERATURE
     )
@@ -134,8 +143,11 @@ class CompletionBody(Body):
     num_beams: int | None = must("an int >= 1 (1: no beam search)", ge=1, le=2**31 - 1)
     length_penalty: float | None = must("a finite number")
     early_stopping: bool | Literal["never"] | None = must('true, false or "never"')
+    echo: bool | None = must(
+        "true or false (true: the prompt comes back in front of the completion, with its "
+        "tokens' log-probabilities when `logprobs` is set)"
+    )
     # OpenAI fields accepted only at the value that means "off" (serve/api.py says so).
-    echo: bool | None = must("false (echo is not supported)")
     best_of: int | None = must("1 (best_of is not supported)")
     suffix: str | None = must("null (suffix is not supported)")
     presence_penalty: float | None = must("0 (penalties are not supported)")

@@ -126,10 +126,14 @@ def test_openai_body_maps_onto_the_generation_config():
         ({"top_p": 1.5}, "top_p", "`top_p` must be a number in (0, 1], got 1.5"),
         ({"temperature": -1}, "temperature", "`temperature` must be a number in [0, 2]"),
         ({"temperature": 5}, "temperature", "`temperature` must be a number in [0, 2]"),
-        ({"max_tokens": 0}, "max_tokens", "`max_tokens` must be an int >= 1 (default 16), got 0"),
+        ({"max_tokens": 0}, "max_tokens", "`max_tokens` must be an int >= 1, or 0 with `echo`"),
+        ({"max_tokens": -1}, "max_tokens", "`max_tokens` must be an int >= 1 (default 16)"),
         ({"logprobs": 9}, "logprobs", "`logprobs` must be an int in [0, 5] or null, got 9"),
-        ({"echo": True}, "echo", "`echo` is not supported by this server, got True"),
-        ({"prompt": [1, 2]}, "prompt", "token-id prompts are not supported"),
+        ({"echo": "yes"}, "echo", "`echo` must be true or false"),
+        ({"echo": 1}, "echo", "`echo` must be true or false"),
+        ({"prompt": [1, -2]}, "prompt", "lists of token ids, got [1, -2]"),
+        ({"prompt": [[1], []]}, "prompt", "lists of token ids, got [[1], []]"),
+        ({"prompt": [1, "a"]}, "prompt", "`prompt` must be a string"),
         ({"stop": ["a"] * 5}, "stop", "at most 4 strings"),
         ({"best_off": 2}, "best_off", "`best_off` is not a completions parameter"),
         ({"prompt": ["a"] * 9, "n": 8, "seed": 1}, "n", "at most 64 sequences, got 9 × 8 × 1 = 72"),
@@ -277,12 +281,72 @@ def test_the_schema_declares_the_bodies_and_models_have_dates(client):
     body = schema["paths"]["/v1/completions"]["post"]["requestBody"]
     assert body["content"]["application/json"]["schema"]["$ref"].endswith("/CompletionBody")
     fields = schema["components"]["schemas"]["CompletionBody"]["properties"]
-    assert {"model", "prompt", "max_tokens", "controls", "num_beams"} <= set(fields)
+    assert {"model", "prompt", "max_tokens", "controls", "num_beams", "echo"} <= set(fields)
+    assert fields["max_tokens"]["anyOf"][0]["minimum"] == 0  # 0 with echo: scoring
+    assert fields["echo"]["anyOf"][0]["type"] == "boolean"
+    shapes = [str(shape) for shape in fields["prompt"]["anyOf"]]
+    assert any("'integer'" in shape and "'array'" in shape for shape in shapes)  # token ids
     responses = schema["paths"]["/v1/completions"]["post"]["responses"]
     assert {"200", "400", "404", "413", "415"} <= set(responses)
     files = schema["paths"]["/v1/models/{model}/files/{name}"]["get"]["responses"]["200"]
     assert "application/octet-stream" in files["content"]
     assert all(m["created"] > 1_600_000_000 for m in client.get("models").json()["data"])
+
+
+def test_echo_with_max_tokens_0_scores_the_prompt_as_the_runtime(client, local):
+    text = " Jesus wept."
+    answer = complete(client, prompt=[PROMPT, text], max_tokens=0, echo=True, logprobs=1)
+    for choice, prompt in zip(answer["choices"], (PROMPT, text)):
+        logprobs = choice["logprobs"]
+        assert choice["text"] == prompt and choice["finish_reason"] == "length"
+        assert "".join(logprobs["tokens"]) == prompt
+        assert logprobs["text_offset"] == [
+            sum(len(t) for t in logprobs["tokens"][:i]) for i in range(len(logprobs["tokens"]))
+        ]
+        expected = local.score(prompt)  # each token given the BOS and the tokens before it
+        assert len(expected.logprobs) == len(logprobs["tokens"])
+        assert logprobs["token_logprobs"] == pytest.approx(list(expected.logprobs), abs=1e-5)
+        for chosen, top in zip(logprobs["token_logprobs"], logprobs["top_logprobs"]):
+            assert len(top) == 1 and max(top.values()) >= chosen - 1e-5
+    prompt_tokens = sum(len(local.encode_prompt(p)) for p in (PROMPT, text))
+    assert answer["usage"] == {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": 0,
+        "total_tokens": prompt_tokens,
+    }
+    # token ids: every id shown, the first without a log-probability (nothing precedes it)
+    ids = local.encode_prompt(PROMPT)
+    scored = complete(client, prompt=ids, max_tokens=0, echo=True, logprobs=0)["choices"][0]
+    assert scored["logprobs"]["token_logprobs"][0] is None
+    tail = local.score_ids(ids).logprobs
+    assert scored["logprobs"]["token_logprobs"][1:] == pytest.approx(list(tail), abs=1e-5)
+    assert scored["logprobs"]["top_logprobs"] is None
+
+
+def test_a_token_id_prompt_completes_as_its_text_and_echo_leads_each_choice(client, local):
+    ids = local.encode_prompt(PROMPT)
+    by_text = complete(client, max_tokens=12, temperature=0)["choices"][0]
+    by_ids = complete(client, prompt=ids, max_tokens=12, temperature=0)["choices"][0]
+    assert by_ids["text"] == by_text["text"] and len(by_text["text"]) > 0
+    assert by_ids["scriptorium"]["token_ids"] == by_text["scriptorium"]["token_ids"]
+    echoed = complete(client, max_tokens=12, temperature=0, echo=True, logprobs=0)["choices"][0]
+    assert echoed["text"] == PROMPT + by_text["text"]
+    logprobs = echoed["logprobs"]
+    assert "".join(logprobs["tokens"]) == echoed["text"]
+    shown = len(local.score(PROMPT).logprobs)  # the prompt's own tokens, then the completion's
+    assert logprobs["token_logprobs"][:shown] == pytest.approx(
+        list(local.score(PROMPT).logprobs), abs=1e-5
+    )
+    assert logprobs["text_offset"][shown] == len(PROMPT)
+    chunks = sse(client, max_tokens=12, temperature=0, echo=True, logprobs=0)
+    first = chunks[0]["choices"][0]
+    assert first["text"] == PROMPT and first["finish_reason"] is None
+    assert first["logprobs"]["token_logprobs"] == logprobs["token_logprobs"][:shown]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == echoed["text"]
+    offsets = [o for c in chunks for o in c["choices"][0]["logprobs"]["text_offset"]]
+    assert offsets == logprobs["text_offset"]
+    too_big = client.post("completions", json={"model": MODEL, "prompt": [10**6]})
+    assert too_big.status_code == 400 and "token ids must be below" in too_big.text
 
 
 def test_stream_concatenates_to_the_same_text(client, local):
