@@ -162,7 +162,6 @@ def build(registry) -> None:
                 value="In the beginning",
                 lines=2,
                 scale=4,
-                max_length=limits.LIMITS.max_prompt_chars,
             )
             count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
         with gr.Row():

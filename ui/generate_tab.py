@@ -78,7 +78,6 @@ def build(registry) -> None:
                     label="Prompt",
                     value=examples.GENERATE[0][0],
                     lines=3,
-                    max_length=limits.LIMITS.max_prompt_chars,
                 )
                 pickers = widgets.ControlPickers(registry, model, names)
                 decoding = widgets.decoding_inputs()
@@ -97,6 +96,7 @@ def build(registry) -> None:
                     label="Prompts from seed 002",
                 )
             with gr.Column(scale=3):
+                errors = widgets.error_box("generate-error")
                 stats = gr.HTML(stats_html(_empty_stats()), label="Stats", elem_id="generate-stats")
                 output = gr.Textbox(
                     label="Output", lines=10, buttons=["copy"], elem_id="generate-output"
@@ -167,6 +167,9 @@ def build(registry) -> None:
             concurrency_id=limits.CONCURRENCY_ID,
         )
         stop.click(None, cancels=[event, submitted], js=MARK_STOPPED)
+        stale = {output: "", tokens: legend_html(), stats: stats_html(_empty_stats()), result: None}
+        for started, trigger in ((event, run.click), (submitted, prompt.submit)):
+            widgets.show_errors(errors, started, [trigger], stale)
 
 
 def _empty_stats() -> dict:

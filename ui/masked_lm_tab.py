@@ -70,8 +70,8 @@ def cosine_table(result: dict) -> str:
     )
     caption = f"average {result['average_similarity']:.3f}, AIS {result['ais']:.3f}"
     return (
-        f'<table class="cosines"><caption>{caption}</caption>'
-        f"<tr><th></th>{header}</tr>{rows}</table>"
+        f'<div class="cosines-wrap"><table class="cosines"><caption>{caption}</caption>'
+        f"<tr><th></th>{header}</tr>{rows}</table></div>"
     )
 
 
@@ -136,8 +136,8 @@ def build(registry) -> None:
             sentence_b = gr.Textbox("the queen was tired so he went to sleep", label="Sentence B")
             compare = gr.Button("Average Influence Similarity")
         section_link("influence", {"sentence_a": sentence_a, "sentence_b": sentence_b})
-        with gr.Row():
-            heatmaps = [gr.HTML(label=name) for name in names]
+        with gr.Column():  # one under the other: side by side, a long sentence's tables overlap
+            heatmaps = [gr.HTML(label=name, elem_classes="heatmap") for name in names]
 
         gr.Markdown(
             "### BERT as a generator (000, section 4.3)\nGreedy, one mask at a time from the "

@@ -85,7 +85,7 @@ def decoding_study(rows: list[dict]) -> gr.LinePlot:
         x_title="setting (top-k sweep with p = 1, then top-p sweep with k = 0)",
         y_title="score (0–100)",
         colors=colors,
-        y_lim=[0, None],
+        y_lim=[0, 100],  # both scores are 0–100 (an open bound, None, stopped the chart drawing)
     )
 
 

@@ -140,7 +140,6 @@ def build(registry) -> None:
                     examples.KJV[0],
                     label="Line to rewrite",
                     lines=3,
-                    max_length=limits.LIMITS.max_prompt_chars,
                 )
                 has = registry.controls_of(names[0]) if names else {}
                 with gr.Row():
@@ -199,6 +198,7 @@ def build(registry) -> None:
                 )
                 gr.Examples([[line] for line in examples.KJV], [source], label="KJV verses")
             with gr.Column(scale=3):
+                errors = widgets.error_box("rewrite-error")
                 output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])
                 report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
                 with gr.Accordion("Measurements", open=False):
@@ -353,20 +353,23 @@ def build(registry) -> None:
                 )
             return plots.length_sweep(values, subword_ratios, char_ratios), rows
 
-        run.click(
+        rewritten = run.click(
             rewrite,
             [model, source, *settings],
             [output, report, measured],
             api_name="rewrite",
             concurrency_id=limits.CONCURRENCY_ID,
         )
-        sweep.click(
+        swept = sweep.click(
             rewrite_sweep,
             [model, source, *settings],
             [chart, table],
             api_name="rewrite_sweep",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        stale = {output: "", report: "", measured: None, chart: None, table: None}
+        widgets.show_errors(errors, rewritten, [run.click, sweep.click], stale)
+        widgets.show_errors(errors, swept, [], stale)
 
 
 def _round(value):

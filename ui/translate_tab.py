@@ -45,7 +45,6 @@ def build(registry) -> None:
                     "\n".join(examples.WEB[:2]),
                     lines=5,
                     label=f"English (one sentence per line, at most {limits.LIMITS.max_lines})",
-                    max_length=limits.LIMITS.max_prompt_chars,
                 )
                 decoding = widgets.decoding_inputs(
                     mode="beam search", max_new_tokens=128, num_beams=5, top_p=0.9
@@ -56,6 +55,7 @@ def build(registry) -> None:
                 )
                 gr.Examples([[line] for line in examples.WEB], [source], label="WEB verses")
             with gr.Column(scale=2):
+                errors = widgets.error_box("translate-error")
                 output = gr.Textbox(label="Translation", lines=10, buttons=["copy"])
 
         model.change(
@@ -105,10 +105,11 @@ def build(registry) -> None:
             outputs = registry.get(model).generate(lines, config)
             return format_translations(outputs, len(lines), config.num_return_sequences)
 
-        run.click(
+        translated = run.click(
             translate,
             [model, source, *decoding.components()],
             output,
             api_name="translate",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        widgets.show_errors(errors, translated, [run.click], {output: ""})

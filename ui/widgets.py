@@ -5,8 +5,11 @@ Control pickers: one dropdown per control name that any offered model has (`sect
 `length`, …), listing that control's values plus "(none)"; when the model changes, pickers of
 controls it lacks hide and the others list its values. The picked values are gathered into one
 `controls` JSON value (a hidden component), which is what the endpoints take, e.g.
-`{"section": "gospels"}`. No control name or value is written in code. This module does not
-run models.
+`{"section": "gospels"}`. No control name or value is written in code.
+
+Error boxes: `error_box` and `show_errors` keep an event's error readable next to its outputs
+until the next run (Gradio's own pop-up closes after 10 s), and empty the outputs the failed run
+would have replaced, so no stale result sits under the message. This module does not run models.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from . import limits
 from .limits import LIMITS, MODES
 
 NONE = "(none)"
@@ -43,6 +47,31 @@ def setting_number(*args, **kwargs) -> gr.Number:
 
 def _as_sent(payload):
     return payload
+
+
+def error_box(elem_id: str) -> gr.Markdown:
+    """The message box of a tab's (or section's) errors, hidden until a run fails."""
+    return gr.Markdown(visible=False, elem_id=elem_id, elem_classes="error-box")
+
+
+def show_errors(box: gr.Markdown, event, triggers: list, stale: dict | None = None) -> None:
+    """When `event` fails, show its message in `box` and give each `stale` output (component
+    -> its empty value) that value; each of `triggers` (the event's `button.click`, …) hides
+    `box` again when the next run starts."""
+    stale = stale or {}
+
+    def failed(request: gr.Request):
+        message = limits.last_error(request.session_hash) or "the run failed"
+        return [gr.Markdown(f"**Error:** {message}", visible=True), *stale.values()]
+
+    event.failure(failed, None, [box, *stale], queue=False, api_visibility="private")
+    for trigger in triggers:
+        trigger(hidden, None, box, queue=False, api_visibility="private")
+
+
+def hidden():
+    """An update that hides a component."""
+    return gr.update(visible=False)
 
 
 def model_picker(names: list[str], label: str = "Model") -> gr.Dropdown:
