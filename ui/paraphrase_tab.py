@@ -63,7 +63,8 @@ def candidates_html(source: str, shown) -> str:
     ]
     return (
         '<div class="paraphrases-wrap"><table class="paraphrases"><thead><tr><th>distance</th>'
-        "<th>shown as</th><th>T</th><th>noise w</th><th>candidate (grey: sampled character; hover: nits)</th></tr></thead>"
+        "<th>shown as</th><th>T</th><th>noise w</th>"
+        "<th>candidate (grey: sampled character; hover: nits)</th></tr></thead>"
         f'<tbody><tr style="background:#dde7f5"><td>0</td><td>source</td><td></td><td></td>'
         f'<td class="source">{html.escape(source)}</td></tr>{"".join(rows)}'
         "</tbody></table></div>"
