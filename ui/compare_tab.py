@@ -201,6 +201,7 @@ def build(registry) -> None:
         with gr.Row():
             run = gr.Button("Compare", variant="primary", interactive=bool(names))
             stop = gr.Button("Stop", variant="stop")
+        errors = widgets.error_box("compare-error")
         column_inputs = {
             f"{kind}_{i // 2 + 1}": component
             for i, (kind, component) in enumerate(zip(["model", "preset"] * MAX_COLUMNS, inputs))
@@ -309,6 +310,8 @@ def build(registry) -> None:
             concurrency_id=limits.CONCURRENCY_ID,
         )
         stop.click(None, cancels=[event])
+        stale = {output: "" for output in outputs} | {table: None, result: None}
+        widgets.show_errors(errors, event, [run.click], stale)
         study_section.build(registry, names)
 
 

@@ -74,11 +74,12 @@ def hidden():
     return gr.update(visible=False)
 
 
-def model_picker(names: list[str], label: str = "Model") -> gr.Dropdown:
-    """A model dropdown whose first choice (the best match for the tab) is selected."""
+def model_picker(names: list[str], label: str = "Model", value: str | None = None) -> gr.Dropdown:
+    """A model dropdown with `value` selected, by default the first choice (the best match for
+    the tab)."""
     return gr.Dropdown(
         names,
-        value=names[0] if names else None,
+        value=value or (names[0] if names else None),
         label=label,
         info=None if names else "no suitable model installed",
         interactive=bool(names),
