@@ -30,6 +30,7 @@ def build(registry: ModelRegistry):
         paraphrase_tab,
         rewrite_tab,
         translate_tab,
+        widgets,
     )
 
     with gr.Blocks(title="Scriptorium") as demo:
@@ -47,6 +48,7 @@ def build(registry: ModelRegistry):
             masked_lm_tab.build(registry)
             models_tab.build(registry, HERE / "bench" / "results")
         links.attach(demo, tabs)
+        demo.load(None, js=widgets.LIMIT_NOTES, api_visibility="private")  # runs in the page only
     return demo
 
 

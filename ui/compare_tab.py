@@ -273,7 +273,7 @@ def build(registry) -> None:
             """Stream each column's text and the metrics table (one row per column)."""
             arguments = locals()  # the API arguments (and closure names), for the record
             settings = {name: arguments[name] for name in inspect.signature(compare).parameters}
-            prompt = limits.text("prompt", prompt, allow_empty=True)
+            prompt = limits.text("prompt", prompt)
             columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
             max_new_tokens = limits.integer(
                 "max_new_tokens", max_new_tokens, 1, limits.LIMITS.max_new_tokens

@@ -135,7 +135,7 @@ def build(registry) -> None:
             """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
             arguments = locals()  # the API arguments (and closure names), for the record
             settings = {name: arguments[name] for name in inspect.signature(generate).parameters}
-            prompt = limits.text("prompt", prompt, allow_empty=True)
+            prompt = limits.text("prompt", prompt)
             config = limits.decoding(
                 mode,
                 max_new_tokens,

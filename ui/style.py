@@ -62,6 +62,7 @@ CSS = """
 .link-triggers { display: none !important; }
 .error-box { border-left: 4px solid #dc2626; padding: 0.6em 1em; background: rgba(220,38,38,0.08);
              border-radius: 4px; }
+.limit-note { font-size: 12px; color: #b45309; margin-top: 4px; }
 .cosines-wrap, .paraphrases-wrap { overflow-x: auto; max-width: 100%; }
 .paraphrases td.candidate, .paraphrases td.source {
   font-family: ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap;

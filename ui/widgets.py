@@ -49,6 +49,37 @@ def _as_sent(payload):
     return payload
 
 
+# The page's number fields (a slider's box too) silently snap a typed value to their range; this
+# note, installed once on page load, says so next to the field: "100000 is above the limit 256;
+# set to 256". A value still out of range (a seed field, which does not snap) is refused by the
+# event with the limit named.
+LIMIT_NOTES = """() => {
+  document.addEventListener("change", (event) => {
+    const input = event.target;
+    if (!(input instanceof HTMLInputElement) || input.type !== "number") return;
+    const block = input.closest(".block") || input.parentElement;
+    let note = block.querySelector(":scope .limit-note");
+    const typed = Number(input.value);
+    const low = input.min === "" ? -Infinity : Number(input.min);
+    const high = input.max === "" ? Infinity : Number(input.max);
+    const snaps = Boolean(block.querySelector("input[type=range]"));
+    let text = "";
+    if (input.value !== "" && (typed > high || typed < low)) {
+      const limit = typed > high ? input.max : input.min;
+      text = `${input.value} is ${typed > high ? "above" : "below"} the limit ${limit}`;
+      text += snaps ? `; set to ${limit}` : "";
+    }
+    if (!text) { if (note) note.remove(); return; }
+    if (!note) {
+      note = document.createElement("div");
+      note.className = "limit-note";
+      block.appendChild(note);
+    }
+    note.textContent = text;
+  }, true);
+}"""
+
+
 def error_box(elem_id: str) -> gr.Markdown:
     """The message box of a tab's (or section's) errors, hidden until a run fails."""
     return gr.Markdown(visible=False, elem_id=elem_id, elem_classes="error-box")
