@@ -252,6 +252,19 @@ def build(registry) -> None:
             queue=False,
             api_visibility="private",
         )
+        # A control picker shows only while a shown column's model has that control.
+        models = inputs[::2]
+        defaults = [model.value for model in models]
+        for picker, shown in zip(pickers.dropdowns, pickers.visible_for(count.value, defaults)):
+            picker.visible = shown
+        for trigger in (count, *models):
+            trigger.change(
+                pickers.for_columns,
+                [count, *models],
+                pickers.dropdowns,
+                queue=False,
+                api_visibility="private",
+            )
 
         @limits.shown_to_user
         def compare(

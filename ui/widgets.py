@@ -320,6 +320,17 @@ class ControlPickers:
             updates.append(gr.update(visible=bool(values), choices=[NONE, *values], value=NONE))
         return updates if len(updates) != 1 else updates[0]
 
+    def visible_for(self, count, models) -> list[bool]:
+        """Whether each picker shows on the Compare tab: its control is one that a model of the
+        first `count` columns (`models`) has."""
+        used = [model for model in models[: int(count)] if model]
+        return [any(self._has(model, control) for model in used) for control in self.names]
+
+    def for_columns(self, count, *models):
+        """Updates showing only the pickers `visible_for` the columns."""
+        updates = [gr.update(visible=shown) for shown in self.visible_for(count, models)]
+        return updates if len(updates) != 1 else updates[0]
+
     def gather(self, *values) -> dict:
         """{control: value} for the pickers that are not (none) (and that the model has)."""
         model, picked = (values[0], values[1:]) if self.picker else (None, values)
