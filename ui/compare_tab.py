@@ -20,7 +20,7 @@ import gradio as gr
 import runtime
 
 from . import downloads, limits, links, metrics, study_section, widgets
-from .generate_tab import memorisation
+from .generate_tab import memorisation, samples_of
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
@@ -179,7 +179,7 @@ def build(registry) -> None:
                 value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
             )
         pickers = widgets.ControlPickers(registry, None, names)
-        inputs, outputs, blocks = [], [], []
+        inputs, outputs, blocks, loops = [], [], [], []
         with gr.Row(equal_height=True):
             for i in range(MAX_COLUMNS):
                 with gr.Column(visible=i < 2, min_width=240) as block:
@@ -189,12 +189,14 @@ def build(registry) -> None:
                     preset = gr.Dropdown(
                         list(PRESETS), value=DEFAULT_PRESETS[i], label="Decoding preset"
                     )
+                    widgets.model_note(registry, model, f"compare-model-note-{i + 1}")
                     output = gr.Textbox(
                         label=f"Output {i + 1}",
                         lines=12,
                         elem_classes="column-output",
                         elem_id=f"compare-output-{i + 1}",
                     )
+                    loops.append(widgets.loop_warning(f"compare-loops-{i + 1}"))
                 inputs += [model, preset]
                 outputs.append(output)
                 blocks.append(block)
@@ -325,6 +327,8 @@ def build(registry) -> None:
         stop.click(None, cancels=[event])
         stale = {output: "" for output in outputs} | {table: None, result: None}
         widgets.show_errors(errors, event, [run.click], stale)
+        for output, box in zip(outputs, loops):
+            widgets.label_loops(box, event, [run.click], output, samples_of)
         study_section.build(registry, names)
 
 

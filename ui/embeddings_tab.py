@@ -91,6 +91,7 @@ def build(registry) -> None:
         with gr.Row():
             model = widgets.model_picker(names)
             leading = gr.Checkbox(True, label="Leading space", info=SPACE_INFO)
+        widgets.model_note(registry, model, "embeddings-model-note")
         info = gr.Markdown(status(registry, model.value))
         model.change(
             lambda name: status(registry, name),

@@ -11,6 +11,7 @@ its Bible models.
 from __future__ import annotations
 
 import inspect
+import re
 import time
 
 import gradio as gr
@@ -96,7 +97,9 @@ def build(registry) -> None:
                     label="Prompts from seed 002",
                 )
             with gr.Column(scale=3):
+                widgets.model_note(registry, model, "generate-model-note")
                 errors = widgets.error_box("generate-error")
+                loops = widgets.loop_warning("generate-loops")
                 stats = gr.HTML(stats_html(_empty_stats()), label="Stats", elem_id="generate-stats")
                 output = gr.Textbox(
                     label="Output", lines=10, buttons=["copy"], elem_id="generate-output"
@@ -170,6 +173,12 @@ def build(registry) -> None:
         stale = {output: "", tokens: legend_html(), stats: stats_html(_empty_stats()), result: None}
         for started, trigger in ((event, run.click), (submitted, prompt.submit)):
             widgets.show_errors(errors, started, [trigger], stale)
+            widgets.label_loops(loops, started, [trigger], output, samples_of)
+
+
+def samples_of(text: str) -> list[str]:
+    """The samples of the output box's text (StreamCollector.text's "— sample n —" lines)."""
+    return re.split(r"\n\n— sample \d+ —\n", text)
 
 
 def _empty_stats() -> dict:

@@ -19,7 +19,7 @@ import runtime
 from study import bert_generation as strategies
 from study import masking, probes
 
-from . import limits, links, plots, widgets
+from . import expectations, limits, links, plots, widgets
 
 EXAMPLE = "Jesus said to them, “I am the <|mask|> of life.”"
 STUDY_SENTENCES = (
@@ -89,6 +89,10 @@ def build(registry) -> None:
             "Seed 000's BERT-Base vs BERT-Large, scaled down: BERT masked LMs trained here on "
             "the World English Bible. The mask token is `<|mask|>` and takes the space before "
             "it (`the <|mask|> of God`)."
+        )
+        gr.Markdown(
+            "\n\n".join(expectations.summary(n, registry.manifest(n)) for n in names),
+            elem_classes="model-note",
         )
         with gr.Row():
             text = gr.Textbox(EXAMPLE, label="Text with one or more <|mask|>", scale=4)
@@ -276,7 +280,12 @@ def build(registry) -> None:
         )
 
         def generation_rows(prompt, right, tokens):
-            return bert_generation(prompt, right, tokens)
+            """The outputs, each repetition loop labelled as one (ui/expectations.py)."""
+            rows = bert_generation(prompt, right, tokens)
+            for row in rows:
+                reason = expectations.repetition_loop(row[2])
+                row[2] += f"  ⚠ repetition loop ({reason}), not a result" if reason else ""
+            return rows
 
         generated_event = limits.view_and_endpoint(
             generate,

@@ -169,6 +169,7 @@ def build(registry) -> None:
                 )
                 gr.Examples([[e] for e in EXAMPLES], [sentence], label="WEB verses")
             with gr.Column(scale=3):
+                widgets.model_note(registry, model, "paraphrase-model-note")
                 errors = widgets.error_box("paraphrase-error")
                 table = gr.HTML(label="Candidates", elem_id="paraphrase-candidates")
                 summary = gr.Markdown(elem_id="paraphrase-reconstruction")

@@ -198,7 +198,9 @@ def build(registry) -> None:
                 )
                 gr.Examples([[line] for line in examples.KJV], [source], label="KJV verses")
             with gr.Column(scale=3):
+                widgets.model_note(registry, model, "rewrite-model-note")
                 errors = widgets.error_box("rewrite-error")
+                loops = widgets.loop_warning("rewrite-loops")
                 output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])
                 report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
                 with gr.Accordion("Measurements", open=False):
@@ -370,6 +372,7 @@ def build(registry) -> None:
         stale = {output: "", report: "", measured: None, chart: None, table: None}
         widgets.show_errors(errors, rewritten, [run.click, sweep.click], stale)
         widgets.show_errors(errors, swept, [], stale)
+        widgets.label_loops(loops, rewritten, [run.click, sweep.click], output, lambda t: [t])
 
 
 def _round(value):

@@ -55,7 +55,9 @@ def build(registry) -> None:
                 )
                 gr.Examples([[line] for line in examples.WEB], [source], label="WEB verses")
             with gr.Column(scale=2):
+                widgets.model_note(registry, model, "translate-model-note")
                 errors = widgets.error_box("translate-error")
+                loops = widgets.loop_warning("translate-loops")
                 output = gr.Textbox(label="Translation", lines=10, buttons=["copy"])
 
         model.change(
@@ -113,3 +115,4 @@ def build(registry) -> None:
             concurrency_id=limits.CONCURRENCY_ID,
         )
         widgets.show_errors(errors, translated, [run.click], {output: ""})
+        widgets.label_loops(loops, translated, [run.click], output, str.splitlines, "line")

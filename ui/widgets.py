@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from . import limits
+from . import expectations, limits
 from .limits import LIMITS, MODES
 
 NONE = "(none)"
@@ -96,6 +96,35 @@ def show_errors(box: gr.Markdown, event, triggers: list, stale: dict | None = No
         return [gr.Markdown(f"**Error:** {message}", visible=True), *stale.values()]
 
     event.failure(failed, None, [box, *stale], queue=False, api_visibility="private")
+    for trigger in triggers:
+        trigger(hidden, None, box, queue=False, api_visibility="private")
+
+
+def model_note(registry, picker: gr.Dropdown, elem_id: str) -> gr.Markdown:
+    """One line on what `picker`'s model is and what to expect of it, kept in step with it."""
+
+    def note(name):
+        return expectations.summary(name, registry.manifest(name)) if name else ""
+
+    box = gr.Markdown(note(picker.value), elem_id=elem_id, elem_classes="model-note")
+    picker.change(note, picker, box, queue=False, api_visibility="private")
+    return box
+
+
+def loop_warning(elem_id: str) -> gr.Markdown:
+    """The box that labels an output as a repetition loop, hidden while there is none."""
+    return gr.Markdown(visible=False, elem_id=elem_id, elem_classes="loop-warning")
+
+
+def label_loops(box: gr.Markdown, event, triggers: list, output, texts, what="sample") -> None:
+    """After `event`, show in `box` which of `texts(output's value)` are repetition loops
+    (ui/expectations.py); each of `triggers` hides `box` when the next run starts."""
+
+    def label(value):
+        notice = expectations.loop_notice(texts(value or ""), what)
+        return gr.Markdown(notice, visible=bool(notice))
+
+    event.then(label, output, box, queue=False, api_visibility="private")
     for trigger in triggers:
         trigger(hidden, None, box, queue=False, api_visibility="private")
 
