@@ -52,9 +52,22 @@ def build(registry: ModelRegistry):
     return demo
 
 
+def quiet_upstream_warnings() -> None:
+    """Silence the one deprecation warning Gradio 6.17.3 itself causes on every queued request
+    (its routes read Starlette's renamed `HTTP_422_UNPROCESSABLE_ENTITY`; newer Gradio, which
+    the transformers pin keeps us from, no longer does), so the console shows what matters."""
+    import warnings
+
+    warnings.filterwarnings(
+        "ignore", message="'HTTP_422_UNPROCESSABLE_ENTITY' is deprecated", module="gradio"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     from ui.limits import queue_settings
     from ui.style import launch_kwargs
+
+    quiet_upstream_warnings()
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", action="append", default=[], help="extra model directory")

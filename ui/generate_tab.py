@@ -95,6 +95,7 @@ def build(registry) -> None:
                     examples.GENERATE,
                     [prompt, decoding.mode, decoding.temperature],
                     label="Prompts from seed 002",
+                    example_labels=examples.labels(examples.GENERATE),
                 )
             with gr.Column(scale=3):
                 widgets.model_note(registry, model, "generate-model-note")

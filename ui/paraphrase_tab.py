@@ -167,7 +167,9 @@ def build(registry) -> None:
                         "seed": seed,
                     },
                 )
-                gr.Examples([[e] for e in EXAMPLES], [sentence], label="WEB verses")
+                gr.Examples(
+                    [[e] for e in EXAMPLES], [sentence], label="WEB verses", example_labels=EXAMPLES
+                )
             with gr.Column(scale=3):
                 widgets.model_note(registry, model, "paraphrase-model-note")
                 errors = widgets.error_box("paraphrase-error")

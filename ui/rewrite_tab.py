@@ -196,7 +196,12 @@ def build(registry) -> None:
                         "duration": duration,
                     },
                 )
-                gr.Examples([[line] for line in examples.KJV], [source], label="KJV verses")
+                gr.Examples(
+                    [[line] for line in examples.KJV],
+                    [source],
+                    label="KJV verses",
+                    example_labels=examples.KJV,
+                )
             with gr.Column(scale=3):
                 widgets.model_note(registry, model, "rewrite-model-note")
                 errors = widgets.error_box("rewrite-error")

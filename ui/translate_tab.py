@@ -53,7 +53,12 @@ def build(registry) -> None:
                 links.shareable(
                     "translate", "translate", {"model": model, "text": source} | decoding.by_name()
                 )
-                gr.Examples([[line] for line in examples.WEB], [source], label="WEB verses")
+                gr.Examples(
+                    [[line] for line in examples.WEB],
+                    [source],
+                    label="WEB verses",
+                    example_labels=examples.WEB,
+                )
             with gr.Column(scale=2):
                 widgets.model_note(registry, model, "translate-model-note")
                 errors = widgets.error_box("translate-error")
