@@ -149,7 +149,13 @@ def build(registry) -> None:
                         label="Target length",
                     )
                     ratio = widgets.setting_slider(
-                        0.1, 2.0, value=0.8, step=0.1, label="Ratio (output / source)"
+                        0.1,
+                        2.0,
+                        value=0.8,
+                        step=0.1,
+                        label="Ratio (output / source)",
+                        scale=2,
+                        min_width=200,  # narrower, the slider's maximum label is cut off
                     )
                     categories = list(has.get("length", {}).get("values", {}))
                     category = gr.Dropdown(

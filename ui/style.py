@@ -65,6 +65,8 @@ CSS = """
 .model-note { font-size: 13px; opacity: 0.85; }
 .loop-warning { border-left: 4px solid #d97706; padding: 0.4em 1em; background: rgba(217,119,6,0.1);
                 border-radius: 4px; }
+/* Table headers break between words only ("repetition rate", not "repetiti on rate"). */
+.header-content .text.wrap { word-break: normal; overflow-wrap: normal; hyphens: none; }
 .limit-note { font-size: 12px; color: #b45309; margin-top: 4px; }
 .cosines-wrap, .paraphrases-wrap { overflow-x: auto; max-width: 100%; }
 .paraphrases td.candidate, .paraphrases td.source {
