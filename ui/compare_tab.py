@@ -326,6 +326,7 @@ def build(registry) -> None:
         )
         stop.click(None, cancels=[event])
         stale = {output: "" for output in outputs} | {table: None, result: None}
+        stale |= {button: gr.DownloadButton(visible=False) for button in (json_file, csv_file)}
         widgets.show_errors(errors, event, [run.click], stale)
         for output, box in zip(outputs, loops):
             widgets.label_loops(box, event, [run.click], output, samples_of)

@@ -172,6 +172,7 @@ def build(registry) -> None:
         )
         stop.click(None, cancels=[event, submitted], js=MARK_STOPPED)
         stale = {output: "", tokens: legend_html(), stats: stats_html(_empty_stats()), result: None}
+        stale[download] = gr.DownloadButton(visible=False)  # the last run's file is not this run's
         for started, trigger in ((event, run.click), (submitted, prompt.submit)):
             widgets.show_errors(errors, started, [trigger], stale)
             widgets.label_loops(loops, started, [trigger], output, samples_of)
