@@ -108,7 +108,11 @@ def build(registry, names: list[str]) -> None:
             reference = gr.Textbox(examples.REFERENCE, lines=4, label="Reference text")
         run = gr.Button("Run the decoding study", interactive=bool(names))
         errors = widgets.error_box("decoding-study-error")
-        chart = gr.LinePlot(label="Quality and diversity per setting", show_label=False)
+        chart = gr.LinePlot(
+            label="Quality and diversity per setting",
+            show_label=False,
+            elem_id="decoding-study-chart",
+        )
         result = gr.Dataframe(headers=HEADERS, label="Decoding study", interactive=False)
 
         @limits.shown_to_user

@@ -63,7 +63,9 @@ def build(registry) -> None:
                 widgets.model_note(registry, model, "translate-model-note")
                 errors = widgets.error_box("translate-error")
                 loops = widgets.loop_warning("translate-loops")
-                output = gr.Textbox(label="Translation", lines=10, buttons=["copy"])
+                output = gr.Textbox(
+                    label="Translation", lines=10, buttons=["copy"], elem_id="translate-output"
+                )
 
         model.change(
             lambda name: f"**Languages:** {pair_label(registry, name)}",
