@@ -52,15 +52,22 @@ def build(registry: ModelRegistry):
     return demo
 
 
+# Deprecation warnings Gradio 6.17.3 itself causes on every request (its routes read Starlette's
+# renamed HTTP_422 constant) and every table or chart it sends (pandas 3 options it still uses):
+# not ours to fix, and newer Gradio, which the transformers pin keeps us from, no longer does.
+UPSTREAM_WARNINGS = (
+    "'HTTP_422_UNPROCESSABLE_ENTITY' is deprecated",
+    "'future.no_silent_downcasting' is deprecated",
+    "The copy keyword is deprecated",
+)
+
+
 def quiet_upstream_warnings() -> None:
-    """Silence the one deprecation warning Gradio 6.17.3 itself causes on every queued request
-    (its routes read Starlette's renamed `HTTP_422_UNPROCESSABLE_ENTITY`; newer Gradio, which
-    the transformers pin keeps us from, no longer does), so the console shows what matters."""
+    """Silence UPSTREAM_WARNINGS (raised inside gradio only), so the console shows what matters."""
     import warnings
 
-    warnings.filterwarnings(
-        "ignore", message="'HTTP_422_UNPROCESSABLE_ENTITY' is deprecated", module="gradio"
-    )
+    for message in UPSTREAM_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, module="gradio")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -111,11 +111,18 @@ BUSY = """() => [...document.querySelectorAll('[data-testid="status-tracker"]')]
 
 
 STUDY = "Decoding study (seed 000): top-k and top-p sweeps"
-# The main actions of each tab, in order: buttons to click (each waited for) or, after "open:",
-# an accordion to open.
+# The main actions of each tab, in order: buttons to click (each waited for), or "open:" an
+# accordion, or "fill:" the last field with a label (the one in the section just opened).
 ACTIONS = {
     "Generate": ["Generate"],
-    "Compare": ["Compare", f"open:{STUDY}", "Run the decoding study"],
+    # the study with fewer samples and tokens than its defaults, so that it ends in a minute here
+    "Compare": [
+        "Compare",
+        f"open:{STUDY}",
+        "fill:number input for Samples per prompt and setting=2",
+        "fill:number input for Max new tokens=12",
+        "Run the decoding study",
+    ],
     "Rewrite": ["Rewrite", "Sweep every ratio"],
     "Translate": ["Translate"],
     "Paraphrase": ["Paraphrase"],
@@ -215,6 +222,11 @@ def test_tab_opens_ready_and_runs_cleanly(page, tab, artifacts):
     for step in ACTIONS[tab]:
         if step.startswith("open:"):
             page.get_by_text(step.removeprefix("open:"), exact=True).click()
+        elif step.startswith("fill:"):
+            label, value = step.removeprefix("fill:").rsplit("=", 1)
+            field = page.get_by_label(label, exact=True).last
+            field.fill(value)
+            field.press("Tab")
         else:
             page.get_by_role("button", name=step, exact=True).click()
             wait_idle(page)

@@ -38,6 +38,18 @@ def lines(xs: Sequence, series: dict[str, Sequence[float | None]]) -> pd.DataFra
     return frame.astype({VALUE: "float64"})
 
 
+def numbered(labels: Sequence[str]) -> dict[str, str]:
+    """Each distinct label, numbered in order of first appearance so that sorting the numbered
+    labels as text keeps that order.
+
+    >>> numbered(["k = 5", "k = 0", "k = 5"])
+    {'k = 5': '1. k = 5', 'k = 0': '2. k = 0'}
+    """
+    distinct = list(dict.fromkeys(labels))
+    width = len(str(len(distinct)))
+    return {label: f"{i:0{width}d}. {label}" for i, label in enumerate(distinct, start=1)}
+
+
 def line_plot(
     frame: pd.DataFrame,
     *,
@@ -47,9 +59,12 @@ def line_plot(
     **plot_arguments,
 ) -> gr.LinePlot:
     """A `gr.LinePlot` of a `lines` frame: one coloured line per series. When x is text, the
-    x axis keeps the frame's order of first appearance (the browser would sort it otherwise).
+    x axis keeps the frame's order of first appearance: each label is numbered in that order
+    (`numbered`), as the browser sorts text labels. (Gradio 6.17's `sort=[...]` would keep the
+    order, but the browser then cannot clone the chart's spec and draws nothing.)
     Extra keyword arguments go to `gr.LinePlot` (e.g. `title`, `y_lim`)."""
-    textual = not pd.api.types.is_numeric_dtype(frame[X])
+    if not pd.api.types.is_numeric_dtype(frame[X]):
+        frame = frame.assign(**{X: frame[X].map(numbered(frame[X]))})
     return gr.LinePlot(
         frame,
         x=X,
@@ -59,7 +74,6 @@ def line_plot(
         y_title=y_title,
         color_title="",
         color_map=colors,
-        sort=list(dict.fromkeys(frame[X])) if textual else None,
         **plot_arguments,
     )
 
