@@ -329,7 +329,7 @@ def build(registry) -> None:
         stale |= {button: gr.DownloadButton(visible=False) for button in (json_file, csv_file)}
         widgets.show_errors(errors, event, [run.click], stale)
         for output, box in zip(outputs, loops):
-            widgets.label_loops(box, event, [run.click], output, samples_of)
+            widgets.label_loops(box, output, samples_of)
         study_section.build(registry, names)
 
 

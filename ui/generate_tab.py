@@ -175,7 +175,7 @@ def build(registry) -> None:
         stale[download] = gr.DownloadButton(visible=False)  # the last run's file is not this run's
         for started, trigger in ((event, run.click), (submitted, prompt.submit)):
             widgets.show_errors(errors, started, [trigger], stale)
-            widgets.label_loops(loops, started, [trigger], output, samples_of)
+        widgets.label_loops(loops, output, samples_of)
 
 
 def samples_of(text: str) -> list[str]:

@@ -383,7 +383,7 @@ def build(registry) -> None:
         stale = {output: "", report: "", measured: None, chart: None, table: None}
         widgets.show_errors(errors, rewritten, [run.click, sweep.click], stale)
         widgets.show_errors(errors, swept, [], stale)
-        widgets.label_loops(loops, rewritten, [run.click, sweep.click], output, lambda t: [t])
+        widgets.label_loops(loops, output, lambda text: [text])
 
 
 def _round(value):

@@ -63,8 +63,8 @@ CSS = """
 .error-box { border-left: 4px solid #dc2626; padding: 0.6em 1em; background: rgba(220,38,38,0.08);
              border-radius: 4px; }
 .model-note { font-size: 13px; opacity: 0.85; }
-.loop-warning { border-left: 4px solid #d97706; padding: 0.4em 1em; background: rgba(217,119,6,0.1);
-                border-radius: 4px; }
+.loop-warning:has(p) { border-left: 4px solid #d97706; padding: 0.4em 1em;
+                       background: rgba(217,119,6,0.1); border-radius: 4px; }
 /* Table headers break between words only ("repetition rate", not "repetiti on rate"). */
 .header-content .text.wrap { word-break: normal; overflow-wrap: normal; hyphens: none; }
 .limit-note { font-size: 12px; color: #b45309; margin-top: 4px; }

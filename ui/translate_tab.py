@@ -122,4 +122,4 @@ def build(registry) -> None:
             concurrency_id=limits.CONCURRENCY_ID,
         )
         widgets.show_errors(errors, translated, [run.click], {output: ""})
-        widgets.label_loops(loops, translated, [run.click], output, str.splitlines, "line")
+        widgets.label_loops(loops, output, str.splitlines, "line")

@@ -112,21 +112,19 @@ def model_note(registry, picker: gr.Dropdown, elem_id: str) -> gr.Markdown:
 
 
 def loop_warning(elem_id: str) -> gr.Markdown:
-    """The box that labels an output as a repetition loop, hidden while there is none."""
-    return gr.Markdown(visible=False, elem_id=elem_id, elem_classes="loop-warning")
+    """The box that labels an output as a repetition loop, empty while there is none."""
+    return gr.Markdown("", elem_id=elem_id, elem_classes="loop-warning")
 
 
-def label_loops(box: gr.Markdown, event, triggers: list, output, texts, what="sample") -> None:
-    """After `event`, show in `box` which of `texts(output's value)` are repetition loops
-    (ui/expectations.py); each of `triggers` hides `box` when the next run starts."""
+def label_loops(box: gr.Markdown, output, texts, what="sample") -> None:
+    """Whenever `output` changes, say in `box` which of `texts(output's value)` are repetition
+    loops (ui/expectations.py), or empty `box` when none is. (A `.then` after the run would be
+    tidier, but Gradio 6.17 does not show what it returns to a Markdown.)"""
 
     def label(value):
-        notice = expectations.loop_notice(texts(value or ""), what)
-        return gr.Markdown(notice, visible=bool(notice))
+        return expectations.loop_notice(texts(value or ""), what)
 
-    event.then(label, output, box, queue=False, api_visibility="private")
-    for trigger in triggers:
-        trigger(hidden, None, box, queue=False, api_visibility="private")
+    output.change(label, output, box, queue=False, api_visibility="private")
 
 
 def hidden():
