@@ -41,7 +41,7 @@ PROBLEMS = """() => {
       && getComputedStyle(el).visibility !== "hidden";
   };
   const name = (el) => {
-    const block = el.closest("[id]");
+    const block = el.closest("[id]:not([id=''])");
     return `${el.tagName.toLowerCase()}.${String(el.className).split(" ")[0]}`
       + (block ? ` in #${block.id}` : "");
   };
@@ -65,10 +65,12 @@ PROBLEMS = """() => {
     if (!text) problems.push(`button without text: ${name(button)}`);
   }
   for (const plot of document.querySelectorAll(".vega-embed")) {
-    if (!plot.closest(".block") || !shown(plot.closest(".block"))) continue;
-    const marks = plot.querySelector("canvas, svg .marks");
-    const box = (marks || plot).getBoundingClientRect();
-    if (!marks || box.height < 50) problems.push(`plot without data marks: ${name(plot)}`);
+    const block = plot.closest(".block");
+    if (!block || !shown(block)) continue;
+    const marks = block.querySelector(".marks");
+    if (!marks || marks.getBoundingClientRect().height < 50) {
+      problems.push(`plot without data marks: ${name(plot)}`);
+    }
   }
   if (document.documentElement.scrollWidth > width + 1) {
     problems.push(`the page is ${document.documentElement.scrollWidth} px wide`);
@@ -87,12 +89,25 @@ PROBLEMS = """() => {
         + name(block));
     }
   }
+  // The part of an element its scrolling or clipping boxes let show.
+  const seen = (el) => {
+    const box = el.getBoundingClientRect();
+    let [left, top, right, bottom] = [box.left, box.top, box.right, box.bottom];
+    for (let up = el.parentElement; up; up = up.parentElement) {
+      const style = getComputedStyle(up);
+      if (style.overflowX === "visible" && style.overflowY === "visible") continue;
+      const clip = up.getBoundingClientRect();
+      [left, top] = [Math.max(left, clip.left), Math.max(top, clip.top)];
+      [right, bottom] = [Math.min(right, clip.right), Math.min(bottom, clip.bottom)];
+    }
+    return { left, top, right, bottom };
+  };
   const tables = [...document.querySelectorAll("table")].filter(shown);
   for (let i = 0; i < tables.length; i++) {
     for (let j = i + 1; j < tables.length; j++) {
       const [a, b] = [tables[i], tables[j]];
       if (a.contains(b) || b.contains(a)) continue;
-      const p = a.getBoundingClientRect(), q = b.getBoundingClientRect();
+      const p = seen(a), q = seen(b);
       const x = Math.min(p.right, q.right) - Math.max(p.left, q.left);
       const y = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
       if (x > 2 && y > 2) problems.push(`tables overlap: ${name(a)} and ${name(b)}`);
