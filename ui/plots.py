@@ -10,6 +10,7 @@ This module runs no model.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import gradio as gr
@@ -130,14 +131,33 @@ def length_sweep(requested: list, subwords: list, characters: list) -> gr.LinePl
     )
 
 
+def short_names(names: list[str]) -> dict[str, str]:
+    """Each name without the words all of them share, so a legend of several series per model
+    fits under its chart: "masked-lm-base (int8)" and "masked-lm-large (int8)" become "base" and
+    "large". A single name, or names that would become empty, are kept.
+
+    >>> short_names(["masked-lm-base (int8)", "masked-lm-large (int8)"])
+    {'masked-lm-base (int8)': 'base', 'masked-lm-large (int8)': 'large'}
+    """
+    words = {name: re.split(r"[-\s]+", name) for name in names}
+    shared = set.intersection(*map(set, words.values())) if len(names) > 1 else set()
+    short = {name: " ".join(w for w in parts if w not in shared) for name, parts in words.items()}
+    return (
+        short
+        if all(short.values()) and len(set(short.values())) == len(names)
+        else {name: name for name in names}
+    )
+
+
 def masking_study(results: dict[str, dict]) -> gr.LinePlot:
     """Top-k accuracy (%) against the share of masked words (%), a line per model and k (seed
     000, figures 16-17). `results`: {model name: study.masking.masking_study(...)}."""
+    short = short_names(list(results))
     frames = [
         lines(
             [100 * ratio for ratio in result["ratios"]],
             {
-                f"{name}, top {k}": [100 * a for a in result["accuracy"][str(k)]]
+                f"{short[name]}, top {k}": [100 * a for a in result["accuracy"][str(k)]]
                 for k in result["top_k"]
             },
         )
