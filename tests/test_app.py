@@ -278,6 +278,9 @@ def test_models_endpoints(client):
         ("/generate", {"controls": {"genre": "metal"}}, "unknown control 'genre'"),
         ("/generate", {"controls": "law"}, "`controls` must be an object"),
         ("/generate", {"model": TRANSLATOR, "prompt": ""}, "`prompt` must not be empty"),
+        ("/generate", {"prompt": " "}, "`prompt` must not be empty"),  # a causal LM too
+        ("/generate", {"mode": "sampling", "seed": 1e20}, "in [0, 4294967295], got 1e+20"),
+        ("/compare", {"prompt": ""}, "`prompt` must not be empty"),
         ("/translate", {"model": TRANSLATOR, "text": "   "}, "`text` must not be empty"),
         ("/translate", {"model": TRANSLATOR, "text": "a\n" * 17}, "at most 16 lines"),
         ("/rewrite", {"model": REWRITER, "source": "Hi", "target": "ratio", "ratio": 5}, "2"),
@@ -293,11 +296,19 @@ def test_models_endpoints(client):
         ),
     ],
 )
-def test_bad_inputs_get_clear_messages(client, endpoint, kwargs, message):
-    defaults = {"/generate": {"model": LM, "prompt": "In the beginning"}}.get(endpoint, {})
-    with pytest.raises(AppError) as error:
-        client.predict(**{**defaults, **kwargs}, api_name=endpoint)
+def test_bad_inputs_get_clear_messages(client, endpoint, kwargs, message, caplog):
+    defaults = {
+        "/generate": {"model": LM, "prompt": "In the beginning"},
+        "/compare": {"prompt": "x", "model_1": LM, "preset_1": "greedy", "model_2": LM},
+    }.get(endpoint, {})
+    with caplog.at_level("WARNING", logger="scriptorium.app"):
+        with pytest.raises(AppError) as error:
+            client.predict(**{**defaults, **kwargs}, api_name=endpoint)
     assert message in str(error.value)
+    # the server logs the user's mistake as one line, without a traceback
+    (logged,) = [r for r in caplog.records if r.name == "scriptorium.app"]
+    assert message in logged.getMessage() and logged.exc_info is None
+    assert "\n" not in logged.getMessage()
 
 
 def test_stop_ends_the_generation_loop(served, client):
