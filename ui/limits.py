@@ -96,13 +96,17 @@ def text(name: str, value, allow_empty: bool = False, max_chars: int | None = No
 def integer(name: str, value, low: int, high: int) -> int:
     """`value` as an int in [low, high] (a float with no fractional part is accepted).
 
-    A float beyond 2**53 is reported as the float it is (`1e+20`), not as the integer its
-    rounding happens to give (100000000000000000000): the page cannot send such a number exactly.
+    A browser cannot send a number beyond 2**53 exactly (99999999999999999999 arrives as
+    100000000000000000000), so such a number is reported as received and said to be rounded;
+    a float stays the float it is (`1e+20`).
     """
     if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"`{name}` must be an int in [{low}, {high}], got {value!r}")
+        got = repr(value)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+            got += " (as received; a number this large may arrive rounded)"
+        raise ValueError(f"`{name}` must be an int in [{low}, {high}], got {got}")
     return value
 
 
