@@ -86,13 +86,16 @@ def error_box(elem_id: str) -> gr.Markdown:
 
 
 def show_errors(box: gr.Markdown, event, triggers: list, stale: dict | None = None) -> None:
-    """When `event` fails, show its message in `box` and give each `stale` output (component
-    -> its empty value) that value; each of `triggers` (the event's `button.click`, …) hides
+    """When `event` fails with an error `limits.shown_to_user` raised, show its message in
+    `box` and give each `stale` output (component -> its empty value) that value (a stopped
+    run changes nothing); each of `triggers` (the event's `button.click`, …) hides
     `box` again when the next run starts."""
     stale = stale or {}
 
     def failed(request: gr.Request):
-        message = limits.last_error(request.session_hash) or "the run failed"
+        message = limits.last_error(request.session_hash)
+        if not message:  # Stop (Gradio runs failure handlers on a cancel too): keep the output
+            return [gr.skip()] * (1 + len(stale))
         return [gr.Markdown(f"**Error:** {message}", visible=True), *stale.values()]
 
     event.failure(failed, None, [box, *stale], queue=False, api_visibility="private")
