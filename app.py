@@ -34,6 +34,7 @@ def build(registry: ModelRegistry):
         paraphrase_tab,
         rewrite_tab,
         translate_tab,
+        widgets,
     )
 
     with gr.Blocks(title="Scriptorium") as demo:
@@ -52,13 +53,34 @@ def build(registry: ModelRegistry):
             masked_lm_tab.build(registry)
             models_tab.build(registry, HERE / "bench" / "results")
         links.attach(demo, tabs)
+        demo.load(None, js=widgets.LIMIT_NOTES, api_visibility="private")  # runs in the page only
     return demo
+
+
+# Deprecation warnings Gradio 6.17.3 itself causes on every request (its routes read Starlette's
+# renamed HTTP_422 constant) and every table or chart it sends (pandas 3 options it still uses):
+# not ours to fix, and newer Gradio, which the transformers pin keeps us from, no longer does.
+UPSTREAM_WARNINGS = (
+    "'HTTP_422_UNPROCESSABLE_ENTITY' is deprecated",
+    "'future.no_silent_downcasting' is deprecated",
+    "The copy keyword is deprecated",
+)
+
+
+def quiet_upstream_warnings() -> None:
+    """Silence UPSTREAM_WARNINGS (raised inside gradio only), so the console shows what matters."""
+    import warnings
+
+    for message in UPSTREAM_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, module="gradio")
 
 
 def main(argv: list[str] | None = None) -> int:
     from ui import server
     from ui.limits import queue_settings
     from ui.style import launch_kwargs
+
+    quiet_upstream_warnings()
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", action="append", default=[], help="extra model directory")

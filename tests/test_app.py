@@ -151,11 +151,12 @@ def test_decoding_study(client):
     )
     plot = chart["value"]  # the endpoint returns the LinePlot's update: its props and value
     assert plot["mark"] == "line" and plot["columns"] == ["x", "value", "series"]
-    assert chart["sort"] == [row[1] for row in table["data"]]
+    assert chart.get("sort") is None  # the x labels are numbered in the table's order instead
     plotted = {(x, series): y for x, y, series in plot["data"]}
-    for row in table["data"]:
+    for number, row in enumerate(table["data"], start=1):
         series = f"{row[0]}, quality: BLEU"
-        assert row[2] == "–" or plotted[(row[1], series)] == pytest.approx(row[2], abs=1e-3)
+        at = (f"{number}. {row[1]}", series)
+        assert row[2] == "–" or plotted[at] == pytest.approx(row[2], abs=1e-3)
     assert [row[1] for row in table["data"]] == [
         "k = 0",
         "k = 5",
@@ -203,7 +204,7 @@ def test_rewrite_sweep_covers_every_ratio(client):
     chart, table = client.predict(
         model=REWRITER, source="Blessed are the meek.", max_new_tokens=12, api_name="/rewrite_sweep"
     )
-    assert chart["value"]["mark"] == "line" and chart["sort"] is None  # numeric ratios
+    assert chart["value"]["mark"] == "line" and chart.get("sort") is None  # numeric ratios
     achieved = [y for _, y, series in chart["value"]["data"] if series == "achieved, characters"]
     assert len(achieved) == 20
     assert [row[0] for row in table["data"]] == [r / 10 for r in range(1, 21)]
@@ -277,6 +278,9 @@ def test_models_endpoints(client):
         ("/generate", {"controls": {"genre": "metal"}}, "unknown control 'genre'"),
         ("/generate", {"controls": "law"}, "`controls` must be an object"),
         ("/generate", {"model": TRANSLATOR, "prompt": ""}, "`prompt` must not be empty"),
+        ("/generate", {"prompt": " "}, "`prompt` must not be empty"),  # a causal LM too
+        ("/generate", {"mode": "sampling", "seed": 1e20}, "in [0, 4294967295], got 1e+20"),
+        ("/compare", {"prompt": ""}, "`prompt` must not be empty"),
         ("/translate", {"model": TRANSLATOR, "text": "   "}, "`text` must not be empty"),
         ("/translate", {"model": TRANSLATOR, "text": "a\n" * 17}, "at most 16 lines"),
         ("/rewrite", {"model": REWRITER, "source": "Hi", "target": "ratio", "ratio": 5}, "2"),
@@ -292,11 +296,19 @@ def test_models_endpoints(client):
         ),
     ],
 )
-def test_bad_inputs_get_clear_messages(client, endpoint, kwargs, message):
-    defaults = {"/generate": {"model": LM, "prompt": "In the beginning"}}.get(endpoint, {})
-    with pytest.raises(AppError) as error:
-        client.predict(**{**defaults, **kwargs}, api_name=endpoint)
+def test_bad_inputs_get_clear_messages(client, endpoint, kwargs, message, caplog):
+    defaults = {
+        "/generate": {"model": LM, "prompt": "In the beginning"},
+        "/compare": {"prompt": "x", "model_1": LM, "preset_1": "greedy", "model_2": LM},
+    }.get(endpoint, {})
+    with caplog.at_level("WARNING", logger="scriptorium.app"):
+        with pytest.raises(AppError) as error:
+            client.predict(**{**defaults, **kwargs}, api_name=endpoint)
     assert message in str(error.value)
+    # the server logs the user's mistake as one line, without a traceback
+    (logged,) = [r for r in caplog.records if r.name == "scriptorium.app"]
+    assert message in logged.getMessage() and logged.exc_info is None
+    assert "\n" not in logged.getMessage()
 
 
 def test_stop_ends_the_generation_loop(served, client):

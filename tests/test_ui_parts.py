@@ -369,6 +369,13 @@ def test_facts():
     assert rows["languages"] == "en → es" and rows["input embeddings"] == "not shipped"
 
 
+def test_numbered_labels_sort_as_text_in_their_order():
+    labels = [f"setting {i}" for i in (3, 1, 2, 10, 11, 4, 5, 6, 7, 8, 9, 12)]
+    named = plots.numbered(labels + labels[:2])
+    assert list(named) == labels and sorted(named.values()) == [named[x] for x in labels]
+    assert named["setting 3"] == "01. setting 3" and named["setting 12"] == "12. setting 12"
+
+
 def test_lines_is_long_format_and_skips_missing_points():
     frame = plots.lines([0.5, 1.0], {"a": [0.6, None], "b": [0.55, 1.1]})
     assert frame.columns.tolist() == [plots.X, plots.VALUE, plots.SERIES]
@@ -384,15 +391,16 @@ def test_plots_are_native_line_plots_with_every_point():
         {"sweep": "top-p", "label": "p = 0.95", "bleu": None, "self_bleu": 30.0},
     ]
     study = plots.decoding_study(rows)
-    assert isinstance(study, gr.LinePlot) and study.sort == ["k = 0", "k = 5", "p = 0.95"]
+    # numbered labels keep the settings' order (a `sort` list stops the browser drawing)
+    assert isinstance(study, gr.LinePlot) and study.sort is None
     data = study.value  # as the browser receives it
     points = {(x, series): y for x, y, series in data["data"]}
     assert points == {
-        ("k = 0", "top-k, quality: BLEU"): 40.0,
-        ("k = 5", "top-k, quality: BLEU"): 12.5,
-        ("k = 0", "top-k, Self-BLEU (lower = more diverse)"): 21.0,
-        ("k = 5", "top-k, Self-BLEU (lower = more diverse)"): 80.0,
-        ("p = 0.95", "top-p, Self-BLEU (lower = more diverse)"): 30.0,
+        ("1. k = 0", "top-k, quality: BLEU"): 40.0,
+        ("2. k = 5", "top-k, quality: BLEU"): 12.5,
+        ("1. k = 0", "top-k, Self-BLEU (lower = more diverse)"): 21.0,
+        ("2. k = 5", "top-k, Self-BLEU (lower = more diverse)"): 80.0,
+        ("3. p = 0.95", "top-p, Self-BLEU (lower = more diverse)"): 30.0,
     }
     assert data["mark"] == "line" and data["datatypes"][plots.X] == "nominal"
 
@@ -406,7 +414,8 @@ def test_plots_are_native_line_plots_with_every_point():
     ]
     assert [row[:2] for row in data["data"] if row[2] == "achieved, characters"] == [[0.5, 0.55]]
     categorical = plots.length_sweep(["short", "long"], [0.7, 1.2], [0.8, 1.1])
-    assert categorical.sort == ["short", "long"]
+    assert categorical.sort is None
+    assert [row[0] for row in categorical.value["data"]][:2] == ["1. short", "2. long"]
     assert categorical.x_title.startswith("requested length")
 
 

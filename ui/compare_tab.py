@@ -21,7 +21,7 @@ import gradio as gr
 import runtime
 
 from . import downloads, limits, links, metrics, study_section, widgets
-from .generate_tab import memorisation
+from .generate_tab import memorisation, samples_of
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
@@ -164,7 +164,6 @@ def build(registry, sections=()) -> None:
                 value="In the beginning",
                 lines=2,
                 scale=4,
-                max_length=limits.LIMITS.max_prompt_chars,
             )
             count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
         with gr.Row():
@@ -182,7 +181,7 @@ def build(registry, sections=()) -> None:
                 value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
             )
         pickers = widgets.ControlPickers(registry, None, names)
-        inputs, outputs, blocks = [], [], []
+        inputs, outputs, blocks, loops = [], [], [], []
         with gr.Row(equal_height=True):
             for i in range(MAX_COLUMNS):
                 with gr.Column(visible=i < 2, min_width=240) as block:
@@ -192,18 +191,21 @@ def build(registry, sections=()) -> None:
                     preset = gr.Dropdown(
                         list(PRESETS), value=DEFAULT_PRESETS[i], label="Decoding preset"
                     )
+                    widgets.model_note(registry, model, f"compare-model-note-{i + 1}")
                     output = gr.Textbox(
                         label=f"Output {i + 1}",
                         lines=12,
                         elem_classes="column-output",
                         elem_id=f"compare-output-{i + 1}",
                     )
+                    loops.append(widgets.loop_warning(f"compare-loops-{i + 1}"))
                 inputs += [model, preset]
                 outputs.append(output)
                 blocks.append(block)
         with gr.Row():
             run = gr.Button("Compare", variant="primary", interactive=bool(names))
             stop = gr.Button("Stop", variant="stop")
+        errors = widgets.error_box("compare-error")
         column_inputs = {
             f"{kind}_{i // 2 + 1}": component
             for i, (kind, component) in enumerate(zip(["model", "preset"] * MAX_COLUMNS, inputs))
@@ -254,6 +256,19 @@ def build(registry, sections=()) -> None:
             queue=False,
             api_visibility="private",
         )
+        # A control picker shows only while a shown column's model has that control.
+        models = inputs[::2]
+        defaults = [model.value for model in models]
+        for picker, shown in zip(pickers.dropdowns, pickers.visible_for(count.value, defaults)):
+            picker.visible = shown
+        for trigger in (count, *models):
+            trigger.change(
+                pickers.for_columns,
+                [count, *models],
+                pickers.dropdowns,
+                queue=False,
+                api_visibility="private",
+            )
 
         @limits.shown_to_user
         def compare(
@@ -275,7 +290,7 @@ def build(registry, sections=()) -> None:
             """Stream each column's text and the metrics table (one row per column)."""
             arguments = locals()  # the API arguments (and closure names), for the record
             settings = {name: arguments[name] for name in inspect.signature(compare).parameters}
-            prompt = limits.text("prompt", prompt, allow_empty=True)
+            prompt = limits.text("prompt", prompt)
             columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
             max_new_tokens = limits.integer(
                 "max_new_tokens", max_new_tokens, 1, limits.LIMITS.max_new_tokens
@@ -312,6 +327,11 @@ def build(registry, sections=()) -> None:
             concurrency_id=limits.CONCURRENCY_ID,
         )
         stop.click(None, cancels=[event])
+        stale = {output: "" for output in outputs} | {table: None, result: None}
+        stale |= {button: gr.DownloadButton(visible=False) for button in (json_file, csv_file)}
+        widgets.show_errors(errors, event, [run.click], stale)
+        for output, box in zip(outputs, loops):
+            widgets.label_loops(box, output, samples_of)
         study_section.build(registry, names)
         for build_section in sections:  # e.g. ui/arena.py's, which imports this module
             build_section(registry)

@@ -91,6 +91,7 @@ def build(registry) -> None:
         with gr.Row():
             model = widgets.model_picker(names)
             leading = gr.Checkbox(True, label="Leading space", info=SPACE_INFO)
+        widgets.model_note(registry, model, "embeddings-model-note")
         info = gr.Markdown(status(registry, model.value))
         model.change(
             lambda name: status(registry, name),
@@ -107,6 +108,7 @@ def build(registry) -> None:
                 )
                 pairs = gr.Textbox(examples.SIMILARITY_PAIRS, lines=4, label="Pairs, one per line")
                 compare = gr.Button("Compare phrases", variant="primary")
+                similarity_errors = widgets.error_box("embedding-similarity-error")
                 links.shareable(
                     "embeddings",
                     "embedding_similarity",
@@ -128,6 +130,7 @@ def build(registry) -> None:
                     )
                 words_only = gr.Checkbox(True, label="Only tokens with letters or digits")
                 find = gr.Button("Find neighbours")
+                neighbour_errors = widgets.error_box("nearest-neighbours-error")
                 links.shareable(
                     "embeddings",
                     "nearest_neighbours",
@@ -143,6 +146,7 @@ def build(registry) -> None:
                 expression = gr.Textbox("king - man + woman", label="Expression")
                 expected = gr.Textbox("queen", label="Expected answer (optional)")
                 solve = gr.Button("Solve")
+                analogy_errors = widgets.error_box("analogy-error")
                 links.shareable(
                     "embeddings",
                     "analogy",
@@ -207,27 +211,30 @@ def build(registry) -> None:
                 text += f"; '{expected}' ranks {rank} of {len(space.matrix)} tokens"
             return text, rows
 
-        compare.click(
+        compared = compare.click(
             embedding_similarity,
             [model, pairs, leading],
             similarity,
             api_name="embedding_similarity",
             concurrency_id=limits.CONCURRENCY_ID,
         )
-        find.click(
+        found = find.click(
             nearest_neighbours,
             [model, word, k, words_only, leading],
             neighbours,
             api_name="nearest_neighbours",
             concurrency_id=limits.CONCURRENCY_ID,
         )
-        solve.click(
+        solved = solve.click(
             analogy,
             [model, expression, expected, leading],
             [verdict, answers],
             api_name="analogy",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        widgets.show_errors(similarity_errors, compared, [compare.click], {similarity: None})
+        widgets.show_errors(neighbour_errors, found, [find.click], {neighbours: None})
+        widgets.show_errors(analogy_errors, solved, [solve.click], {verdict: "", answers: None})
 
         build_word_vectors(registry)
 
@@ -261,6 +268,7 @@ def build_word_vectors(registry) -> None:
                 c = gr.Textbox("woman", label="c")
             solve = gr.Button("a : b :: c : ?")
             word_vector_link("word_analogy", {"a": a, "b": b, "c": c})
+    word_errors = widgets.error_box("word-vectors-error")
     headers = ["rank", *models] if models else ["rank"]
     table = gr.Dataframe(
         headers=headers, interactive=False, wrap=True, label="Side by side", elem_id="word-vectors"
@@ -278,6 +286,7 @@ def build_word_vectors(registry) -> None:
     word_vector_link(
         "static_vs_contextual", {"word": sense_word, "sentence_1": first, "sentence_2": second}
     )
+    contrast_errors = widgets.error_box("static-vs-contextual-error")
     contrast_table = gr.Dataframe(interactive=False, wrap=True, label="Neighbours")
 
     def _check(model: str) -> str:
@@ -339,11 +348,13 @@ def build_word_vectors(registry) -> None:
         rows = static_vs_contextual(word, sentence_1, sentence_2)
         return gr.Dataframe(rows, headers=["model", "where", "neighbours"])
 
-    limits.view_and_endpoint(
+    found = limits.view_and_endpoint(
         find, neighbour_rows, [word, topn], table, word_neighbours, "word_neighbours"
     )
-    limits.view_and_endpoint(solve, analogy_rows, [a, b, c], table, word_analogy, "word_analogy")
-    limits.view_and_endpoint(
+    solved = limits.view_and_endpoint(
+        solve, analogy_rows, [a, b, c], table, word_analogy, "word_analogy"
+    )
+    contrasted = limits.view_and_endpoint(
         contrast,
         contrast_rows,
         [sense_word, first, second],
@@ -351,3 +362,6 @@ def build_word_vectors(registry) -> None:
         static_vs_contextual,
         "static_vs_contextual",
     )
+    for event in (found, solved):
+        widgets.show_errors(word_errors, event, [find.click, solve.click], {table: None})
+    widgets.show_errors(contrast_errors, contrasted, [contrast.click], {contrast_table: None})

@@ -1,7 +1,9 @@
 """Example texts for the tabs: Bible verses (public domain) and the prompts of the seeds.
 
 Verses come from tests/fixtures/verses.tsv: World English Bible (WEB), King James Version (KJV),
-Reina-Valera 1909. Seed 002's prompts are the ones it gave its Bible models. Data only.
+Reina-Valera 1909. Seed 002's prompts are the ones it gave its Bible models. Data, and `labels`,
+the examples' button texts: Gradio 6.17 draws an example button empty (and throws in the page)
+when it renders the example from its component, but a label it draws as text.
 """
 
 from __future__ import annotations
@@ -14,6 +16,20 @@ GENERATE = [
     ["He who is without sin", "sampling", 0.5],
     ["In the beginning", "greedy", 1.0],
 ]
+
+
+def labels(rows: list[list]) -> list[str]:
+    """A button text per Generate example: the prompt, the decoding and, when sampling, the
+    temperature.
+
+    >>> labels([["In the beginning", "greedy", 1.0], ["He who", "sampling", 0.5]])
+    ['In the beginning (greedy)', 'He who (sampling, T = 0.5)']
+    """
+    return [
+        f"{prompt} ({mode}, T = {temperature})" if mode == "sampling" else f"{prompt} ({mode})"
+        for prompt, mode, temperature in rows
+    ]
+
 
 # KJV lines to rewrite into modern English (004's task on the KJV → WEB pairs).
 KJV = [

@@ -11,6 +11,7 @@ its Bible models.
 from __future__ import annotations
 
 import inspect
+import re
 import time
 
 import gradio as gr
@@ -78,7 +79,6 @@ def build(registry) -> None:
                     label="Prompt",
                     value=examples.GENERATE[0][0],
                     lines=3,
-                    max_length=limits.LIMITS.max_prompt_chars,
                 )
                 pickers = widgets.ControlPickers(registry, model, names)
                 decoding = widgets.decoding_inputs()
@@ -95,8 +95,12 @@ def build(registry) -> None:
                     examples.GENERATE,
                     [prompt, decoding.mode, decoding.temperature],
                     label="Prompts from seed 002",
+                    example_labels=examples.labels(examples.GENERATE),
                 )
             with gr.Column(scale=3):
+                widgets.model_note(registry, model, "generate-model-note")
+                errors = widgets.error_box("generate-error")
+                loops = widgets.loop_warning("generate-loops")
                 stats = gr.HTML(stats_html(_empty_stats()), label="Stats", elem_id="generate-stats")
                 output = gr.Textbox(
                     label="Output", lines=10, buttons=["copy"], elem_id="generate-output"
@@ -135,7 +139,7 @@ def build(registry) -> None:
             """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
             arguments = locals()  # the API arguments (and closure names), for the record
             settings = {name: arguments[name] for name in inspect.signature(generate).parameters}
-            prompt = limits.text("prompt", prompt, allow_empty=True)
+            prompt = limits.text("prompt", prompt)
             config = limits.decoding(
                 mode,
                 max_new_tokens,
@@ -167,6 +171,16 @@ def build(registry) -> None:
             concurrency_id=limits.CONCURRENCY_ID,
         )
         stop.click(None, cancels=[event, submitted], js=MARK_STOPPED)
+        stale = {output: "", tokens: legend_html(), stats: stats_html(_empty_stats()), result: None}
+        stale[download] = gr.DownloadButton(visible=False)  # the last run's file is not this run's
+        for started, trigger in ((event, run.click), (submitted, prompt.submit)):
+            widgets.show_errors(errors, started, [trigger], stale)
+        widgets.label_loops(loops, output, samples_of)
+
+
+def samples_of(text: str) -> list[str]:
+    """The samples of the output box's text (StreamCollector.text's "— sample n —" lines)."""
+    return re.split(r"\n\n— sample \d+ —\n", text)
 
 
 def _empty_stats() -> dict:

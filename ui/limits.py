@@ -4,14 +4,19 @@ Every endpoint checks its inputs here before any model runs: text length caps, t
 parameter ranges (their values: `runtime.limits.LIMITS`), with messages in the project's one
 template (`` `top_p` must be in (0, 1], got 1.5 ``). The checks raise `ValueError`;
 `shown_to_user` turns that (and the runtime's own `ValueError`s) into `gr.Error`, which the UI
-shows as a message and an API client receives as the error text. This module builds no components.
+shows as a message and an API client receives as the error text; the server logs such an error
+as one line (it is the user's, not the server's), and keeps it for the page's error box
+(`last_error`, ui/widgets.py). This module builds no components.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
+import threading
+from collections import OrderedDict
 
 import runtime
 from runtime.limits import LIMITS
@@ -19,13 +24,19 @@ from runtime.limits import LIMITS
 CONCURRENCY_ID = "models"  # every event that runs a model shares one concurrency limit
 
 
-def view_and_endpoint(button, view, inputs, outputs, endpoint, api_name: str) -> None:
+LOG = logging.getLogger("scriptorium.app")
+MAX_KEPT_ERRORS = 1024  # sessions whose last error waits for their page's error box
+_kept_errors: OrderedDict[str, str] = OrderedDict()  # session hash -> its last error message
+_kept_lock = threading.Lock()
+
+
+def view_and_endpoint(button, view, inputs, outputs, endpoint, api_name: str):
     """Wire a button that shows `view`'s page-shaped output (kept off the API, named
     `<api_name>_view` for links.shareable) and publish the plain-data `endpoint` as `/api_name`,
-    both sharing the models' concurrency limit."""
+    both sharing the models' concurrency limit. Returns the button's event."""
     import gradio as gr
 
-    button.click(
+    event = button.click(
         view,
         inputs,
         outputs,
@@ -34,6 +45,7 @@ def view_and_endpoint(button, view, inputs, outputs, endpoint, api_name: str) ->
         concurrency_id=CONCURRENCY_ID,
     )
     gr.api(endpoint, api_name=api_name)
+    return event
 
 
 def queue_settings() -> dict:
@@ -61,11 +73,19 @@ def text(name: str, value, allow_empty: bool = False, max_chars: int | None = No
 
 
 def integer(name: str, value, low: int, high: int) -> int:
-    """`value` as an int in [low, high] (a float with no fractional part is accepted)."""
-    if isinstance(value, float) and value.is_integer():
+    """`value` as an int in [low, high] (a float with no fractional part is accepted).
+
+    A browser cannot send a number beyond 2**53 exactly (99999999999999999999 arrives as
+    100000000000000000000), so such a number is reported as received and said to be rounded;
+    a float stays the float it is (`1e+20`).
+    """
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise ValueError(f"`{name}` must be an int in [{low}, {high}], got {value!r}")
+        got = repr(value)
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**53:
+            got += " (as received; a number this large may arrive rounded)"
+        raise ValueError(f"`{name}` must be an int in [{low}, {high}], got {got}")
     return value
 
 
@@ -153,15 +173,39 @@ def decoding(
     return runtime.GenerationConfig(**settings).validate()
 
 
+def _user_error(name: str, error: Exception):
+    """`error` as the `gr.Error` the user sees, logged as one line without a traceback and kept
+    for the session's error box."""
+    import gradio as gr
+    from gradio.context import LocalContext
+
+    message = str(error)
+    LOG.warning("%s refused: %s", name, message)
+    request = LocalContext.request.get(None)
+    session = getattr(request, "session_hash", None)
+    if session:
+        with _kept_lock:
+            _kept_errors[session] = message
+            _kept_errors.move_to_end(session)
+            while len(_kept_errors) > MAX_KEPT_ERRORS:
+                _kept_errors.popitem(last=False)
+    return gr.Error(message, print_exception=False)
+
+
+def last_error(session: str | None) -> str:
+    """The message of the last error `shown_to_user` raised in `session` (forgotten once read);
+    "" if there is none."""
+    with _kept_lock:
+        return _kept_errors.pop(session, "") if session else ""
+
+
 def shown_to_user(fn):
     """Wrap an event function so `ValueError`, `FileNotFoundError` and `ConnectionError` (a
-    `--backend` server that failed) reach the user as `gr.Error`.
+    `--backend` server that failed) reach the user as `gr.Error`: one log line, no traceback.
 
     Works for plain functions and generator functions (streaming events); the wrapper keeps
     `fn`'s signature, from which Gradio names the API parameters.
     """
-    import gradio as gr
-
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
@@ -169,7 +213,7 @@ def shown_to_user(fn):
             try:
                 yield from fn(*args, **kwargs)
             except (ValueError, FileNotFoundError, ConnectionError) as error:
-                raise gr.Error(str(error)) from error
+                raise _user_error(fn.__name__, error) from error
 
         return streaming
 
@@ -178,6 +222,6 @@ def shown_to_user(fn):
         try:
             return fn(*args, **kwargs)
         except (ValueError, FileNotFoundError, ConnectionError) as error:
-            raise gr.Error(str(error)) from error
+            raise _user_error(fn.__name__, error) from error
 
     return plain

@@ -12,9 +12,9 @@ sections, each with its own button (Masked LM, Embeddings), makes one call per s
 button runs, e.g. every masked LM side by side), whose parameters are the API's names too.
 
 The URL is relative (only a query string), so the browser resolves it against the page it is on,
-which keeps any path prefix (a reverse proxy, a Space). On page load `attach`'s handler reads
-`request.query_params`, selects the tab, sets every named input (converted to its component's type
-and checked against its range or choices) and, with `run=1`, calls the endpoint with those
+which keeps any path prefix (a reverse proxy, a Space). On page load `attach`'s handlers read
+the page's query string, select the tab, set every named input (converted to its component's type
+and checked against its range or choices) and, with `run=1`, call the endpoint with those
 arguments (and the components' defaults for the others), so the output equals the original's.
 Unknown or invalid parameters are named in a message on top of the page; the valid ones are still
 restored, and nothing runs. This module holds no model logic.
@@ -27,7 +27,7 @@ import json
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 import gradio as gr
 from gradio.context import Context
@@ -35,6 +35,15 @@ from gradio.context import Context
 RESERVED = ("tab", "section", "run")
 # In the browser, turn the relative link the server made into the page's full URL.
 ABSOLUTE_URL = "(query) => query ? new URL(query, window.location.href).href : ''"
+# On page load: nothing without a query string; else click the link target's restore button.
+ROUTE = """() => {
+  const params = new URLSearchParams(window.location.search);
+  if ([...params.keys()].length === 0) return;
+  const tab = params.get("tab"), section = params.get("section");
+  const key = section === null ? tab : `${tab}-${section}`;
+  const target = key === null ? null : document.getElementById(`link-restore-${key}`);
+  (target || document.getElementById("link-restore")).click();
+}"""
 
 
 @dataclass
@@ -273,7 +282,14 @@ def _parameters(block_fn) -> list[str]:
 
 
 def attach(demo: gr.Blocks, tabs: gr.Tabs) -> None:
-    """Restore (and with run=1 run) a link's settings when the page loads; call after the tabs."""
+    """Restore (and with run=1 run) a link's settings when the page loads; call after the tabs.
+
+    A page load runs only a line of JavaScript: without a query string nothing else happens; with
+    one, it clicks the hidden restore button of the link's target (or, when the link names no
+    registered target, the one that only shows the notice), so only that tab's events run and
+    no other tab's components are touched (Gradio 6.17 left every output of an event pending,
+    spinner and timer running, when its tab had not been rendered yet).
+    """
     page = _PAGES.get(demo, _PageLinks())
     if not page.shares:
         return
@@ -288,52 +304,79 @@ def attach(demo: gr.Blocks, tabs: gr.Tabs) -> None:
                 f"{params}, got {list(share.inputs)}"
             )
         endpoints[key] = block_fn
-    components = list(dict.fromkeys(c for s in page.shares.values() for c in s.inputs.values()))
-    pending = gr.State(None)
+    with gr.Row(elem_classes="link-triggers"):  # hidden by CSS, so still clicked by the script
+        query = gr.Textbox(show_label=False, container=False)
+        fallback = gr.Button("restore link", elem_id="link-restore")
+        buttons = {
+            key: gr.Button(f"restore {key}", elem_id=f"link-restore-{key}") for key in page.shares
+        }
 
-    def restore(request: gr.Request):
-        params = dict(request.query_params)
-        parsed = parse_query(params, page.shares)
-        updates = {c: gr.skip() for c in components}
-        for name, value in parsed.values.items():
-            updates[parsed.share.inputs[name]] = value
-        if parsed.problems:
-            text = "**This link could not be used in full:** " + "; ".join(parsed.problems)
-            text += ". Nothing was run." if params.get("run") == "1" else ""
-            message = gr.Markdown(text, visible=True)
-        else:
-            message = gr.skip()
-        selected = gr.Tabs(selected=parsed.share.tab) if parsed.share else gr.skip()
-        run = {"key": parsed.share.key, "values": parsed.values} if parsed.run else None
-        return [message, selected, *updates.values(), run]
+    def parsed_from(text: str) -> tuple[dict, ParsedLink]:
+        params = dict(parse_qsl(text.lstrip("?"), keep_blank_values=True))
+        return params, parse_query(params, page.shares)
 
-    loaded = demo.load(
-        restore,
-        None,
-        [notice_box, tabs, *components, pending],
-        queue=False,
-        api_visibility="private",
+    def message(params: dict, parsed: ParsedLink):
+        if not parsed.problems:
+            return gr.skip()
+        text = "**This link could not be used in full:** " + "; ".join(parsed.problems)
+        text += ". Nothing was run." if params.get("run") == "1" else ""
+        return gr.Markdown(text, visible=True)
+
+    def only_notice(text: str):
+        return message(*parsed_from(text))
+
+    read_query = "() => window.location.search"
+    fallback.click(
+        only_notice, query, notice_box, js=read_query, queue=False, api_visibility="private"
     )
     for key, share in page.shares.items():
-        loaded.then(
+        inputs = list(share.inputs.values())
+        pending = gr.State(None)
+
+        def select(text: str, share=share):
+            params, parsed = parsed_from(text)
+            return message(params, parsed), gr.Tabs(selected=share.tab)
+
+        def restore(text: str, share=share):
+            _, parsed = parsed_from(text)
+            values = [parsed.values.get(name, gr.skip()) for name in share.inputs]
+            return [*values, parsed.values if parsed.run else None]
+
+        # The tab is selected first, so its components are rendered before their values arrive.
+        buttons[key].click(
+            select,
+            query,
+            [notice_box, tabs],
+            js=read_query,
+            queue=False,
+            api_visibility="private",
+        ).then(
+            restore,
+            query,
+            [*inputs, pending],
+            js=read_query,
+            queue=False,
+            api_visibility="private",
+        ).then(
             _runner(share, endpoints[key]),
             pending,
             endpoints[key].outputs,
             concurrency_id=endpoints[key].concurrency_id,
             api_visibility="private",
         )
+    demo.load(None, None, None, js=ROUTE, api_visibility="private")
 
 
 def _runner(share: Share, block_fn):
-    """A generator that runs `share`'s event when the pending link is for it."""
+    """A generator that runs `share`'s event with a link's values (the inputs it leaves out
+    keep their defaults), or does nothing when the link did not ask to run."""
     params = _parameters(block_fn)
     skip = [gr.skip()] * len(block_fn.outputs)
 
-    def run_link(pending):
-        if not pending or pending["key"] != share.key:
+    def run_link(values):
+        if values is None:
             yield skip[0] if len(skip) == 1 else skip
             return
-        values = pending["values"]
         args = [values.get(name, share.inputs[name].value) for name in params]
         result = block_fn.fn(*args)
         if inspect.isgenerator(result):

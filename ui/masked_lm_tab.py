@@ -19,7 +19,7 @@ import runtime
 from study import bert_generation as strategies
 from study import masking, probes
 
-from . import limits, links, plots, widgets
+from . import expectations, limits, links, plots, widgets
 
 EXAMPLE = "Jesus said to them, “I am the <|mask|> of life.”"
 STUDY_SENTENCES = (
@@ -70,8 +70,8 @@ def cosine_table(result: dict) -> str:
     )
     caption = f"average {result['average_similarity']:.3f}, AIS {result['ais']:.3f}"
     return (
-        f'<table class="cosines"><caption>{caption}</caption>'
-        f"<tr><th></th>{header}</tr>{rows}</table>"
+        f'<div class="cosines-wrap"><table class="cosines"><caption>{caption}</caption>'
+        f"<tr><th></th>{header}</tr>{rows}</table></div>"
     )
 
 
@@ -90,10 +90,15 @@ def build(registry) -> None:
             "the World English Bible. The mask token is `<|mask|>` and takes the space before "
             "it (`the <|mask|> of God`)."
         )
+        gr.Markdown(
+            "\n\n".join(expectations.summary(n, registry.manifest(n)) for n in names),
+            elem_classes="model-note",
+        )
         with gr.Row():
             text = gr.Textbox(EXAMPLE, label="Text with one or more <|mask|>", scale=4)
             top_k = widgets.setting_slider(1, 20, value=5, step=1, label="top k", scale=1)
         fill = gr.Button("Fill the mask", variant="primary")
+        fill_errors = widgets.error_box("fill-mask-error")
         section_link("fill_mask", {"text": text, "top_k": top_k})
         with gr.Row():
             labels = [
@@ -120,6 +125,7 @@ def build(registry) -> None:
                 1, MAX_STUDY_REPETITIONS, value=2, step=1, label="repetitions"
             )
             run_study = gr.Button("Run the study")
+        study_errors = widgets.error_box("masking-study-error")
         section_link("masking_study", {"sentences": sentences, "repetitions": repetitions})
         study_plot = gr.LinePlot(label="Accuracy against masking ratio")
 
@@ -129,15 +135,17 @@ def build(registry) -> None:
             "Similarity of two sentences that differ in one word."
         )
         run_probes = gr.Button("Run the probes")
+        probe_errors = widgets.error_box("token-probes-error")
         section_link("token_probes", {})
         probe_table = gr.Dataframe(headers=PROBE_HEADERS, interactive=False, label="Probes")
         with gr.Row():
             sentence_a = gr.Textbox("the king was tired so he went to sleep", label="Sentence A")
             sentence_b = gr.Textbox("the queen was tired so he went to sleep", label="Sentence B")
             compare = gr.Button("Average Influence Similarity")
+        influence_errors = widgets.error_box("influence-error")
         section_link("influence", {"sentence_a": sentence_a, "sentence_b": sentence_b})
-        with gr.Row():
-            heatmaps = [gr.HTML(label=name) for name in names]
+        with gr.Column():  # one under the other: side by side, a long sentence's tables overlap
+            heatmaps = [gr.HTML(label=name, elem_classes="heatmap") for name in names]
 
         gr.Markdown(
             "### BERT as a generator (000, section 4.3)\nGreedy, one mask at a time from the "
@@ -155,6 +163,7 @@ def build(registry) -> None:
                 1, MAX_GENERATED, value=10, step=1, label="new tokens", scale=1
             )
         generate = gr.Button("Generate")
+        generation_errors = widgets.error_box("bert-generation-error")
         section_link("bert_generation", {"prompt": prompt, "right": right, "tokens": tokens})
         generated = gr.Dataframe(
             headers=GENERATION_HEADERS, interactive=False, wrap=True, label="Outputs"
@@ -252,10 +261,10 @@ def build(registry) -> None:
                 rows.append([name, "causal LM, greedy (left context only)", text])
             return rows
 
-        limits.view_and_endpoint(
+        filled = limits.view_and_endpoint(
             fill, fill_side_by_side, [text, top_k], [*labels, every_mask], fill_mask, "fill_mask"
         )
-        limits.view_and_endpoint(
+        studied = limits.view_and_endpoint(
             run_study,
             study_figure,
             [sentences, repetitions],
@@ -263,17 +272,22 @@ def build(registry) -> None:
             masking_study,
             "masking_study",
         )
-        limits.view_and_endpoint(
+        probed = limits.view_and_endpoint(
             run_probes, probe_rows, None, probe_table, token_probes, "token_probes"
         )
-        limits.view_and_endpoint(
+        compared = limits.view_and_endpoint(
             compare, influence_figures, [sentence_a, sentence_b], heatmaps, influence, "influence"
         )
 
         def generation_rows(prompt, right, tokens):
-            return bert_generation(prompt, right, tokens)
+            """The outputs, each repetition loop labelled as one (ui/expectations.py)."""
+            rows = bert_generation(prompt, right, tokens)
+            for row in rows:
+                reason = expectations.repetition_loop(row[2])
+                row[2] += f"  ⚠ repetition loop ({reason}), not a result" if reason else ""
+            return rows
 
-        limits.view_and_endpoint(
+        generated_event = limits.view_and_endpoint(
             generate,
             generation_rows,
             [prompt, right, tokens],
@@ -281,3 +295,10 @@ def build(registry) -> None:
             bert_generation,
             "bert_generation",
         )
+        stale = {label: None for label in labels} | {every_mask: None}
+        widgets.show_errors(fill_errors, filled, [fill.click], stale)
+        widgets.show_errors(study_errors, studied, [run_study.click], {study_plot: None})
+        widgets.show_errors(probe_errors, probed, [run_probes.click], {probe_table: None})
+        stale = {heatmap: "" for heatmap in heatmaps}
+        widgets.show_errors(influence_errors, compared, [compare.click], stale)
+        widgets.show_errors(generation_errors, generated_event, [generate.click], {generated: None})

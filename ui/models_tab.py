@@ -38,7 +38,7 @@ def facts(manifest: dict) -> list[list]:
         ["precision", manifest.get("precision", "?")],
         ["parameters", f"{export['parameters']:,}" if export.get("parameters") else "?"],
         ["bundle size", f"{size / 1e6:.1f} MB" if size else "?"],
-        ["context length", manifest.get("context_length", "?")],
+        ["context length", context(manifest)],
         ["vocabulary", manifest.get("vocab_size", "?")],
         [
             "controls",
@@ -52,6 +52,22 @@ def facts(manifest: dict) -> list[list]:
         ["licence", manifest.get("license") or "not stated"],
     ]
     return [[key, str(value)] for key, value in rows]
+
+
+def context(manifest: dict) -> str:
+    """How much text the model reads at once, as its manifest states it."""
+    if manifest.get("task") == "word-vectors":
+        return "none (one vector per word)"
+    if manifest.get("task") == "hierarchical-lm" and manifest.get("max_words"):
+        return f"{manifest['max_words']} words of at most {manifest['word_chars']} characters"
+    length = manifest.get("context_length")
+    return f"{length} tokens" if length else "not stated"
+
+
+def default_model(registry) -> str | None:
+    """The model the tab opens on: the first int8 one, as every other tab defaults to int8."""
+    int8 = [name for name in registry.names if registry.manifest(name).get("precision") == "int8"]
+    return (int8 or registry.names or [None])[0]
 
 
 def model_list(registry) -> dict:
@@ -205,7 +221,7 @@ def build(registry, results_dir: Path) -> None:
         if registry.problems:
             problems = "\n".join(f"- `{name}`: {why}" for name, why in registry.problems.items())
             gr.Markdown(f"**Unreadable model folders:**\n{problems}", elem_classes="notice")
-        model = widgets.model_picker(names)
+        model = widgets.model_picker(names, value=default_model(registry))
         with gr.Row():
             with gr.Column(scale=3):
                 card = gr.Markdown(registry.card(model.value) if names else NO_MODELS)
@@ -215,6 +231,8 @@ def build(registry, results_dir: Path) -> None:
                     headers=FACT_HEADERS,
                     label="Facts",
                     interactive=False,
+                    wrap=True,  # a long licence or controls line shows in full
+                    column_widths=["30%", "70%"],
                 )
                 parity = gr.JSON(
                     registry.manifest(model.value).get("parity") if names else None,

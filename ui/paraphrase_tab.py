@@ -50,7 +50,7 @@ def candidate_html(candidate) -> str:
         f'<span class="{"char-sampled" if s.sampled else "char-argmax"}" '
         f'style="{SAMPLED_STYLE if s.sampled else ARGMAX_STYLE}" '
         f'title="{s.nits:.2f} nits{" (sampled)" if s.sampled else ""}">'
-        f"{html.escape(s.char).replace(' ', '&nbsp;')}</span>"
+        f"{html.escape(s.char)}</span>"
         for s in candidate.steps
     )
     return spans or "<em>(empty)</em>"
@@ -60,15 +60,16 @@ def candidates_html(source: str, shown) -> str:
     rows = [
         f'<tr><td class="distance">{_distance(c.distance)}</td><td>{kind}</td>'
         f"<td>{c.temperature:.2f}</td><td>{c.noise:.2f}</td>"
-        f'<td class="candidate" style="font-family:monospace">{candidate_html(c)}</td></tr>'
+        f'<td class="candidate">{candidate_html(c)}</td></tr>'
         for kind, c in shown
     ]
     return (
-        '<table class="paraphrases"><thead><tr><th>distance</th><th>shown as</th><th>T</th>'
-        "<th>noise w</th><th>candidate (grey: sampled character; hover: nits)</th></tr></thead>"
+        '<div class="paraphrases-wrap"><table class="paraphrases"><thead><tr><th>distance</th>'
+        "<th>shown as</th><th>T</th><th>noise w</th>"
+        "<th>candidate (grey: sampled character; hover: nits)</th></tr></thead>"
         f'<tbody><tr style="background:#dde7f5"><td>0</td><td>source</td><td></td><td></td>'
-        f'<td style="font-family:monospace">{html.escape(source)}</td></tr>{"".join(rows)}'
-        "</tbody></table>"
+        f'<td class="source">{html.escape(source)}</td></tr>{"".join(rows)}'
+        "</tbody></table></div>"
     )
 
 
@@ -138,7 +139,6 @@ def build(registry) -> None:
                     EXAMPLES[0],
                     label="Sentence (at most 30 words)",
                     lines=2,
-                    max_length=limits.LIMITS.max_prompt_chars,
                 )
                 count = widgets.setting_slider(
                     1, MAX_CANDIDATES, value=40, step=1, label="Candidates"
@@ -169,8 +169,12 @@ def build(registry) -> None:
                         "seed": seed,
                     },
                 )
-                gr.Examples([[e] for e in EXAMPLES], [sentence], label="WEB verses")
+                gr.Examples(
+                    [[e] for e in EXAMPLES], [sentence], label="WEB verses", example_labels=EXAMPLES
+                )
             with gr.Column(scale=3):
+                widgets.model_note(registry, model, "paraphrase-model-note")
+                errors = widgets.error_box("paraphrase-error")
                 table = gr.HTML(label="Candidates", elem_id="paraphrase-candidates")
                 summary = gr.Markdown(elem_id="paraphrase-reconstruction")
                 listing = gr.JSON(label="Shown candidates", visible=False)
@@ -199,7 +203,7 @@ def build(registry) -> None:
                 seed,
             )
 
-        run.click(
+        paraphrased = run.click(
             run_paraphrase,
             [
                 model,
@@ -215,4 +219,6 @@ def build(registry) -> None:
             api_name="paraphrase",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        stale = {table: "", summary: "", listing: None}
+        widgets.show_errors(errors, paraphrased, [run.click], stale)
         chat_paraphrase.build(registry, model, sentence, count, seed)  # with a chat model only

@@ -10,6 +10,7 @@ This module runs no model.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import gradio as gr
@@ -38,6 +39,18 @@ def lines(xs: Sequence, series: dict[str, Sequence[float | None]]) -> pd.DataFra
     return frame.astype({VALUE: "float64"})
 
 
+def numbered(labels: Sequence[str]) -> dict[str, str]:
+    """Each distinct label, numbered in order of first appearance so that sorting the numbered
+    labels as text keeps that order.
+
+    >>> numbered(["k = 5", "k = 0", "k = 5"])
+    {'k = 5': '1. k = 5', 'k = 0': '2. k = 0'}
+    """
+    distinct = list(dict.fromkeys(labels))
+    width = len(str(len(distinct)))
+    return {label: f"{i:0{width}d}. {label}" for i, label in enumerate(distinct, start=1)}
+
+
 def line_plot(
     frame: pd.DataFrame,
     *,
@@ -47,9 +60,12 @@ def line_plot(
     **plot_arguments,
 ) -> gr.LinePlot:
     """A `gr.LinePlot` of a `lines` frame: one coloured line per series. When x is text, the
-    x axis keeps the frame's order of first appearance (the browser would sort it otherwise).
+    x axis keeps the frame's order of first appearance: each label is numbered in that order
+    (`numbered`), as the browser sorts text labels. (Gradio 6.17's `sort=[...]` would keep the
+    order, but the browser then cannot clone the chart's spec and draws nothing.)
     Extra keyword arguments go to `gr.LinePlot` (e.g. `title`, `y_lim`)."""
-    textual = not pd.api.types.is_numeric_dtype(frame[X])
+    if not pd.api.types.is_numeric_dtype(frame[X]):
+        frame = frame.assign(**{X: frame[X].map(numbered(frame[X]))})
     return gr.LinePlot(
         frame,
         x=X,
@@ -59,7 +75,6 @@ def line_plot(
         y_title=y_title,
         color_title="",
         color_map=colors,
-        sort=list(dict.fromkeys(frame[X])) if textual else None,
         **plot_arguments,
     )
 
@@ -85,7 +100,7 @@ def decoding_study(rows: list[dict]) -> gr.LinePlot:
         x_title="setting (top-k sweep with p = 1, then top-p sweep with k = 0)",
         y_title="score (0–100)",
         colors=colors,
-        y_lim=[0, None],
+        y_lim=[0, 100],  # both scores are 0–100 (an open bound, None, stopped the chart drawing)
     )
 
 
@@ -116,14 +131,33 @@ def length_sweep(requested: list, subwords: list, characters: list) -> gr.LinePl
     )
 
 
+def short_names(names: list[str]) -> dict[str, str]:
+    """Each name without the words all of them share, so a legend of several series per model
+    fits under its chart: "masked-lm-base (int8)" and "masked-lm-large (int8)" become "base" and
+    "large". A single name, or names that would become empty, are kept.
+
+    >>> short_names(["masked-lm-base (int8)", "masked-lm-large (int8)"])
+    {'masked-lm-base (int8)': 'base', 'masked-lm-large (int8)': 'large'}
+    """
+    words = {name: re.split(r"[-\s]+", name) for name in names}
+    shared = set.intersection(*map(set, words.values())) if len(names) > 1 else set()
+    short = {name: " ".join(w for w in parts if w not in shared) for name, parts in words.items()}
+    return (
+        short
+        if all(short.values()) and len(set(short.values())) == len(names)
+        else {name: name for name in names}
+    )
+
+
 def masking_study(results: dict[str, dict]) -> gr.LinePlot:
     """Top-k accuracy (%) against the share of masked words (%), a line per model and k (seed
     000, figures 16-17). `results`: {model name: study.masking.masking_study(...)}."""
+    short = short_names(list(results))
     frames = [
         lines(
             [100 * ratio for ratio in result["ratios"]],
             {
-                f"{name}, top {k}": [100 * a for a in result["accuracy"][str(k)]]
+                f"{short[name]}, top {k}": [100 * a for a in result["accuracy"][str(k)]]
                 for k in result["top_k"]
             },
         )

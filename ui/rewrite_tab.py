@@ -140,7 +140,6 @@ def build(registry) -> None:
                     examples.KJV[0],
                     label="Line to rewrite",
                     lines=3,
-                    max_length=limits.LIMITS.max_prompt_chars,
                 )
                 has = registry.controls_of(names[0]) if names else {}
                 with gr.Row():
@@ -150,7 +149,13 @@ def build(registry) -> None:
                         label="Target length",
                     )
                     ratio = widgets.setting_slider(
-                        0.1, 2.0, value=0.8, step=0.1, label="Ratio (output / source)"
+                        0.1,
+                        2.0,
+                        value=0.8,
+                        step=0.1,
+                        label="Ratio (output / source)",
+                        scale=2,
+                        min_width=200,  # narrower, the slider's maximum label is cut off
                     )
                     categories = list(has.get("length", {}).get("values", {}))
                     category = gr.Dropdown(
@@ -197,8 +202,16 @@ def build(registry) -> None:
                         "duration": duration,
                     },
                 )
-                gr.Examples([[line] for line in examples.KJV], [source], label="KJV verses")
+                gr.Examples(
+                    [[line] for line in examples.KJV],
+                    [source],
+                    label="KJV verses",
+                    example_labels=examples.KJV,
+                )
             with gr.Column(scale=3):
+                widgets.model_note(registry, model, "rewrite-model-note")
+                errors = widgets.error_box("rewrite-error")
+                loops = widgets.loop_warning("rewrite-loops")
                 output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])
                 report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
                 with gr.Accordion("Measurements", open=False):
@@ -351,20 +364,24 @@ def build(registry) -> None:
                 )
             return plots.length_sweep(values, subword_ratios, char_ratios), rows
 
-        run.click(
+        rewritten = run.click(
             rewrite,
             [model, source, *settings],
             [output, report, measured],
             api_name="rewrite",
             concurrency_id=limits.CONCURRENCY_ID,
         )
-        sweep.click(
+        swept = sweep.click(
             rewrite_sweep,
             [model, source, *settings],
             [chart, table],
             api_name="rewrite_sweep",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        stale = {output: "", report: "", measured: None, chart: None, table: None}
+        widgets.show_errors(errors, rewritten, [run.click, sweep.click], stale)
+        widgets.show_errors(errors, swept, [], stale)
+        widgets.label_loops(loops, output, lambda text: [text])
 
 
 def _round(value):

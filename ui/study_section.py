@@ -107,7 +107,12 @@ def build(registry, names: list[str]) -> None:
             prompts = gr.Textbox(examples.STUDY_PROMPTS, lines=4, label="Prompts (one per line)")
             reference = gr.Textbox(examples.REFERENCE, lines=4, label="Reference text")
         run = gr.Button("Run the decoding study", interactive=bool(names))
-        chart = gr.LinePlot(label="Quality and diversity per setting", show_label=False)
+        errors = widgets.error_box("decoding-study-error")
+        chart = gr.LinePlot(
+            label="Quality and diversity per setting",
+            show_label=False,
+            elem_id="decoding-study-chart",
+        )
         result = gr.Dataframe(headers=HEADERS, label="Decoding study", interactive=False)
 
         @limits.shown_to_user
@@ -130,10 +135,11 @@ def build(registry, names: list[str]) -> None:
             )
             return plots.decoding_study(rows), table(rows)
 
-        run.click(
+        studied = run.click(
             decoding_study,
             [model, prompts, reference, samples, max_tokens, seed],
             [chart, result],
             api_name="decoding_study",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        widgets.show_errors(errors, studied, [run.click], {chart: None, result: None})

@@ -59,6 +59,19 @@ CSS = """
 .subtitle-preview div { color: #fafaf9 !important; }
 .subtitle-preview div.over { color: #fca5a5 !important; }
 .column-output textarea { font-size: 14px; }
+.link-triggers { display: none !important; }
+.error-box { border-left: 4px solid #dc2626; padding: 0.6em 1em; background: rgba(220,38,38,0.08);
+             border-radius: 4px; }
+.model-note { font-size: 13px; opacity: 0.85; }
+.loop-warning:has(p) { border-left: 4px solid #d97706; padding: 0.4em 1em;
+                       background: rgba(217,119,6,0.1); border-radius: 4px; }
+/* Table headers break between words only ("repetition rate", not "repetiti on rate"). */
+.header-content .text.wrap { word-break: normal; overflow-wrap: normal; hyphens: none; }
+.limit-note { font-size: 12px; color: #b45309; margin-top: 4px; }
+.cosines-wrap, .paraphrases-wrap { overflow-x: auto; max-width: 100%; }
+.paraphrases td.candidate, .paraphrases td.source {
+  font-family: ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap;
+  word-break: break-word; }
 """
 
 

@@ -47,7 +47,6 @@ def build(registry) -> None:
                     "\n".join(examples.WEB[:2]),
                     lines=5,
                     label=f"English (one sentence per line, at most {limits.LIMITS.max_lines})",
-                    max_length=limits.LIMITS.max_prompt_chars,
                 )
                 decoding = widgets.decoding_inputs(
                     mode="beam search", max_new_tokens=128, num_beams=5, top_p=0.9
@@ -56,9 +55,19 @@ def build(registry) -> None:
                 links.shareable(
                     "translate", "translate", {"model": model, "text": source} | decoding.by_name()
                 )
-                gr.Examples([[line] for line in examples.WEB], [source], label="WEB verses")
+                gr.Examples(
+                    [[line] for line in examples.WEB],
+                    [source],
+                    label="WEB verses",
+                    example_labels=examples.WEB,
+                )
             with gr.Column(scale=2):
-                output = gr.Textbox(label="Translation", lines=10, buttons=["copy"])
+                widgets.model_note(registry, model, "translate-model-note")
+                errors = widgets.error_box("translate-error")
+                loops = widgets.loop_warning("translate-loops")
+                output = gr.Textbox(
+                    label="Translation", lines=10, buttons=["copy"], elem_id="translate-output"
+                )
 
         model.change(
             lambda name: f"**Languages:** {pair_label(registry, name)}",
@@ -108,10 +117,12 @@ def build(registry) -> None:
             outputs = registry.get(model).generate(lines, config)
             return format_translations(outputs, len(lines), config.num_return_sequences)
 
-        run.click(
+        translated = run.click(
             translate,
             [model, source, *decoding.components()],
             output,
             api_name="translate",
             concurrency_id=limits.CONCURRENCY_ID,
         )
+        widgets.show_errors(errors, translated, [run.click], {output: ""})
+        widgets.label_loops(loops, output, str.splitlines, "line")

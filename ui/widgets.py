@@ -5,8 +5,11 @@ Control pickers: one dropdown per control name that any offered model has (`sect
 `length`, …), listing that control's values plus "(none)"; when the model changes, pickers of
 controls it lacks hide and the others list its values. The picked values are gathered into one
 `controls` JSON value (a hidden component), which is what the endpoints take, e.g.
-`{"section": "gospels"}`. No control name or value is written in code. This module does not
-run models.
+`{"section": "gospels"}`. No control name or value is written in code.
+
+Error boxes: `error_box` and `show_errors` keep an event's error readable next to its outputs
+until the next run (Gradio's own pop-up closes after 10 s), and empty the outputs the failed run
+would have replaced, so no stale result sits under the message. This module does not run models.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from . import expectations, limits
 from .limits import LIMITS, MODES
 
 NONE = "(none)"
@@ -45,11 +49,98 @@ def _as_sent(payload):
     return payload
 
 
-def model_picker(names: list[str], label: str = "Model") -> gr.Dropdown:
-    """A model dropdown whose first choice (the best match for the tab) is selected."""
+# The page's number fields (a slider's box too) silently snap a typed value to their range; this
+# note, installed once on page load, says so next to the field: "100000 is above the limit 256;
+# set to 256". A value still out of range (a seed field, which does not snap) is refused by the
+# event with the limit named.
+LIMIT_NOTES = """() => {
+  document.addEventListener("change", (event) => {
+    const input = event.target;
+    if (!(input instanceof HTMLInputElement) || input.type !== "number") return;
+    const block = input.closest(".block") || input.parentElement;
+    let note = block.querySelector(":scope .limit-note");
+    const typed = Number(input.value);
+    const low = input.min === "" ? -Infinity : Number(input.min);
+    const high = input.max === "" ? Infinity : Number(input.max);
+    const snaps = Boolean(block.querySelector("input[type=range]"));
+    let text = "";
+    if (input.value !== "" && (typed > high || typed < low)) {
+      const limit = typed > high ? input.max : input.min;
+      text = `${input.value} is ${typed > high ? "above" : "below"} the limit ${limit}`;
+      text += snaps ? `; set to ${limit}` : "";
+    }
+    if (!text) { if (note) note.remove(); return; }
+    if (!note) {
+      note = document.createElement("div");
+      note.className = "limit-note";
+      block.appendChild(note);
+    }
+    note.textContent = text;
+  }, true);
+}"""
+
+
+def error_box(elem_id: str) -> gr.Markdown:
+    """The message box of a tab's (or section's) errors, hidden until a run fails."""
+    return gr.Markdown(visible=False, elem_id=elem_id, elem_classes="error-box")
+
+
+def show_errors(box: gr.Markdown, event, triggers: list, stale: dict | None = None) -> None:
+    """When `event` fails with an error `limits.shown_to_user` raised, show its message in
+    `box` and give each `stale` output (component -> its empty value) that value (a stopped
+    run changes nothing); each of `triggers` (the event's `button.click`, …) hides
+    `box` again when the next run starts."""
+    stale = stale or {}
+
+    def failed(request: gr.Request):
+        message = limits.last_error(request.session_hash)
+        if not message:  # Stop (Gradio runs failure handlers on a cancel too): keep the output
+            return [gr.skip()] * (1 + len(stale))
+        return [gr.Markdown(f"**Error:** {message}", visible=True), *stale.values()]
+
+    event.failure(failed, None, [box, *stale], queue=False, api_visibility="private")
+    for trigger in triggers:
+        trigger(hidden, None, box, queue=False, api_visibility="private")
+
+
+def model_note(registry, picker: gr.Dropdown, elem_id: str) -> gr.Markdown:
+    """One line on what `picker`'s model is and what to expect of it, kept in step with it."""
+
+    def note(name):
+        return expectations.summary(name, registry.manifest(name)) if name else ""
+
+    box = gr.Markdown(note(picker.value), elem_id=elem_id, elem_classes="model-note")
+    picker.change(note, picker, box, queue=False, api_visibility="private")
+    return box
+
+
+def loop_warning(elem_id: str) -> gr.Markdown:
+    """The box that labels an output as a repetition loop, empty while there is none."""
+    return gr.Markdown("", elem_id=elem_id, elem_classes="loop-warning")
+
+
+def label_loops(box: gr.Markdown, output, texts, what="sample") -> None:
+    """Whenever `output` changes, say in `box` which of `texts(output's value)` are repetition
+    loops (ui/expectations.py), or empty `box` when none is. (A `.then` after the run would be
+    tidier, but Gradio 6.17 does not show what it returns to a Markdown.)"""
+
+    def label(value):
+        return expectations.loop_notice(texts(value or ""), what)
+
+    output.change(label, output, box, queue=False, api_visibility="private")
+
+
+def hidden():
+    """An update that hides a component."""
+    return gr.update(visible=False)
+
+
+def model_picker(names: list[str], label: str = "Model", value: str | None = None) -> gr.Dropdown:
+    """A model dropdown with `value` selected, by default the first choice (the best match for
+    the tab)."""
     return gr.Dropdown(
         names,
-        value=names[0] if names else None,
+        value=value or (names[0] if names else None),
         label=label,
         info=None if names else "no suitable model installed",
         interactive=bool(names),
@@ -250,6 +341,17 @@ class ControlPickers:
         for control in self.names:
             values = list(self.registry.controls_of(model).get(control, {}).get("values", {}))
             updates.append(gr.update(visible=bool(values), choices=[NONE, *values], value=NONE))
+        return updates if len(updates) != 1 else updates[0]
+
+    def visible_for(self, count, models) -> list[bool]:
+        """Whether each picker shows on the Compare tab: its control is one that a model of the
+        first `count` columns (`models`) has."""
+        used = [model for model in models[: int(count)] if model]
+        return [any(self._has(model, control) for model in used) for control in self.names]
+
+    def for_columns(self, count, *models):
+        """Updates showing only the pickers `visible_for` the columns."""
+        updates = [gr.update(visible=shown) for shown in self.visible_for(count, models)]
         return updates if len(updates) != 1 else updates[0]
 
     def gather(self, *values) -> dict:

@@ -1,0 +1,271 @@
+"""A new visitor's first look, in headless Chromium (Debian's, through Playwright), on the shipped
+models: every tab opens ready, every chart draws, every error stays readable (issue 25).
+
+Each tab gets a fresh page at 1280 px. The test selects the tab, waits 5 s and fails on a loading
+indicator still showing, a JavaScript error (an uncaught exception or a console error), a button
+or example with no text, a chart with no data marks, an element running past the viewport or cut
+by its box, or two tables overlapping; it takes a full-page screenshot; then it runs the tab's
+main actions, waits for them to finish and checks the same again (and that no error box shows),
+with a second screenshot. Screenshots go to $SCRIPTORIUM_ARTIFACTS if set, else to a temporary
+test-artifacts directory; docs/APP.md's screenshots are the `*-run.png` ones.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import app
+from tests.app_fixtures import serve
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT, artifacts
+from ui.registry import ModelRegistry
+
+__all__ = ["artifacts"]  # a module fixture, used by name
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Debian chromium is not installed (apt-get install chromium)"
+)
+MODELS = Path(__file__).resolve().parents[1] / "models"
+WIDTH = 1280
+SETTLE = 5.0  # seconds a tab may take to show ready after it is selected
+RUN_TIMEOUT = 240  # seconds a tab's actions may take on a loaded 2-core machine
+
+# Every problem the page shows, as one line each (run in the page).
+PROBLEMS = """() => {
+  const problems = [];
+  const width = document.documentElement.clientWidth;
+  const shown = (el) => {
+    const box = el.getBoundingClientRect();
+    return box.width > 0 && box.height > 0 && el.getClientRects().length > 0
+      && getComputedStyle(el).visibility !== "hidden";
+  };
+  const name = (el) => {
+    const block = el.closest("[id]:not([id=''])");
+    return `${el.tagName.toLowerCase()}.${String(el.className).split(" ")[0]}`
+      + (block ? ` in #${block.id}` : "");
+  };
+  const scrolls = (el) => ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+  const clippedByScroller = (el) => {
+    for (let up = el.parentElement; up; up = up.parentElement) {
+      if (scrolls(up) && up.getBoundingClientRect().right <= width + 1) return true;
+    }
+    return false;
+  };
+  for (const tracker of document.querySelectorAll('[data-testid="status-tracker"]')) {
+    if (tracker.classList.contains("hide") || !shown(tracker)) continue;
+    if (tracker.querySelector(".progress-text, .eta-bar, svg")) {
+      problems.push(`loading indicator: ${name(tracker.parentElement)}`);
+    }
+  }
+  for (const button of document.querySelectorAll("button")) {
+    if (!shown(button)) continue;
+    const text = button.innerText.trim() || button.getAttribute("aria-label")
+      || button.getAttribute("title") || button.querySelector("img[alt]")?.alt;
+    if (!text) problems.push(`button without text: ${name(button)}`);
+  }
+  for (const plot of document.querySelectorAll(".vega-embed")) {
+    const block = plot.closest(".block");
+    if (!block || !shown(block)) continue;
+    const marks = block.querySelector(".marks");
+    if (!marks || marks.getBoundingClientRect().height < 50) {
+      problems.push(`plot without data marks: ${name(plot)}`);
+    }
+  }
+  if (document.documentElement.scrollWidth > width + 1) {
+    problems.push(`the page is ${document.documentElement.scrollWidth} px wide`);
+  }
+  for (const el of document.querySelectorAll(".gradio-container *")) {
+    if (!shown(el)) continue;
+    const box = el.getBoundingClientRect();
+    if (box.right > width + 1 && !clippedByScroller(el)) {
+      problems.push(`past the right edge (${Math.round(box.right)} px): ${name(el)}`);
+    }
+  }
+  for (const block of document.querySelectorAll(".block")) {
+    if (!shown(block) || scrolls(block)) continue;
+    if (block.scrollWidth > block.clientWidth + 2) {
+      problems.push(`content cut by its box (${block.scrollWidth} > ${block.clientWidth} px): `
+        + name(block));
+    }
+  }
+  // The part of an element its scrolling or clipping boxes let show.
+  const seen = (el) => {
+    const box = el.getBoundingClientRect();
+    let [left, top, right, bottom] = [box.left, box.top, box.right, box.bottom];
+    for (let up = el.parentElement; up; up = up.parentElement) {
+      const style = getComputedStyle(up);
+      if (style.overflowX === "visible" && style.overflowY === "visible") continue;
+      const clip = up.getBoundingClientRect();
+      [left, top] = [Math.max(left, clip.left), Math.max(top, clip.top)];
+      [right, bottom] = [Math.min(right, clip.right), Math.min(bottom, clip.bottom)];
+    }
+    return { left, top, right, bottom };
+  };
+  const tables = [...document.querySelectorAll("table")].filter(shown);
+  for (let i = 0; i < tables.length; i++) {
+    for (let j = i + 1; j < tables.length; j++) {
+      const [a, b] = [tables[i], tables[j]];
+      if (a.contains(b) || b.contains(a)) continue;
+      const p = seen(a), q = seen(b);
+      const x = Math.min(p.right, q.right) - Math.max(p.left, q.left);
+      const y = Math.min(p.bottom, q.bottom) - Math.max(p.top, q.top);
+      if (x > 2 && y > 2) problems.push(`tables overlap: ${name(a)} and ${name(b)}`);
+    }
+  }
+  for (const box of document.querySelectorAll(".error-box")) {
+    if (shown(box)) problems.push(`error shown: ${box.innerText.trim()}`);
+  }
+  return [...new Set(problems)];
+}"""
+
+# Whether any event is still running (a visible loading indicator anywhere).
+BUSY = """() => [...document.querySelectorAll('[data-testid="status-tracker"]')].some(
+  (t) => !t.classList.contains("hide") && t.getClientRects().length > 0
+    && t.querySelector(".progress-text, .eta-bar"))"""
+
+
+STUDY = "Decoding study (seed 000): top-k and top-p sweeps"
+# The main actions of each tab, in order: buttons to click (each waited for), or "open:" an
+# accordion, or "fill:" the last field with a label (the one in the section just opened).
+ACTIONS = {
+    "Generate": ["Generate"],
+    # the study with fewer samples and tokens than its defaults, so that it ends in a minute here
+    "Compare": [
+        "Compare",
+        f"open:{STUDY}",
+        "fill:number input for Samples per prompt and setting=2",
+        "fill:number input for Max new tokens=12",
+        "Run the decoding study",
+    ],
+    "Rewrite": ["Rewrite", "Sweep every ratio"],
+    "Translate": ["Translate"],
+    "Paraphrase": ["Paraphrase"],
+    "Embeddings": [
+        "Compare phrases",
+        "Find neighbours",
+        "Solve",
+        "Neighbours in every model",
+        "Compare static and contextual neighbours",
+    ],
+    "Masked LM": [
+        "Fill the mask",
+        "Run the study",
+        "Run the probes",
+        "Average Influence Similarity",
+        "Generate",
+    ],
+    "Models": [],
+}
+# What shows once each tab's actions are done (true in the page).
+RESULTS = {
+    "Generate": "() => /eos|length|context/"
+    ".test(document.querySelector('#generate-stats').innerText)",
+    "Compare": "() => document.querySelector('#compare-metrics').innerText.includes('greedy')"
+    " && document.querySelector('#decoding-study-chart .vega-embed') !== null",
+    "Rewrite": "() => document.querySelectorAll('#rewrite-report .badge').length >= 5"
+    " && document.querySelector('#rewrite-plot .vega-embed') !== null",
+    "Translate": "() => document.querySelector('#translate-output textarea').value.length > 0",
+    "Paraphrase": "() => document.querySelectorAll('#paraphrase-candidates td.candidate').length",
+    "Embeddings": "() => document.querySelectorAll('#word-vectors tbody td').length > 0",
+    "Masked LM": "() => document.querySelectorAll('.cosines td').length > 0",
+    "Models": "() => document.querySelector('#benchmark-summary').innerText.length > 0",
+}
+
+
+def wait_idle(page, timeout: float = RUN_TIMEOUT):
+    """Wait until no event shows a loading indicator (one that never stops fails the test)."""
+    time.sleep(0.5)  # the click's event has started
+    deadline = time.monotonic() + timeout
+    while page.evaluate(BUSY):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still loading after {timeout} s")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def served():
+    if not any(MODELS.glob("*/*/manifest.json")):
+        pytest.skip("no shipped models")
+    demo = app.build(ModelRegistry.discover([MODELS]))
+    url = serve(demo)
+    yield url
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, served):
+    """A fresh page on the app, with every JavaScript error it logs in `page.errors`."""
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.errors = []
+    page.on("pageerror", lambda error: page.errors.append(f"uncaught: {error}"))
+    page.on(
+        "console",
+        lambda message: (
+            page.errors.append(f"console: {message.text}") if message.type == "error" else None
+        ),
+    )
+    page.goto(served)
+    page.get_by_role("tab", name="Models").wait_for()
+    yield page
+    context.close()
+
+
+def problems(page) -> list[str]:
+    return page.errors + page.evaluate(PROBLEMS)
+
+
+@pytest.mark.parametrize("tab", list(ACTIONS))
+def test_tab_opens_ready_and_runs_cleanly(page, tab, artifacts):
+    page.get_by_role("tab", name=tab, exact=True).click()
+    time.sleep(SETTLE)
+    file = tab.lower().replace(" ", "-")
+    page.screenshot(path=artifacts / f"{file}.png", full_page=True)
+    assert problems(page) == [], f"{tab}, as opened"
+    for step in ACTIONS[tab]:
+        if step.startswith("open:"):
+            page.get_by_text(step.removeprefix("open:"), exact=True).click()
+        elif step.startswith("fill:"):
+            label, value = step.removeprefix("fill:").rsplit("=", 1)
+            field = page.get_by_label(label, exact=True).last
+            field.fill(value)
+            field.press("Tab")
+        else:
+            page.get_by_role("button", name=step, exact=True).click()
+            wait_idle(page)
+    page.wait_for_function(RESULTS[tab], timeout=RUN_TIMEOUT * 1000)
+    time.sleep(1.0)  # the last updates (plots draw after their data arrives)
+    page.screenshot(path=artifacts / f"{file}-run.png", full_page=True)
+    assert problems(page) == [], f"{tab}, after its actions"
+
+
+def test_a_page_load_without_a_link_runs_nothing(browser, served):
+    """No request other than the page's own assets and its queue's heartbeat: no event runs."""
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    page = context.new_page()
+    calls = []
+    page.on(
+        "request",
+        lambda request: (
+            calls.append(request.url)
+            if "/gradio_api/" in request.url and "heartbeat" not in request.url
+            else None
+        ),
+    )
+    page.goto(served)
+    page.get_by_role("tab", name="Models").wait_for()
+    time.sleep(3)
+    context.close()
+    assert [url for url in calls if "/run/" in url or "/queue/join" in url] == []
