@@ -15,6 +15,7 @@ BENCHMARKS = {
     "attention": "bench.attention",
     "serve": "bench.serve",
     "paraphrase": "bench.paraphrase",
+    "llm": "bench.llm",
 }
 
 

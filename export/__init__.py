@@ -9,9 +9,18 @@ bundle that docs/bundle.md describes and returns its manifest; `scriptorium expo
 is the command line. `export.fill_mask.export_fill_mask_bundle` exports BERT-style masked LMs to
 "fill-mask" bundles (the masked-LM recipes call it). The steps live in exporter.py (pipeline),
 optimize.py, quantize.py, parity.py and manifest.py. Uses torch, transformers, optimum-onnx, onnx
-and onnxruntime; the runtime it produces bundles for needs none but onnxruntime.
+and onnxruntime; the runtime it produces bundles for needs none but onnxruntime. `export.flagship`
+(the shipped SmolLM2 GGUF, converted once into a per-user cache) imports no torch.
 """
 
-from .exporter import PRECISIONS, ParityError, export_bundle, supported_architectures
-
 __all__ = ["PRECISIONS", "ParityError", "export_bundle", "supported_architectures"]
+
+
+def __getattr__(name: str):
+    """The exporter's names, imported on first use, so that the torch-free modules (flagship.py,
+    gguf.py) import without torch."""
+    if name in __all__:
+        from . import exporter
+
+        return getattr(exporter, name)
+    raise AttributeError(f"module 'export' has no attribute {name!r}")

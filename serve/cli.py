@@ -1,7 +1,8 @@
 """`scriptorium serve` (or `python -m serve`): deploy model bundles on Ray Serve behind `/v1`.
 
 Starts a local Ray cluster, or joins one with `--address`, deploys one `ModelServer` deployment
-per bundle found under `--models` (default: the shipped models/) and the OpenAI-compatible
+per bundle found under `--models` (default: the shipped models/; a GGUF file is converted once,
+export/flagship.py), plus the flagship SmolLM2-135M-Instruct, and the OpenAI-compatible
 gateway on `--host:--port`, then serves until interrupted. docs/SCALING.md shows how to run it
 on several machines.
 """
@@ -14,6 +15,8 @@ import os
 import signal
 import threading
 from pathlib import Path
+
+from export.flagship import model_roots
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tokenized text generators. Masked LMs, word vectors and the character-level paraphraser have
@@ -78,7 +81,7 @@ def application(args: dict):
     flags, e.g. {"models": ["/models"], "replicas": 2, "threads_per_replica": 1}."""
     from .deployments import build_app
 
-    roots = [Path(p) for p in args.get("models", [DEFAULT_MODELS])]
+    roots = model_roots(args.get("models", [DEFAULT_MODELS]))
     autoscale = parse_autoscale(args.get("autoscale"))
     specs = model_specs(
         roots,
@@ -117,7 +120,7 @@ def deploy(specs, host: str = "127.0.0.1", port: int = 8000):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scriptorium serve", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--models", action="append", default=None, help="model directory (repeatable)"
+        "--models", action="append", default=None, help="model directory or GGUF (repeatable)"
     )
     parser.add_argument("--replicas", type=int, default=1, help="replicas per model")
     parser.add_argument(
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         autoscale = parse_autoscale(args.autoscale)
     except ValueError as error:
         parser.error(str(error))
-    roots = [Path(p) for p in (args.models or [DEFAULT_MODELS])]
+    roots = model_roots(args.models or [DEFAULT_MODELS])
     specs = model_specs(
         roots,
         args.replicas,
