@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from runtime.bundle import sha256_of
+
 from . import common, ct2_peer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,6 +49,11 @@ BANDWIDTH_BYTES = 512 << 20
 
 
 # ---- the peers' models, built once from the GGUF ----------------------------------------------
+
+
+def work_dir(work: Path, gguf: Path) -> Path:
+    """Where the peers' models for `gguf` are cached under `--work`."""
+    return work.expanduser() / f"gguf-{sha256_of(gguf)[:16]}"
 
 
 def prepare(gguf: Path, work: Path, engines) -> dict[str, Path]:
@@ -60,9 +67,7 @@ def prepare(gguf: Path, work: Path, engines) -> dict[str, Path]:
 
         kwargs = dict(gguf_file=gguf.name)
         AutoTokenizer.from_pretrained(gguf.parent, **kwargs).save_pretrained(paths["checkpoint"])
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf.parent, torch_dtype=torch.float32, **kwargs
-        )
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, dtype=torch.float32, **kwargs)
         model.save_pretrained(paths["checkpoint"])
     if "optimum-onnx" in engines:
         paths["optimum"] = work / "optimum-fp32"
@@ -112,7 +117,7 @@ def make_prompt(gen, length: int) -> tuple[str, list[int]]:
         verses = [row["web"] for row in csv.DictReader(file, delimiter="\t")]
     for start in range(len(verses)):
         words = " ".join(verses[start:]).split()
-        low, high = 1, len(words)
+        low, high = 1, min(len(words), length)  # every word is at least one token
         while low < high:  # fewest words giving at least `length` tokens
             middle = (low + high) // 2
             if len(gen.encode_prompt(" ".join(words[:middle]))) < length:
@@ -355,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--prompt-tokens", type=int, nargs="+", default=[16, 256])
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument("--bandwidth-mb", type=int, default=BANDWIDTH_BYTES >> 20)
     parser.add_argument("--work", type=Path, default=common.DEFAULT_WORK)
     parser.add_argument("--out", type=Path, default=common.RESULTS / "llm.json")
     args = parser.parse_args(argv)
@@ -373,8 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped[engine] = reason
             print(f"skipped {engine}: {reason}")
     args.engines = [e for e in args.engines if e not in skipped]
-    work = args.work.expanduser() / f"gguf-{flagship.sha256_of(args.gguf)[:16]}"
-    paths = prepare(args.gguf, work, args.engines)
+    paths = prepare(args.gguf, work_dir(args.work, args.gguf), args.engines)
 
     import runtime
 
@@ -399,10 +404,11 @@ def main(argv: list[str] | None = None) -> int:
             results[engine][f"prompt_{n}"] = {
                 "ttft_s": t1,
                 "total_s": tn,
-                "decode_tok_per_s": (args.new_tokens - 1) / max(tn - t1, 1e-9),
+                # None when noise swamps a tiny run (T_N not above T_1)
+                "decode_tok_per_s": (args.new_tokens - 1) / (tn - t1) if tn > t1 else None,
             }
 
-    bandwidth = read_bandwidth(args.threads)
+    bandwidth = read_bandwidth(args.threads, args.bandwidth_mb << 20)
     context = {n: n + args.new_tokens / 2 for n in args.prompt_tokens}  # mean cache length
     counts = {"scriptorium": bundle_bytes_per_token(args.bundle)}
     if any(key[0] == "llama.cpp" for key in runs):
@@ -417,27 +423,30 @@ def main(argv: list[str] | None = None) -> int:
             per_token = count["weights"] + count["kv_per_position"] * context[n]
             roofline[engine][f"prompt_{n}_tok_per_s"] = bandwidth / per_token
 
-    ours = next(k for k in runs if k[0] == "scriptorium") if "scriptorium" in args.engines else None
+    ours = next(("/".join(k) for k in runs if k[0] == "scriptorium"), None)
     header = ["engine", "precision"]
     for n in args.prompt_tokens:
-        header += [f"decode tok/s ({n})", f"TTFT ms ({n})"]
-    header += ["ours / this (decode, last prompt)", "of roofline (last prompt)"]
+        header += [
+            f"decode tok/s ({n})",
+            f"ours faster ({n})",
+            f"TTFT ms ({n})",
+            f"ours TTFT faster ({n})",
+            f"of roofline ({n})",
+        ]
     rows = []
-    last = f"prompt_{args.prompt_tokens[-1]}"
     for key in runs:
-        engine = "/".join(key)
-        row = [key[0], key[1]]
+        engine, row = "/".join(key), list(key)
         for n in args.prompt_tokens:
-            cell = results[engine][f"prompt_{n}"]
-            row += [cell["decode_tok_per_s"], cell["ttft_s"] * 1000]
-        speed = results[engine][last]["decode_tok_per_s"]
-        if ours and key != ours:
-            row.append(f"{results['/'.join(ours)][last]['decode_tok_per_s'] / speed:.2f}×")
-        else:
-            row.append("")
-        row.append(
-            f"{speed / roofline[key[0]][f'{last}_tok_per_s']:.0%}" if key[0] in counts else ""
-        )
+            cell, mine = results[engine][f"prompt_{n}"], ours and results[ours][f"prompt_{n}"]
+            speed, ceiling = cell["decode_tok_per_s"], roofline.get(key[0], {})
+            ceiling = ceiling.get(f"prompt_{n}_tok_per_s")
+            row += [
+                speed or "n/a",
+                f"{mine['decode_tok_per_s'] / speed:.2f}×" if mine and speed else "",
+                cell["ttft_s"] * 1000,
+                f"{cell['ttft_s'] / mine['ttft_s']:.2f}×" if mine else "",
+                f"{speed / ceiling:.0%}" if ceiling and speed else "",
+            ]
         rows.append(row)
     table = common.markdown_table(header, rows)
     print(table)
@@ -456,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "benchmark": "llm",
             "environment": common.environment(args.threads),
-            "gguf": {"file": args.gguf.name, "sha256": flagship.sha256_of(args.gguf)},
+            "gguf": {"file": args.gguf.name, "sha256": sha256_of(args.gguf)},
             "bundle": str(args.bundle),
             "prompt_tokens": args.prompt_tokens,
             "new_tokens": args.new_tokens,
