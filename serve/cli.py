@@ -1,8 +1,8 @@
 """`scriptorium serve` (or `python -m serve`): deploy model bundles on Ray Serve behind `/v1`.
 
 Starts a local Ray cluster, or joins one with `--address`, deploys one `ModelServer` deployment
-per bundle found under `--models` (default: the shipped models/; a GGUF file is converted once,
-export/flagship.py), plus the flagship SmolLM2-135M-Instruct, and the OpenAI-compatible
+per bundle found under `--models` (default: the shipped models/ and the flagship
+SmolLM2-135M-Instruct; a GGUF file is converted once, export/flagship.py) and the OpenAI-compatible
 gateway on `--host:--port`, then serves until interrupted. docs/SCALING.md shows how to run it
 on several machines.
 """
@@ -81,7 +81,8 @@ def application(args: dict):
     flags, e.g. {"models": ["/models"], "replicas": 2, "threads_per_replica": 1}."""
     from .deployments import build_app
 
-    roots = model_roots(args.get("models", [DEFAULT_MODELS]))
+    models = args.get("models")  # the default set includes the flagship
+    roots = model_roots(models or [DEFAULT_MODELS], flagship=not models)
     autoscale = parse_autoscale(args.get("autoscale"))
     specs = model_specs(
         roots,
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         autoscale = parse_autoscale(args.autoscale)
     except ValueError as error:
         parser.error(str(error))
-    roots = model_roots(args.models or [DEFAULT_MODELS])
+    roots = model_roots(args.models or [DEFAULT_MODELS], flagship=not args.models)
     specs = model_specs(
         roots,
         args.replicas,

