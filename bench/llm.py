@@ -413,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     counts = {"scriptorium": bundle_bytes_per_token(args.bundle)}
     if any(key[0] == "llama.cpp" for key in runs):
         counts["llama.cpp"] = gguf_bytes_per_token(args.gguf)
-    roofline = {"bandwidth_gb_per_s": bandwidth / 1e9, "method": __doc__.split("Roofline: ")[1]}
+    method = " ".join(__doc__.split("Roofline: ")[1].split())
+    roofline = {"bandwidth_gb_per_s": bandwidth / 1e9, "method": method}
     for engine, count in counts.items():
         roofline[engine] = {
             "weight_bytes_per_token": count["weights"],
@@ -442,7 +443,9 @@ def main(argv: list[str] | None = None) -> int:
             ceiling = ceiling.get(f"prompt_{n}_tok_per_s")
             row += [
                 speed or "n/a",
-                f"{mine['decode_tok_per_s'] / speed:.2f}×" if mine and speed else "",
+                f"{mine['decode_tok_per_s'] / speed:.2f}×"
+                if mine and mine["decode_tok_per_s"] and speed
+                else "",
                 cell["ttft_s"] * 1000,
                 f"{cell['ttft_s'] / mine['ttft_s']:.2f}×" if mine else "",
                 f"{speed / ceiling:.0%}" if ceiling and speed else "",
