@@ -1,4 +1,5 @@
-"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] …`.
+"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] …`, and
+`scriptorium export gguf FILE.gguf OUT_DIR …` (export/gguf.py).
 
 Parses arguments, runs `export_bundle` (a text generator) or, for a checkpoint whose config names a
 `…ForMaskedLM` architecture, `export_fill_mask_bundle` (fp32 or int8), and prints a short summary
@@ -91,6 +92,11 @@ def summary(manifest: dict, out_dir: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["gguf"]:
+        from .gguf import main as gguf_main
+
+        return gguf_main(argv[1:])
     args = parse_args(argv)
     if is_masked_lm(args.model_dir):
         from .fill_mask import export_fill_mask_bundle

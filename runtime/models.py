@@ -153,6 +153,9 @@ class CausalLM:
         # Generation reads the last position only; graphs that can skip the others' LM head
         # are asked to.
         self.keeps_last_logits = "logits_to_keep" in self.inputs
+        # GroupQueryAttention's per-row cache lengths as inputs (export's lean Llama graph), so a
+        # batcher can give each row its own; here every row holds the mask's T positions.
+        self.feeds_seqlens = "seqlens_k" in self.inputs
         self.num_heads = manifest["num_heads"]
         self.head_size = manifest["head_size"]
         self.dtype = _past_dtype(session)
@@ -170,6 +173,10 @@ class CausalLM:
             feeds["position_ids"] = positions
         if self.keeps_last_logits:
             feeds["logits_to_keep"] = _LAST_POSITION
+        if self.feeds_seqlens:
+            batch, total = attention_mask.shape
+            feeds["seqlens_k"] = np.full(batch, total - 1, dtype=np.int32)  # (N,)
+            feeds["total_sequence_length"] = np.array(total, dtype=np.int32)
         if isinstance(past, SharedCache):
             logits = past.run(feeds)
             return logits[:, -1, :].copy(), past  # (N, V)

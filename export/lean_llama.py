@@ -1,0 +1,363 @@
+"""A lean ONNX decoder graph for the Llama family (llama, qwen2), built from a GGUF file's weights.
+
+`build_llama_graph(model, path)` writes the graph with the input and output names the runtime
+already feeds for export's lean GPT-2 graph (docs/bundle.md), plus the two inputs that
+onnxruntime's GroupQueryAttention reads per row, so that a caller batching requests of different
+lengths can set them itself:
+
+    inputs   input_ids (int64, [B, S]), past_key_values.{i}.key|value (float32,
+             [B, kv_heads, past, head_size]), attention_mask (int64, [B, past + S], 0 on left
+             padding), position_ids (int64, [B, S]), seqlens_k (int32, [B]: each row's cache
+             length after this call, minus 1), total_sequence_length (int32 scalar: past + S),
+             logits_to_keep (int64 scalar k: logits of the last k positions; 0 = all)
+    outputs  logits (float32, [B, k or S, vocab]), present.{i}.key|value
+
+Nodes, using onnxruntime's contrib ops:
+
+    embeddings   Gather from the token table; a quantized table is gathered as its codes and
+                 dequantized in the graph (a few elementwise nodes over B·S rows), so a tied LM
+                 head and the embedding share one stored copy of the blocks
+    per layer    SimplifiedLayerNormalization (RMSNorm) on layer 0, then
+                 q|k|v projection (one MatMulNBits or MatMul, + bias for qwen2)
+                 GroupQueryAttention(do_rotary, cos/sin caches, position_ids, seqlens_k,
+                     total_sequence_length, padding bias) -> attn, present key, present value
+                 o projection -> SkipSimplifiedLayerNormalization(+ residual; ffn_norm)
+                 gate|up projection -> Split -> gate·Sigmoid(gate)·up (SwiGLU) -> down projection
+                 -> SkipSimplifiedLayerNormalization(+ residual; next attn_norm, or output_norm)
+    LM head      Slice(last logits_to_keep positions) -> projection by the output (or token) table
+
+A projection of 32-weight blocks with a per-block offset (Q4_1, Q4_K; export/gguf_read.py) adds
+to MatMulNBits' output the block sums of its input times an [K/32, N] offset matrix: Reshape +
+ReduceSum once per input (shared by q|k|v and by gate|up) and one small MatMul + Add. llama.cpp
+stores llama's q and k rows permuted for its adjacent-pair rotary embedding, so llama graphs use
+GroupQueryAttention's interleaved rotary on the weights as stored; qwen2 uses the half-split form.
+
+Run plainly each present is past plus the new positions; bound as one buffer for past and
+present (runtime/models.py, `"kv_cache": "shared-buffer"`) a step writes in place. The graph
+computes in float32. Large models are written with external data (`model.onnx.data`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .gguf_read import BLOCK, DEFAULT_ZERO, FLOATS, GGUFModel, Linear, concat
+from .graph_builder import MICROSOFT, GraphBuilder
+
+OPSET = 17
+ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations (measured: docs/GGUF.md)
+EXTERNAL_DATA_BYTES = 1_500_000_000  # above this, weights go to model.onnx.data
+
+
+class LlamaGraph(GraphBuilder):
+    """GraphBuilder over numpy arrays, with the projection forms of `Linear`."""
+
+    def __init__(self, accuracy_level: int):
+        super().__init__({})
+        self.accuracy_level = accuracy_level
+        self.block_sums: dict[str, str] = {}  # input name -> its (B, S, K/32) block sums
+        self.weight_bytes = 0
+
+    def array(self, name: str, value: np.ndarray) -> str:
+        value = np.ascontiguousarray(value)
+        self.weight_bytes += value.nbytes
+        self.initializers.append(numpy_helper.from_array(value, name))
+        return name
+
+    def _sums(self, x: str, k: int) -> str:
+        if x not in self.block_sums:
+            shape = self.const(f"{x}.block_shape", [0, 0, k // BLOCK, BLOCK], np.int64)
+            (blocks,) = self.node("Reshape", [x, shape], [f"{x}.blocks"])  # (B, S, K/32, 32)
+            axes = self.const(f"{x}.last_axis", [-1], np.int64)
+            (sums,) = self.node("ReduceSum", [blocks, axes], [f"{x}.block_sums"], keepdims=0)
+            self.block_sums[x] = sums  # (B, S, K/32)
+        return self.block_sums[x]
+
+    def linear(self, x: str, lin: Linear, name: str, stored: str | None = None) -> str:
+        """x (B, S, K) -> (B, S, N). `stored` names initializers already holding `lin`'s blocks
+        (the tied token table: packed, scales and offsets stored (N, K/32))."""
+        if not lin.quantized:
+            (y,) = self.node("MatMul", [x, self.array(f"{name}.weight_t", lin.weight.T)], [name])
+            return y
+        if stored is None:
+            packed = self.array(f"{name}.packed", lin.packed)
+            scales = self.array(f"{name}.scales", lin.scales)
+        else:
+            packed, scales = f"{stored}.packed", f"{stored}.scales"
+        (y,) = self.node(
+            "MatMulNBits",
+            [x, packed, scales],
+            [name if lin.offsets is None else f"{name}.nbits"],
+            K=lin.k,
+            N=lin.n,
+            bits=lin.bits,
+            block_size=BLOCK,
+            accuracy_level=self.accuracy_level,
+        )
+        if lin.offsets is None:
+            return y
+        if stored is None:
+            offsets = self.array(f"{name}.offsets_t", lin.offsets.T)  # (K/32, N)
+        else:  # onnxruntime folds this Transpose of a constant once, at session creation
+            (offsets,) = self.node("Transpose", [f"{stored}.offsets"], [f"{name}.offsets_t"])
+        (shift,) = self.node("MatMul", [self._sums(x, lin.k), offsets], [f"{name}.offset"])
+        (y,) = self.node("Add", [y, shift], [name])
+        return y
+
+    def embed(self, table: Linear, ids: str) -> str:
+        """Gather rows of the token table (N = vocab, K = hidden) -> (B, S, K) float32."""
+        if not table.quantized:
+            (x,) = self.node("Gather", [self.array("token_embd.weight", table.weight), ids], ["x"])
+            return x
+        nb = table.k // BLOCK
+        packed = self.array("token_embd.packed", table.packed)  # (V, K/32, bytes)
+        scales = self.array("token_embd.scales", table.scales)  # (V, K/32)
+        (codes,) = self.node("Gather", [packed, ids], ["emb.codes"])  # (B, S, K/32, bytes)
+        (codes,) = self.node("Cast", [codes], ["emb.codes_f"], to=TensorProto.FLOAT)
+        if table.bits == 4:  # byte = low + 16·high; element 2i is the low nibble
+            (high,) = self.node(
+                "Mul", [codes, self.const("one_16th", 0.0625, np.float32)], ["emb.high_raw"]
+            )
+            (high,) = self.node("Floor", [high], ["emb.high"])
+            (low,) = self.node(
+                "Mul", [high, self.const("sixteen", 16.0, np.float32)], ["emb.high_16"]
+            )
+            (low,) = self.node("Sub", [codes, low], ["emb.low"])
+            axis = self.const("axes_last", [-1], np.int64)
+            (low,) = self.node("Unsqueeze", [low, axis], ["emb.low_1"])
+            (high,) = self.node("Unsqueeze", [high, axis], ["emb.high_1"])
+            (codes,) = self.node("Concat", [low, high], ["emb.pairs"], axis=-1)  # (.., 16, 2)
+            shape = self.const("emb.block_shape", [0, 0, nb, BLOCK], np.int64)
+            (codes,) = self.node("Reshape", [codes, shape], ["emb.codes_32"])  # (B, S, K/32, 32)
+        zero = self.const("emb.zero", float(DEFAULT_ZERO[table.bits]), np.float32)
+        (w,) = self.node("Sub", [codes, zero], ["emb.centred"])
+        axis = self.const("axes_last_1", [-1], np.int64)
+        (scale,) = self.node("Gather", [scales, ids], ["emb.scale"])  # (B, S, K/32)
+        (scale,) = self.node("Unsqueeze", [scale, axis], ["emb.scale_1"])
+        (w,) = self.node("Mul", [w, scale], ["emb.scaled"])
+        if table.offsets is not None:
+            offsets = self.array("token_embd.offsets", table.offsets)  # (V, K/32)
+            (offset,) = self.node("Gather", [offsets, ids], ["emb.offset"])
+            (offset,) = self.node("Unsqueeze", [offset, axis], ["emb.offset_1"])
+            (w,) = self.node("Add", [w, offset], ["emb.shifted"])
+        shape = self.const("emb.shape", [0, 0, table.k], np.int64)
+        (x,) = self.node("Reshape", [w, shape], ["x"])  # (B, S, K)
+        return x
+
+    def tied_head(self, x: str, table: Linear, k: int) -> str:
+        """Logits from the token table itself: MatMulNBits over its blocks, or Gemm with transB
+        over the float table (no transposed copy)."""
+        if table.quantized:
+            return self.linear(x, table, "logits", stored="token_embd")
+        (flat,) = self.node("Reshape", [x, self.const("rows", [-1, k], np.int64)], ["x_rows"])
+        (y,) = self.node("Gemm", [flat, "token_embd.weight"], ["logits_rows"], transB=1)
+        (batch,) = self.node("Shape", [x], ["x_shape_2"], start=0, end=2)
+        vocab = self.const("vocab_1", [table.n], np.int64)
+        (shape,) = self.node("Concat", [batch, vocab], ["logits_shape"], axis=0)
+        (y,) = self.node("Reshape", [y, shape], ["logits"])  # (B, k, V)
+        return y
+
+    def save_model(self, path: Path, inputs: list, outputs: list) -> None:
+        graph = helper.make_graph(
+            self.nodes, "lean_llama", inputs, outputs, self.initializers, value_info=self.value_info
+        )
+        opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MICROSOFT, 1)]
+        model = helper.make_model(
+            graph,
+            opset_imports=opsets,
+            producer_name="scriptorium.export.lean_llama",
+            ir_version=helper.find_min_ir_version_for(opsets, ignore_unknown=True),
+        )
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        external = self.weight_bytes > EXTERNAL_DATA_BYTES
+        onnx.save(
+            model,
+            str(path),
+            save_as_external_data=external,
+            all_tensors_to_one_file=True,
+            location=path.name + ".data",
+        )
+
+
+def rotary_caches(model: GGUFModel) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin (context, head_size / 2), float32, computed as transformers does (float32
+    inverse frequencies times float32 positions)."""
+    dim = model.head_size
+    exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    inv_freq = (1.0 / (np.float32(model.rope_base) ** exponents)).astype(np.float32)
+    if model.rope_factors is not None:
+        inv_freq = (inv_freq / model.rope_factors).astype(np.float32)
+    positions = np.arange(model.context, dtype=np.float32) / np.float32(model.rope_scale)
+    angles = np.outer(positions, inv_freq).astype(np.float32)  # (context, D/2)
+    return np.cos(angles), np.sin(angles)
+
+
+def _io(model: GGUFModel) -> tuple[list, list]:
+    info = helper.make_tensor_value_info
+    kv = ["batch_size", model.kv_heads, "past_sequence_length", model.head_size]
+    present = ["batch_size", model.kv_heads, "total_sequence_length", model.head_size]
+    inputs = [info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])]
+    outputs = [info("logits", TensorProto.FLOAT, ["batch_size", "kept", model.vocab])]
+    for i in range(model.layers):
+        for kind in ("key", "value"):
+            inputs.append(info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, kv))
+            outputs.append(info(f"present.{i}.{kind}", TensorProto.FLOAT, present))
+    inputs += [
+        info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
+        info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+        info("seqlens_k", TensorProto.INT32, ["batch_size"]),
+        info("total_sequence_length", TensorProto.INT32, []),
+        info("logits_to_keep", TensorProto.INT64, []),
+    ]
+    return inputs, outputs
+
+
+def _padding_bias(g: LlamaGraph) -> str:
+    """attention_mask (B, T) -> additive bias (B, 1, S, T): -10000 on padding, else 0 (finite,
+    so rows made only of padding stay finite)."""
+    (steps,) = g.node("Shape", ["input_ids"], ["sequence_length_1"], start=1, end=2)  # (1,)
+    (mask,) = g.node("Cast", ["attention_mask"], ["mask_f32"], to=TensorProto.FLOAT)
+    (bias,) = g.node("Sub", [mask, g.const("one_f32", 1.0, np.float32)], ["mask_minus_one"])
+    (bias,) = g.node("Mul", [bias, g.const("mask_value", 10000.0, np.float32)], ["mask_bias_2d"])
+    (bias,) = g.node("Unsqueeze", [bias, g.const("axes_1_2", [1, 2], np.int64)], ["mask_bias_4d"])
+    one = g.const("one_i64", [1], np.int64)
+    ones = g.const("ones_2", [1, 1], np.int64)
+    (shape,) = g.node("Concat", [ones, steps, one], ["bias_shape"], axis=0)
+    (bias,) = g.node("Expand", [bias, shape], ["mask_bias"])  # (B, 1, S, T)
+    return bias
+
+
+def build_llama_graph(
+    model: GGUFModel, path: Path, fp32: bool = False, accuracy_level: int = ACCURACY_LEVEL
+) -> dict:
+    """Write `model` as a lean decoder graph to `path`. With `fp32` every weight is dequantized to
+    float32; otherwise quantized types are carried over (export/gguf_read.py). Returns a report:
+    node count and, per GGUF tensor type, how its projections were stored."""
+    g = LlamaGraph(accuracy_level)
+    d, eps = model.hidden, model.rms_eps
+    storage: dict[str, str] = {}
+    notes: list[str] = []
+
+    def project(x: str, names: list[str], out: str) -> str:
+        parts = [model.linear(n, fp32) for n in names]
+        for name, part in zip(names, parts):
+            storage[part.source] = _storage(part)
+            if part.note:
+                notes.append(f"{name}: {part.note}")
+        fused = concat(parts)
+        if fused is not None:
+            return g.linear(x, fused, out)
+        return [g.linear(x, p, f"{out}.{i}") for i, p in enumerate(parts)]
+
+    table = model.linear("token_embd.weight", fp32)
+    storage[table.source] = _storage(table)
+    x = g.embed(table, "input_ids")
+    cos, sin = rotary_caches(model)
+    cos, sin = g.array("cos_cache", cos), g.array("sin_cache", sin)
+    bias = _padding_bias(g)
+    (normed,) = g.node(
+        "SimplifiedLayerNormalization",
+        [x, g.array("blk.0.attn_norm", model.norm("blk.0.attn_norm.weight"))],
+        ["h0.attn_in"],
+        axis=-1,
+        epsilon=eps,
+    )
+    residual = x
+    for i in range(model.layers):
+        p = f"blk.{i}."
+        qkv = project(normed, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], p)
+        qkv = [qkv] if isinstance(qkv, str) else qkv
+        biases = [model.bias(p + f"attn_{n}.bias") for n in "qkv"]
+        if any(b is not None for b in biases):
+            if len(qkv) == 1:
+                packed_bias = np.concatenate(biases)
+                (q,) = g.node("Add", [qkv[0], g.array(p + "qkv_bias", packed_bias)], [p + "qkv_b"])
+                qkv = [q]
+            else:
+                qkv = [
+                    g.node("Add", [t, g.array(f"{p}{n}_bias", b)], [f"{p}{n}_b"])[0]
+                    for t, n, b in zip(qkv, "qkv", biases)
+                ]
+        query, key, value = (qkv[0], "", "") if len(qkv) == 1 else qkv
+        attn, _, _ = g.node(
+            "GroupQueryAttention",
+            [
+                query,  # (B, S, (H + 2·KV)·D) packed, or (B, S, H·D)
+                key,
+                value,
+                f"past_key_values.{i}.key",
+                f"past_key_values.{i}.value",
+                "seqlens_k",
+                "total_sequence_length",
+                cos,
+                sin,
+                "position_ids",
+                bias,
+            ],
+            [f"{p}attn", f"present.{i}.key", f"present.{i}.value"],
+            num_heads=model.heads,
+            kv_num_heads=model.kv_heads,
+            do_rotary=1,
+            rotary_interleaved=1 if model.architecture == "llama" else 0,
+        )
+        attn_out = project(attn, [p + "attn_output.weight"], p + "attn_out")
+        normed, _, _, residual = g.node(
+            "SkipSimplifiedLayerNormalization",
+            [attn_out, residual, g.array(p + "ffn_norm", model.norm(p + "ffn_norm.weight"))],
+            [p + "ffn_in", "", "", p + "residual_mid"],
+            epsilon=eps,
+        )
+        gate_up = project(normed, [p + "ffn_gate.weight", p + "ffn_up.weight"], p + "gate_up")
+        if isinstance(gate_up, str):
+            split = g.const(p + "split", [model.intermediate] * 2, np.int64)
+            gate, up = g.node("Split", [gate_up, split], [p + "gate", p + "up"], axis=-1)
+        else:
+            gate, up = gate_up
+        (sig,) = g.node("Sigmoid", [gate], [p + "gate_sigmoid"])
+        (act,) = g.node("Mul", [gate, sig], [p + "silu"])
+        (act,) = g.node("Mul", [act, up], [p + "swiglu"])
+        down = project(act, [p + "ffn_down.weight"], p + "down")
+        last = i == model.layers - 1
+        norm = "output_norm" if last else f"blk.{i + 1}.attn_norm"
+        normed, _, _, residual = g.node(
+            "SkipSimplifiedLayerNormalization",
+            [down, residual, g.array(norm, model.norm(norm + ".weight"))],
+            ["final" if last else f"blk.{i + 1}.attn_in", "", "", "" if last else p + "residual"],
+            epsilon=eps,
+        )
+
+    # Only the last `logits_to_keep` positions reach the LM head: Slice from -k (-0 = 0: all).
+    (start,) = g.node("Neg", ["logits_to_keep"], ["kept_start"])
+    (start,) = g.node("Unsqueeze", [start, g.const("axes_0", [0], np.int64)], ["kept_start_1"])
+    end, axis = g.const("end_of_sequence", [2**63 - 1], np.int64), g.const("axes_1", [1], np.int64)
+    (kept,) = g.node("Slice", [normed, start, end, axis], ["final_kept"])  # (B, k, d)
+    if "output.weight" in model.tensors:
+        head = model.linear("output.weight", fp32)
+        storage[head.source] = _storage(head)
+        g.linear(kept, head, "logits")
+    else:
+        g.tied_head(kept, table, d)
+    inputs, outputs = _io(model)
+    g.save_model(path, inputs, outputs)
+    return {
+        "nodes": len(g.nodes),
+        "weight_bytes": g.weight_bytes,
+        "accuracy_level": accuracy_level if not fp32 else None,
+        "storage": storage,
+        "notes": notes,
+        "tied_embeddings": "output.weight" not in model.tensors,
+    }
+
+
+def _storage(lin: Linear) -> str:
+    if not lin.quantized:
+        return "float32 MatMul" + ("" if lin.source in FLOATS else " (dequantized)")
+    if lin.note:
+        return f"re-quantized: {lin.note} (MatMulNBits {lin.bits}-bit)"
+    offsets = ", + per-block offsets" if lin.offsets is not None else ""
+    return f"carried over: MatMulNBits {lin.bits}-bit, block {BLOCK}, default zero point{offsets}"

