@@ -89,3 +89,20 @@ def test_gguf_byte_count_for_llama_cpp(run):
     assert count["weights"] == sum(sizes.values())
     assert count["kv_per_position"] == 2 * 2 * 2 * 16 * 2  # llama.cpp's float16 cache
     assert llm.gguf_type(gguf) == "Q4_1"
+
+
+def test_default_bundle_is_the_gguf_converted_into_the_cache(run, tmp_path, monkeypatch):
+    from export import flagship
+
+    gguf = run[2]
+    monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "llm.json"
+    args = ["--gguf", str(gguf), "--engines", "scriptorium", "--work", str(tmp_path / "work")]
+    args += ["--new-tokens", "3", "--prompt-tokens", "5", "--repeats", "1", "--threads", "1"]
+    assert llm.main([*args, "--bandwidth-mb", "8", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["bundle"] == str(flagship.ensure_bundle(gguf))
+    assert result["bundle"].startswith(str(tmp_path / "cache"))
+    (engine,) = result["results"]
+    assert engine == "scriptorium/int4"  # the Q4_1 weights carried over to 4-bit MatMulNBits
+    assert not (tmp_path / "work").exists()  # no peer needed a dequantized checkpoint
