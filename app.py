@@ -1,6 +1,7 @@
 """Scriptorium's Gradio app: `python app.py [--models DIR | --backend URL] [--device D] [--share]`.
 
-It finds every bundle under models/ (and any `--models` directories), or with `--backend` the
+It finds every bundle under models/, the flagship SmolLM2-135M-Instruct (export/flagship.py) and
+any `--models` directories or GGUF files (converted once into a cache), or with `--backend` the
 models of a `scriptorium serve` server, which then runs every generation (ui/remote.py). It
 assembles the tabs, which live in ui/ (one module each), and serves them with a bounded queue,
 behind a request-body limit, from a temporary folder of its own (ui/server.py). docs/APP.md
@@ -83,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_upstream_warnings()
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", action="append", default=[], help="extra model directory")
+    parser.add_argument(
+        "--models", action="append", default=[], help="extra model directory or GGUF file"
+    )
     parser.add_argument(
         "--backend", default=None, help="a `scriptorium serve` URL, e.g. http://HOST:8000/v1"
     )
@@ -116,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             providers = runtime.providers_for(args.device)  # docs/GPU.md
         except ValueError as error:
             parser.error(str(error))
-        roots = [HERE / "models", *map(Path, args.models)]
+        from export.flagship import model_roots  # SmolLM2 and `--models` GGUFs, converted once
+
+        roots = [HERE / "models", *model_roots(args.models)]
         registry = ModelRegistry.discover(roots, providers, batching=args.batching)
     demo = build(registry).queue(**queue_settings())
     demo.launch(

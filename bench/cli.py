@@ -16,6 +16,7 @@ BENCHMARKS = {
     "serve": "bench.serve",
     "paraphrase": "bench.paraphrase",
     "batch": "bench.batch",
+    "llm": "bench.llm",
 }
 
 

