@@ -15,11 +15,12 @@
   configuration of every component (≈ 0.4 MB for this app, on 6.17.3 and 6.31.0 alike); at
   Gradio's default of 10,000 sessions, API calls alone grew the process by ≈ 1 MB each.
 - `ForgetFinishedEvents`, an ASGI middleware that after each request drops what Gradio 6.17.3
-  keeps of finished events (`forget_finished`): each event stayed in `Queue.event_ids_to_events`
-  with its `fastapi.Request` and inputs (≈ 19 KB a `/list_models` call, found with tracemalloc),
-  in `Queue.event_analytics` (kept to the last `EVENTS_KEPT`) and in
-  `Queue.pending_event_ids_session` (an empty set per API call), and `StateHolder.time_last_used`
-  kept a time for every session ever opened. Gradio fixed these upstream (gradio#13154,
+  keeps of finished events (`forget_finished`), ≈ 21 KB an API call: its finished asyncio task
+  (`Queue._asyncio_tasks`), its `Event` with the `fastapi.Request` and inputs
+  (`Queue.event_ids_to_events`), the message queue and the empty set of its one-call session
+  (`pending_messages_per_session`, up to 2,000; `pending_event_ids_session`), its entry in
+  `Queue.event_analytics` (kept to the last `EVENTS_KEPT`), and the time of every session ever
+  opened (`StateHolder.time_last_used`). Gradio fixed these upstream (gradio#13154,
   gradio#13756); drop this middleware when the pin moves past 6.17.3.
 
 docs/APP.md ("Limits") lists the limits and how to change them. This module builds no
@@ -115,8 +116,9 @@ class ForgetFinishedEvents:
 def forget_finished(blocks) -> None:
     """Drop what Gradio 6.17.3 keeps of finished events and evicted sessions (gradio#13154,
     gradio#13756; remove with the upgrade). An event is kept while it waits in a queue, runs,
-    or its answer is still to be read (its id in `pending_event_ids_session`); its analytics
-    entry is kept until Gradio wrote its last status, and then among the last `EVENTS_KEPT`."""
+    or its answer is still to be read (its id in `pending_event_ids_session`), a session's
+    message queue while it holds messages or events; an analytics entry is kept until Gradio
+    wrote its last status, and then among the last `EVENTS_KEPT`."""
     queue = blocks._queue
     busy = {e._id for q in queue.event_queue_per_concurrency_id.values() for e in q.queue}
     busy.update(e._id for job in queue.active_jobs if job for e in job)
@@ -128,6 +130,10 @@ def forget_finished(blocks) -> None:
     for event_id in list(queue.event_ids_to_events):
         if event_id not in busy:
             queue.event_ids_to_events.pop(event_id, None)
+    for session, messages in list(queue.pending_messages_per_session.items()):
+        if session not in queue.pending_event_ids_session and messages.empty():
+            queue.pending_messages_per_session.pop(session, None)  # no answer left to read
+    queue._asyncio_tasks[:] = [task for task in queue._asyncio_tasks if not task.done()]
     extra = len(queue.event_analytics) - EVENTS_KEPT
     if extra > 0:
         analytics = queue.event_analytics
