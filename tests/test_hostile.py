@@ -44,8 +44,8 @@ SERVE_RSS_MB = 400  # each replica, the gateway and the proxy after the hostile 
 GROWTH_MB = 60  # growth of one process over a test's hostile requests
 DOWNLOAD_GROWTH_MB = 100  # growth of one process over the download test
 DOWNLOADS = 30  # sequential downloads of model.onnx (13.6 MB)
-SOAK_WARM_UP = 150  # /list_models calls first (Gradio keeps the state of 100 sessions)
-SOAK_CALLS = 400  # then calls to the app, one in ten /generate
+SOAK_WARM_UP = 150  # calls first (Gradio keeps the state of 100 sessions), one in ten /generate
+SOAK_CALLS = 400  # then the same mix, measured
 SOAK_GROWTH_KB_PER_CALL = 8  # the app's growth per call over those calls
 LIMITS = api.Limits(max_downloads=2)
 OK = {"model": MODEL, "prompt": "In the beginning", "max_tokens": 4, "temperature": 0}
@@ -368,13 +368,16 @@ def test_the_apps_memory_settles_over_a_soak(app_process):
     generation) grow the app by less than `SOAK_GROWTH_KB_PER_CALL` a call (≈ 21 KB a call
     before `ui.server.ForgetFinishedEvents`)."""
     url, process, _ = app_process
-    for _ in range(SOAK_WARM_UP):
-        assert gradio_call(url, "list_models", [])[0] == 200
+
+    def soak(calls: int) -> None:
+        for index in range(calls):
+            name, data = ("generate", GENERATE) if index % 10 == 0 else ("list_models", [])
+            status, answer = gradio_call(url, name, data)
+            assert status == 200 and json.loads(answer)[0], answer
+
+    soak(SOAK_WARM_UP)
     before = rss_mb(process.pid)
-    for index in range(SOAK_CALLS):
-        name, data = ("generate", GENERATE) if index % 10 == 0 else ("list_models", [])
-        status, answer = gradio_call(url, name, data)
-        assert status == 200 and json.loads(answer)[0], answer
+    soak(SOAK_CALLS)
     growth_kb = (rss_mb(process.pid) - before) * 1024 / SOAK_CALLS
     assert growth_kb < SOAK_GROWTH_KB_PER_CALL, f"{growth_kb:.1f} KB per call"
 
