@@ -406,8 +406,10 @@ def test_the_app_forgets_finished_events(monkeypatch):
                 200,
                 f'["X{index}"]',
             )
+        httpx.get(demo.local_url, timeout=ANSWER_S)  # one more request after the last event
         queue, holder = demo._queue, demo.state_holder
         assert not queue.event_ids_to_events and not queue.pending_event_ids_session
+        assert not queue.pending_messages_per_session and len(queue._asyncio_tasks) <= 1
         statuses = [entry["status"] for entry in queue.event_analytics.values()]
         assert statuses == ["success"] * 5
         assert set(holder.time_last_used) <= set(holder.session_data)
