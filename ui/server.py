@@ -14,6 +14,14 @@
   Gradio gives every API call without a session its own session, and each session copies the
   configuration of every component (≈ 0.4 MB for this app, on 6.17.3 and 6.31.0 alike); at
   Gradio's default of 10,000 sessions, API calls alone grew the process by ≈ 1 MB each.
+- `ForgetFinishedEvents`, an ASGI middleware that after each request drops what Gradio 6.17.3
+  keeps of finished events (`forget_finished`), ≈ 21 KB an API call: its finished asyncio task
+  (`Queue._asyncio_tasks`), its `Event` with the `fastapi.Request` and inputs
+  (`Queue.event_ids_to_events`), the message queue and the empty set of its one-call session
+  (`pending_messages_per_session`, up to 2,000; `pending_event_ids_session`), its entry in
+  `Queue.event_analytics` (kept to the last `EVENTS_KEPT`), and the time of every session ever
+  opened (`StateHolder.time_last_used`). Gradio fixed these upstream (gradio#13154,
+  gradio#13756); drop this middleware when the pin moves past 6.17.3.
 
 docs/APP.md ("Limits") lists the limits and how to change them. This module builds no
 components and runs no model.
@@ -34,6 +42,8 @@ MAX_FILE_SIZE = 1024 * 1024  # an uploaded file, should a route ever take one
 LOG_LINE_CHARS = 2000  # characters of one line on stderr
 SESSION_CAPACITY = 100  # sessions whose state Gradio keeps (`launch(state_session_capacity)`)
 UPLOAD_PATHS = ("/upload", "/gradio_api/upload")
+EVENTS_KEPT = 1000  # finished events whose timings Gradio's monitoring page keeps
+FINAL = ("success", "failed", "cancelled")  # an event's last status in `event_analytics`
 
 
 class BodyTooLarge(Exception):
@@ -89,6 +99,55 @@ async def _answer(send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class ForgetFinishedEvents:
+    """ASGI middleware: after each HTTP request, `forget_finished` on the app's Blocks."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if scope["type"] == "http" and "app" in scope:  # Starlette sets it: Gradio's App
+                forget_finished(scope["app"].get_blocks())
+
+
+def forget_finished(blocks) -> None:
+    """Drop what Gradio 6.17.3 keeps of finished events and evicted sessions (gradio#13154,
+    gradio#13756; remove with the upgrade). An event is kept while it waits in a queue, runs,
+    or its answer is still to be read (its id in `pending_event_ids_session`), a session's
+    message queue while it holds messages or events; an analytics entry is kept until Gradio
+    wrote its last status, and then among the last `EVENTS_KEPT`."""
+    queue = blocks._queue
+    busy = {e._id for q in queue.event_queue_per_concurrency_id.values() for e in q.queue}
+    busy.update(e._id for job in queue.active_jobs if job for e in job)
+    for session, ids in list(queue.pending_event_ids_session.items()):
+        if ids:
+            busy.update(ids)
+        else:
+            queue.pending_event_ids_session.pop(session, None)
+    for event_id in list(queue.event_ids_to_events):
+        if event_id not in busy:
+            queue.event_ids_to_events.pop(event_id, None)
+    for session, messages in list(queue.pending_messages_per_session.items()):
+        if session not in queue.pending_event_ids_session and messages.empty():
+            queue.pending_messages_per_session.pop(session, None)  # no answer left to read
+    queue._asyncio_tasks[:] = [task for task in queue._asyncio_tasks if not task.done()]
+    extra = len(queue.event_analytics) - EVENTS_KEPT
+    if extra > 0:
+        analytics = queue.event_analytics
+        done = [k for k, v in list(analytics.items()) if v.get("status") in FINAL][:extra]
+        for event_id in done:
+            analytics.pop(event_id, None)
+        # Gradio recomputes its summary when the count grew since the last one
+        queue.event_count_at_last_cache = max(queue.event_count_at_last_cache - len(done), 0)
+    holder = blocks.state_holder
+    for session in list(holder.time_last_used):
+        if session not in holder.session_data:
+            holder.time_last_used.pop(session, None)
+
+
 def private_temp_dir() -> Path:
     """A new folder for Gradio's files, owned by this process; set as GRADIO_TEMP_DIR (before
     Gradio is imported, which reads it in places at import) and removed at exit."""
@@ -142,12 +201,17 @@ class BoundedLines(io.TextIOBase):
 
 def launch_settings(max_body_bytes: int = MAX_BODY_BYTES) -> dict:
     """`Blocks.launch` keyword arguments: the body limit in front of Gradio's routes (no tab
-    takes uploads, so the upload route is closed), Gradio's own `max_file_size` and the
-    sessions it keeps."""
+    takes uploads, so the upload route is closed), Gradio's own `max_file_size`, the sessions
+    it keeps, and the forgetting of finished events."""
     from starlette.middleware import Middleware
 
     return {
         "max_file_size": MAX_FILE_SIZE,
         "state_session_capacity": SESSION_CAPACITY,
-        "app_kwargs": {"middleware": [Middleware(BodyLimit, max_bytes=max_body_bytes)]},
+        "app_kwargs": {
+            "middleware": [
+                Middleware(BodyLimit, max_bytes=max_body_bytes),
+                Middleware(ForgetFinishedEvents),
+            ]
+        },
     }
