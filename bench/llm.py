@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime.bundle import sha256_of
+from runtime.sessions import session_options
 
 from . import common, ct2_peer
 
@@ -228,7 +229,7 @@ def runners(args, paths: dict[str, Path], texts, prompts) -> dict:
                 paths["optimum"],
                 use_cache=True,
                 provider="CPUExecutionProvider",
-                session_options=common.ort_session_options(args.threads),
+                session_options=session_options(args.threads),
             )
             out[(engine, "fp32")] = hf_runner(model, prompts)
         elif engine == "ctranslate2":
