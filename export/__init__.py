@@ -13,7 +13,7 @@ hierarchical.py exports seed 003's hierarchical model, ngram_index.py adds the m
 corpus.py reads the verse table both it and train/ use. Uses torch, transformers, optimum-onnx,
 onnx and onnxruntime; the runtime it produces bundles for needs none but onnxruntime.
 `export.gguf.export_gguf` imports GGUF files without torch or transformers (docs/GGUF.md), so
-the names below are loaded on first use: importing `export.gguf` does not import torch, nor
+the names below are loaded on first use: importing `export.gguf` loads no torch, nor
 does `export.flagship` (the shipped SmolLM2 GGUF, converted once into a per-user cache).
 
 May import: runtime/ (the bundle contract it writes for, e.g. checksums and graph kinds) and
