@@ -18,9 +18,11 @@ from pathlib import Path
 import pytest
 
 import app
-from tests.app_fixtures import serve
+from tests.app_fixtures import chat_model_dir, serve
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT, artifacts
 from ui.registry import ModelRegistry
+
+__all__ = ["chat_model_dir"]  # a session fixture, used by name
 
 __all__ = ["artifacts"]  # a module fixture, used by name
 pytestmark = pytest.mark.skipif(
@@ -129,6 +131,8 @@ STUDY = "Decoding study (seed 000): top-k and top-p sweeps"
 # The main actions of each tab, in order: buttons to click (each waited for), or "open:" an
 # accordion, or "fill:" the last field with a label (the one in the section just opened).
 ACTIONS = {
+    # the tiny chat model (tests/app_fixtures.py) stands in for SmolLM2, which needs converting
+    "Chat": ["type:Write a message and press Enter=Hello there", "Send"],
     "Generate": ["Generate"],
     # the study with fewer samples and tokens than its defaults, so that it ends in a minute here
     "Compare": [
@@ -159,6 +163,8 @@ ACTIONS = {
 }
 # What shows once each tab's actions are done (true in the page).
 RESULTS = {
+    "Chat": "() => [...document.querySelectorAll('#chat-turns td.finish')]"
+    ".some((cell) => cell.innerText.trim() && !cell.innerText.includes('running'))",
     "Generate": "() => /eos|length|context/"
     ".test(document.querySelector('#generate-stats').innerText)",
     "Compare": "() => document.querySelector('#compare-metrics').innerText.includes('greedy')"
@@ -184,10 +190,14 @@ def wait_idle(page, timeout: float = RUN_TIMEOUT):
 
 
 @pytest.fixture(scope="module")
-def served():
+def served(chat_model_dir, tmp_path_factory):
     if not any(MODELS.glob("*/*/manifest.json")):
         pytest.skip("no shipped models")
-    demo = app.build(ModelRegistry.discover([MODELS]))
+    registry = ModelRegistry.discover([MODELS])
+    registry.add("tiny-chat", chat_model_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SCRIPTORIUM_VOTES", str(tmp_path_factory.mktemp("votes") / "votes.sqlite"))
+        demo = app.build(registry)
     url = serve(demo)
     yield url
     demo.close()
@@ -237,6 +247,9 @@ def test_tab_opens_ready_and_runs_cleanly(page, tab, artifacts):
     for step in ACTIONS[tab]:
         if step.startswith("open:"):
             page.get_by_text(step.removeprefix("open:"), exact=True).click()
+        elif step.startswith("type:"):
+            placeholder, value = step.removeprefix("type:").rsplit("=", 1)
+            page.get_by_placeholder(placeholder, exact=True).fill(value)
         elif step.startswith("fill:"):
             label, value = step.removeprefix("fill:").rsplit("=", 1)
             field = page.get_by_label(label, exact=True).last
