@@ -172,10 +172,17 @@ def _check_text(name: str, text: str, max_chars: int | None = None) -> None:
 
 def _settings(body: CompletionBody, stop: tuple[str, ...]) -> dict:
     """GenerationConfig keyword arguments from a checked body."""
+    # max_tokens 0 (echo, scoring only) generates nothing; the config stays a valid one.
+    limit = OPENAI_DEFAULT_MAX_TOKENS if not body.max_tokens else body.max_tokens
+    return sampling_settings(body, limit, stop, EXTRA_FIELDS)
+
+
+def sampling_settings(body, max_new_tokens: int, stop: tuple[str, ...], extras: dict) -> dict:
+    """GenerationConfig keyword arguments shared by completions and chat: OpenAI's temperature
+    (0 = greedy), top_p, n and seed, and the extra fields `extras` maps to the runtime's names."""
     temperature = 1.0 if body.temperature is None else body.temperature
     settings = {
-        # max_tokens 0 (echo, scoring only) generates nothing; the config stays a valid one.
-        "max_new_tokens": OPENAI_DEFAULT_MAX_TOKENS if not body.max_tokens else body.max_tokens,
+        "max_new_tokens": max_new_tokens,
         "do_sample": temperature > 0,
         "temperature": float(temperature) if temperature > 0 else 1.0,
         "top_p": 1.0 if body.top_p is None else body.top_p,
@@ -183,7 +190,7 @@ def _settings(body: CompletionBody, stop: tuple[str, ...]) -> dict:
         "seed": body.seed,
         "stop": stop,
     }
-    for key, name in EXTRA_FIELDS.items():
+    for key, name in extras.items():
         if getattr(body, key) is not None:
             settings[name] = getattr(body, key)
     return settings

@@ -45,14 +45,13 @@ from tokenizers import decoders
 import runtime
 from runtime.chat import check_messages
 
-from . import api
+from . import api, protocol
 
 MAX_TOP_LOGPROBS = 5  # the runtime streams its top 5 alternatives
 MAX_STOP_STRINGS = 4  # OpenAI's limit
 MAX_MESSAGES = 1024  # turns in one conversation
 MAX_TOKENS = 2**31 - 1
 UNTIL_CONTEXT = 1 << 30  # max_new_tokens when the request sets no limit: the context caps it
-SHOWN = 40  # characters of a bad value echoed in an error
 # Completions' extras, without beam search (chat replies are sampled or greedy).
 EXTRA_FIELDS = {
     key: name
@@ -162,11 +161,6 @@ class ChatRequest:
     include_usage: bool = False  # streaming: a last chunk with token counts
 
 
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= SHOWN else f"{text[:SHOWN]}… ({len(text)} characters)"
-
-
 def _request_error(error: ValidationError) -> api.RequestError:
     """The first problem pydantic found, as a 400 naming the field (`messages[0].role`)."""
     first = error.errors(include_url=False)[0]
@@ -190,10 +184,10 @@ def _request_error(error: ValidationError) -> api.RequestError:
         owner = _model_in(fields[part].annotation)
     if not parts:
         return api.RequestError(
-            f"the request body must be a JSON object, got {_shown(first['input'])}"
+            f"the request body must be a JSON object, got {protocol.shown(first['input'])}"
         )
     param = ".".join(parts)
-    got = "nothing" if kind == "missing" else _shown(first["input"])
+    got = "nothing" if kind == "missing" else protocol.shown(first["input"])
     return api.RequestError(f"`{param}` must be {rule}, got {got}", param=param)
 
 
@@ -230,7 +224,7 @@ def parse_chat(raw: bytes | str | dict) -> ChatRequest:
         value = getattr(body, name)
         if value is not None and value not in neutral:
             raise api.RequestError(
-                f"`{name}` is not supported by this server, got {_shown(value)}", param=name
+                f"`{name}` is not supported by this server, got {protocol.shown(value)}", param=name
             )
     if body.top_logprobs and not body.logprobs:
         raise api.RequestError(
@@ -289,22 +283,9 @@ def _api_words(message: str) -> str:
 
 def _settings(body: ChatBody) -> dict:
     """GenerationConfig keyword arguments from a checked body."""
-    temperature = 1.0 if body.temperature is None else body.temperature
     limit = body.max_completion_tokens or body.max_tokens or UNTIL_CONTEXT
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
-    settings = {
-        "max_new_tokens": limit,
-        "do_sample": temperature > 0,
-        "temperature": float(temperature) if temperature > 0 else 1.0,
-        "top_p": 1.0 if body.top_p is None else body.top_p,
-        "num_return_sequences": 1 if body.n is None else body.n,
-        "seed": body.seed,
-        "stop": stop,
-    }
-    for key, name in EXTRA_FIELDS.items():
-        if getattr(body, key) is not None:
-            settings[name] = getattr(body, key)
-    return settings
+    return api.sampling_settings(body, limit, stop, EXTRA_FIELDS)
 
 
 # ---- the replica side ------------------------------------------------------------------------
