@@ -4,6 +4,7 @@
                       [--eval-only] [--no-eval] [--ship]
     scriptorium train ship RECIPE [--out DIR] [--models-dir models]
     scriptorium train paraphraser lm|autoencoder|style|ship ...   (train/hierarchical_cli.py)
+    scriptorium train adapter train|ship --corpus bible|treasury ...  (train/adapter.py, LoRA)
 
 RECIPE: bible-lm, rewriter, translator, masked-lm-base or masked-lm-large.
 
@@ -248,6 +249,14 @@ def main(argv: list[str] | None = None) -> int:
         from train import hierarchical_cli
 
         return hierarchical_cli.main(argv[1:])
+    if argv[:2] == ["adapter", "ship"]:
+        from train import adapter_ship
+
+        return adapter_ship.main(argv[2:])
+    if argv[:1] == ["adapter"]:
+        from train import adapter
+
+        return adapter.main(argv[1:])
     if argv[:1] == ["ship"]:
         args = _parser("scriptorium train ship", ship_only=True).parse_args(argv[1:])
         recipe, out = make_recipe(args)
