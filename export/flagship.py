@@ -66,7 +66,11 @@ def _cached_bundle(folder: Path) -> Path | None:
     if not folder.is_dir():
         return None
     bundles = [path for path in folder.iterdir() if path.is_dir()]
-    return bundles[0] if len(bundles) == 1 and is_complete(bundles[0]) else None
+    if len(bundles) != 1 or not is_complete(bundles[0]):
+        return None
+    # A conversion from before manifests said whether batching may run them is redone once.
+    manifest = read_manifest(bundles[0], verify=False)
+    return bundles[0] if "batch_invariant" in manifest else None
 
 
 def ensure_bundle(gguf_path: str | Path | None = None) -> Path:
