@@ -1,10 +1,11 @@
 """Continuous batching: one engine loop per loaded causal LM runs every concurrent greedy or
 sampled generation as one batch, admitting new requests at every step.
 
-`runtime.load(path, batching=True)` gives the `Generator` an `Engine`; its `generate`, `stream`,
-`chat` and `stream_chat` then hand their plan to `Engine.events` instead of looping themselves,
-with the same API and the same events. Beam search and seq2seq models run unbatched, on the
-caller's thread, beside the loop.
+`runtime.load(path)` gives the `Generator` of a causal LM whose manifest says `batch_invariant`
+an `Engine` (`uses_engine` decides; `batching=True` insists, `False` declines); its `generate`,
+`stream`, `chat` and `stream_chat` then hand their plan to `Engine.events` instead of looping
+themselves, with the same API and the same events. Beam search and seq2seq models run
+unbatched, on the caller's thread, beside the loop.
 
 The loop, on its own thread:
 1. admit waiting requests (up to `max_rows` rows in all): each prompt is prefilled alone, at
@@ -21,7 +22,8 @@ shared with another request (no shared generator, no shared filters), and a grap
 row from that row alone, up to float rounding: padding changes the length of the attention's
 sums, and fp32 logits move by ~1e-6 (tests/test_engine.py checks tokens against a run alone).
 Graphs that quantize activations per tensor (onnxruntime's dynamic int8, `DynamicQuantizeLinear`)
-mix rows in the scale, so an int8 result can change with its batch-mates (docs/RUNTIME.md).
+mix rows in the scale, so a result could change with its batch-mates: their manifests do not say
+`batch_invariant`, and they never get an engine (docs/RUNTIME.md).
 
 A multi-prompt call becomes one request per prompt, each with a generator seeded from the
 call's seed, so every prompt's samples are those it gets alone (unbatched, one generator serves
@@ -43,6 +45,26 @@ from .search import log_normalizer
 from .text import RowTexts
 
 _DONE = object()  # a request's last item in its caller's inbox
+
+
+def uses_engine(manifest: dict, batching: bool | None) -> bool:
+    """Whether a model's generations run in an engine loop. None (the default): yes for a causal
+    LM whose manifest says `batch_invariant` (each row computed from that row alone), no
+    otherwise; True: yes for a causal LM, and ValueError when its graph is not batch-invariant;
+    False: no. Seq2seq models never do (they run beside, as beam search does)."""
+    if batching not in (None, True, False):
+        raise ValueError(f"`batching` must be None, True or False, got {batching!r}")
+    if batching is False or manifest["task"] != "causal-lm":
+        return False
+    invariant = bool(manifest.get("batch_invariant"))
+    if batching and not invariant:
+        raise ValueError(
+            f"`batching` must be None or False for {manifest['name']!r} "
+            f"({manifest.get('precision', 'unknown precision')}), whose manifest does not say "
+            "`batch_invariant` (its graph may quantize activations per tensor, so batch-mates "
+            "could change a result; re-export int8 as weight-only MatMulNBits), got True"
+        )
+    return batching or invariant
 
 
 class _Request:
