@@ -83,7 +83,8 @@ class CausalState:
     # hold T valid positions. A step writes position T of a SharedCache in place, so each state
     # is stepped at most once (`select` makes fresh buffers).
     past: tuple[np.ndarray, ...] | SharedCache
-    attention_mask: np.ndarray  # (N, T) int64, 0 on left padding
+    attention_mask: np.ndarray  # (N, T) int64, 0 on left padding (and, for a graph fed
+    # `seqlens_k`, after a row's last slot: see `CausalLM.join`)
     next_position: np.ndarray  # (N,) int64, position id of the next token
 
 
