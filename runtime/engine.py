@@ -45,6 +45,7 @@ from .search import log_normalizer
 from .text import RowTexts
 
 _DONE = object()  # a request's last item in its caller's inbox
+PAD_ALIGN = 4  # left padding of a joining row is a multiple of this many positions (`Engine`)
 
 
 def uses_engine(manifest: dict, batching: bool | None) -> bool:
@@ -88,6 +89,13 @@ class Engine:
     def __init__(self, gen, max_rows: int = 64):
         self.gen = gen
         self.model = gen.model
+        # A row joins longer rows left-padded by a multiple of `align` positions: onnxruntime's
+        # attention sums a row's scores in vector lanes that start at the cache's first slot, so
+        # padding by a multiple of the lane count leaves every sum, and so the row's logits,
+        # bit-identical (measured on bible-lm: padding by 4 or 8 changes nothing, by 1-3 moves
+        # fp32 logits by ~5e-6, which int8 activations magnify to ~1e-2). Graphs whose rows keep
+        # their own cache slots (runtime/models.py, `CausalLM.join`) need no padding.
+        self.align = 1 if self.model.feeds_seqlens else PAD_ALIGN
         self.max_rows = max_rows  # rows in one batch; further requests wait to be admitted
         self._waiting: deque[_Request] = deque()
         self._wake = threading.Condition()
@@ -128,18 +136,27 @@ class Engine:
 
     # ---- the loop (engine thread) ----------------------------------------------------------------
 
-    def _admit(self, active: list[_Request]) -> list[_Request]:
-        """Waiting requests that fit beside `active`; blocks while nothing is active."""
+    def _admit(self, active: list[_Request], width: int | None) -> list[_Request]:
+        """Waiting requests that fit beside `active` (whose cache is `width` positions wide, None
+        when nothing is active) and whose prompt is in phase with it (`_in_phase`); blocks
+        while nothing is active. Requests out of phase wait (at most `align` - 1 steps)."""
         rows = sum(r.rows for r in active)
-        new = []
+        new, waiting = [], deque()
         with self._wake:
             while not active and not self._waiting:
                 self._wake.wait()
-            while self._waiting and (rows + self._waiting[0].rows <= self.max_rows or not rows):
-                request = self._waiting.popleft()
-                if not request.cancelled:
+            for request in self._waiting:
+                if request.cancelled:
+                    continue
+                length = request.plan.input_ids.shape[1]
+                fits = rows + request.rows <= self.max_rows or not rows
+                if fits and (width is None or (width - length) % self.align == 0):
                     new.append(request)
                     rows += request.rows
+                    width = length if width is None else width
+                else:
+                    waiting.append(request)
+            self._waiting = waiting
         return new
 
     def _prefill(self, request: _Request):
@@ -155,7 +172,7 @@ class Engine:
         active: list[_Request] = []
         logits = state = None
         while True:
-            new = self._admit(active)
+            new = self._admit(active, state.attention_mask.shape[1] if active else None)
             try:
                 if new:
                     prefills = [self._prefill(r) for r in new]
@@ -163,7 +180,7 @@ class Engine:
                     logits = np.concatenate(
                         ([logits] if active else []) + [lg for lg, _ in prefills]
                     )
-                    state = self.model.join(states)
+                    state = self.model.join(states, self.align)
                     active = active + new
                 normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
                 keep, ended = [], []
@@ -189,7 +206,8 @@ class Engine:
                 if ended:
                     active = [r for r in active if r not in ended]
                     if active:
-                        state = self.model.join([self.model.select(state, np.concatenate(keep))])
+                        rows = self.model.select(state, np.concatenate(keep))
+                        state = self.model.join([rows], self.align)
                 if not active:
                     logits = state = None
                     continue

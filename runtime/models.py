@@ -272,11 +272,12 @@ class CausalLM:
             np.take(state.next_position, rows, axis=0),
         )
 
-    def join(self, states: list[CausalState]) -> CausalState:
+    def join(self, states: list[CausalState], align: int = 1) -> CausalState:
         """One state holding the rows of `states` in order, each left-padded to the longest row
         (runtime/engine.py: requests of different lengths step as one batch). Leading positions
         that are padding in every row are dropped, so `join([select(state, rows)])` also trims
-        what the rows left behind no longer need.
+        what the rows left behind no longer need. With `align`, padding is added and dropped in
+        multiples of `align` positions only (the states' widths must then agree modulo `align`).
 
         A graph fed `seqlens_k` (export's lean Llama graph) has no position ids: a token's rotary
         position is its slot in the row's cache. Its rows keep their slots (each row's cache
@@ -284,7 +285,7 @@ class CausalLM:
         positions, and each row's next token goes to its own next slot (`step`)."""
         if self.feeds_seqlens:
             return self._join_slots(states)
-        widths = [_real_width(s.attention_mask) for s in states]
+        widths = [_real_width(s.attention_mask, align) for s in states]
         width = max(widths)
         mask = np.concatenate(
             [
@@ -347,10 +348,12 @@ def _slots_used(mask: np.ndarray) -> np.ndarray:
     return mask.shape[1] - np.argmax(mask[:, ::-1] == 1, axis=1)
 
 
-def _real_width(mask: np.ndarray) -> int:
-    """Columns of a left-padded mask (N, T) from the first one any row uses."""
+def _real_width(mask: np.ndarray, align: int = 1) -> int:
+    """Columns of a left-padded mask (N, T) from the first one any row uses, less leading ones
+    dropped in multiples of `align` only."""
     used = mask.any(axis=0)
-    return int(mask.shape[1] - np.argmax(used)) if used.any() else 0
+    unused = int(np.argmax(used)) if used.any() else mask.shape[1]
+    return mask.shape[1] - unused // align * align
 
 
 class Seq2SeqLM:
