@@ -8,19 +8,22 @@ themselves, with the same API and the same events. Beam search and seq2seq model
 unbatched, on the caller's thread, beside the loop.
 
 The loop, on its own thread:
-1. admit waiting requests (up to `max_rows` rows in all): each prompt is prefilled alone, at
-   batch 1, then its cache joins the batch (`CausalLM.join`: rows left-padded to the longest,
-   per-row positions and attention mask);
+1. admit waiting requests (up to `max_rows` rows in all) whose prompt length is in phase with
+   the batch's cache width (modulo `PAD_ALIGN`; the others wait a step or three): each prompt
+   is prefilled alone, at batch 1, then its cache joins the batch (`CausalLM.join`: rows
+   left-padded to the longest by a multiple of `PAD_ALIGN`, per-row positions and attention
+   mask; a lean Llama graph's rows keep their own cache slots instead);
 2. each request picks its tokens from its rows of the batch's logits with its own `TokenSearch`
    (its own `GenerationConfig`, processors, stop strings and `np.random.Generator` seeded from its
    own seed) and its own `RowTexts`, exactly as the unbatched loop does;
 3. requests that ended or whose caller stopped reading leave the batch (the cache is trimmed to
    the rows that remain); the others' chosen tokens run through the model as one step.
 
-A request's output does not depend on its batch-mates: nothing a row's tokens are chosen from is
-shared with another request (no shared generator, no shared filters), and a graph computes each
-row from that row alone, up to float rounding: padding changes the length of the attention's
-sums, and fp32 logits move by ~1e-6 (tests/test_engine.py checks tokens against a run alone).
+A request's output does not depend on its batch-mates, bit for bit: nothing a row's tokens are
+chosen from is shared with another request (no shared generator, no shared filters), a
+batch-invariant graph computes each row from that row alone, and padding by whole vector lanes
+leaves even the rounding of the attention's sums as it is alone (tests/test_engine.py compares
+tokens and log-probabilities exactly with a run alone).
 Graphs that quantize activations per tensor (onnxruntime's dynamic int8, `DynamicQuantizeLinear`)
 mix rows in the scale, so a result could change with its batch-mates: their manifests do not say
 `batch_invariant`, and they never get an engine (docs/RUNTIME.md).
