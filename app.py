@@ -93,7 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--share", action="store_true", help="create a public share link")
     parser.add_argument(
-        "--batching", action="store_true", help="batch concurrent generations (runtime/engine.py)"
+        "--no-batching",
+        dest="batching",
+        action="store_false",
+        help="one decode loop per generation (default: batch-invariant causal LMs batch "
+        "concurrent generations step by step, runtime/engine.py)",
     )
     # None: Gradio's default (127.0.0.1:7860) unless GRADIO_SERVER_NAME/PORT say otherwise, as
     # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
@@ -122,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
         from export.flagship import model_roots  # SmolLM2 and `--models` GGUFs, converted once
 
         roots = [HERE / "models", *model_roots(args.models)]
-        registry = ModelRegistry.discover(roots, providers, batching=args.batching)
+        registry = ModelRegistry.discover(
+            roots, providers, batching=None if args.batching else False
+        )
     demo = build(registry).queue(**queue_settings())
     demo.launch(
         server_name=args.host,

@@ -1,23 +1,25 @@
 """Continuous batching: aggregate throughput and latency with batching on and off.
 
     python -m bench.batch [--streams 1 4 16 32] [--requests-per-stream 2] [--max-tokens 32]
-                          [--precisions int8 fp32] [--threads 2] [--rounds 1] [--out FILE]
+                          [--bundles bible-lm/int8 bible-lm/fp32 smollm2] [--threads 2]
+                          [--rounds 1] [--out FILE]
 
-S concurrent streams each send `--requests-per-stream` generations one after the other (the
-shipped bible-lm bundle, a prompt from a fixed list, sampling at temperature 0.8 with top-k 50
-and a seed per request, exactly `--max-tokens` new tokens). For every S it reports the aggregate
-tokens/s (all generated tokens over the wall time until the last stream is done) and the p50 /
-p95 latency of one request, for two paths over the same bundle and thread count:
+S concurrent streams each send `--requests-per-stream` generations one after the other (a
+prompt from a fixed list, sampling at temperature 0.8 with top-k 50 and a seed per request,
+exactly `--max-tokens` new tokens) to one bundle: the shipped bible-lm (`bible-lm/int8`,
+`bible-lm/fp32`) or the flagship SmolLM2-135M-Instruct (`smollm2`, converted once from its GGUF
+by export/flagship.py). For every S it reports the aggregate tokens/s (all generated tokens
+over the wall time until the last stream is done) and the p50 / p95 latency of one request, for
+two paths over the same bundle and thread count:
 
-- `off`: one generator, each request its own decode loop on its own thread (as the app and Serve
-  replicas run today);
+- `off`: `runtime.load(..., batching=False)`, each request its own decode loop on its own thread
+  (`--no-batching` in the app and Serve);
 - `on`: `runtime.load(..., batching=True)`, every request submitted to the engine loop
-  (runtime/engine.py), which steps all of them as one batch.
+  (runtime/engine.py), which steps all of them as one batch (the default for these bundles).
 
-It also counts the requests whose text is the same on both paths (the same seed must give the
-same text: fp32 should match everywhere; int8's per-tensor activation quantization lets a
-batch-mate change a result). Rounds interleave the paths so a slow spell on a shared host falls
-on both.
+It also counts the requests whose text is the same on both paths: the same seed must give the
+same text, whatever the batch-mates (the bundles are batch-invariant: fp32, weight-only
+MatMulNBits). Rounds interleave the paths so a slow spell on a shared host falls on both.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from pathlib import Path
 from . import common
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLES = ROOT / "models" / "bible-lm"
+BIBLE_LM = ROOT / "models" / "bible-lm"
+BUNDLES = ("bible-lm/int8", "bible-lm/fp32", "smollm2")
 PROMPTS = [
     "In the beginning",
     "And God said",
@@ -77,6 +80,15 @@ def run_level(gen, streams: int, per_stream: int, max_tokens: int):
     return wall, latencies, sum(r[2] for r in results), {r[0]: r[3] for r in results}
 
 
+def bundle_path(name: str) -> Path:
+    """The directory of a `--bundles` name."""
+    if name == "smollm2":
+        from export.flagship import ensure_bundle
+
+        return ensure_bundle()
+    return BIBLE_LM / name.removeprefix("bible-lm/")
+
+
 def _percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
@@ -87,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 16, 32])
     parser.add_argument("--requests-per-stream", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--precisions", nargs="+", default=["int8", "fp32"])
+    parser.add_argument("--bundles", nargs="+", choices=BUNDLES, default=list(BUNDLES[:2]))
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", type=Path, default=common.RESULTS / "batch.json")
@@ -96,10 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     import runtime
 
     rows, results = [], []
-    for precision in args.precisions:
+    for bundle in args.bundles:
+        path = bundle_path(bundle)
         paths = {
-            "off": runtime.load(BUNDLES, precision=precision, threads=args.threads),
-            "on": runtime.load(BUNDLES, precision=precision, threads=args.threads, batching=True),
+            "off": runtime.load(path, threads=args.threads, batching=False),
+            "on": runtime.load(path, threads=args.threads, batching=True),
         }
         for gen in paths.values():  # warm-up: first calls, the engine's thread
             run_level(gen, 2, 1, 4)
@@ -113,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     samples[path].append((wall, latencies, tokens))
             same = sum(texts["on"][r] == texts["off"][r] for r in texts["off"])
-            entry = {"precision": precision, "streams": streams, "same_texts": same}
+            entry = {"bundle": bundle, "streams": streams, "same_texts": same}
             entry["requests"] = len(texts["off"])
             for path, runs in samples.items():
                 throughput = statistics.median(tokens / wall for wall, _, tokens in runs)
@@ -127,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(entry)
             rows.append(
                 [
-                    precision,
+                    bundle,
                     streams,
                     entry["off"]["tokens_per_s"],
                     entry["on"]["tokens_per_s"],
@@ -157,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         {
             "benchmark": "batch",
-            "bundle": "bible-lm",
+            "bundles": args.bundles,
             "requests_per_stream": args.requests_per_stream,
             "max_tokens": args.max_tokens,
             "rounds": args.rounds,

@@ -43,6 +43,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import onnx
 from tqdm.auto import tqdm
 
 from . import manifest as bundle_manifest
@@ -51,6 +52,8 @@ from .parity import OnnxModel, Reference, check_bundle, logit_parity
 from .quantize import (
     INT4_FORMAT,
     INT8_FORMAT,
+    INT8_NBITS_FORMAT,
+    batch_invariant,
     check_int4_available,
     merge_decoder_pair,
     quantize_graph,
@@ -364,8 +367,6 @@ def _lean(
     holds, worst, baseline = parity_holds(before, after)
     if not holds:
         return None, {"summary": f"not used: max |Δlogit| {worst:.3g} (optimum {baseline:.3g})"}
-    import onnx
-
     # The graph that runs every step: the causal LM's, or the seq2seq decoder with past.
     role = "decoder_with_past" if checkpoint.task == "seq2seq" else "decoder"
     optimum_nodes = onnx.load(str(graphs[role]), load_external_data=False).graph.node
@@ -443,18 +444,23 @@ def _ort_optimize(
     return optimized, report
 
 
-def _quantize(graphs, precision, keep_lm_head, work: Path) -> tuple[dict[str, Path], dict]:
+def _quantize(graphs, precision, keep_lm_head, task, work: Path) -> tuple[dict[str, Path], dict]:
+    """Quantized graphs and the report; a causal LM's int8 is weight-only MatMulNBits (each row
+    computed alone, so continuous batching never changes a result), seq2seq keeps dynamic int8."""
     if precision == "fp32":
         return graphs, {"summary": "none (float32)"}
+    weight_only = task == "causal-lm"
     quantized, per_graph = {}, {}
     for role, path in graphs.items():
         target = work / "quantized" / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
         with quiet():
-            per_graph[role] = quantize_graph(path, target, precision, keep_lm_head)
+            per_graph[role] = quantize_graph(path, target, precision, keep_lm_head, weight_only)
         quantized[role] = target
     method = {
-        "int8": f"dynamic int8 ({INT8_FORMAT}, MatMul)",
+        "int8": f"weight-only int8 MatMulNBits ({INT8_NBITS_FORMAT})"
+        if weight_only
+        else f"dynamic int8 ({INT8_FORMAT}, MatMul)",
         "int4": f"weight-only int4 MatMulNBits ({INT4_FORMAT})",
     }[precision]
     head = "kept in float32" if keep_lm_head else "quantized"
@@ -507,7 +513,8 @@ def export_bundle(
 ) -> dict:
     """Export the checkpoint in `model_dir` to a bundle in `out_dir`; return its manifest.
 
-    precision: "fp32", "int8" (dynamic) or "int4" (weight-only MatMulNBits).
+    precision: "fp32", "int8" (weight-only 8-bit MatMulNBits for a causal LM, dynamic for
+        seq2seq) or "int4" (weight-only MatMulNBits).
     optimize: run onnxruntime's transformer optimizer (kept only if parity holds).
     name: display name; default `name` in scriptorium_card.json, else the directory name.
     controls: control tokens (docs/bundle.md) as a dict or JSON path; default
@@ -519,9 +526,9 @@ def export_bundle(
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "int4":
-        check_int4_available()
     checkpoint = inspect_checkpoint(model_dir)
+    if precision == "int4" or (precision == "int8" and checkpoint.task == "causal-lm"):
+        check_int4_available()
     controls = _load_controls(model_dir, controls)
     card_path = model_dir / bundle_manifest.CARD_FILE
     card = bundle_manifest.load_json(card_path, "model card") if card_path.exists() else {}
@@ -582,8 +589,9 @@ def _export(
     bar.update()
 
     bar.set_postfix_str(STEPS[2])
-    graphs, quantization = _quantize(graphs, precision, keep_lm_head, work)
+    graphs, quantization = _quantize(graphs, precision, keep_lm_head, checkpoint.task, work)
     final = _assemble(graphs, checkpoint.task, staging)
+    manifest["batch_invariant"] = all(batch_invariant(onnx.load(str(p))) for p in final.values())
     manifest["graphs"] = {
         role: bundle_manifest.graph_entry(path.name, path) for role, path in final.items()
     }

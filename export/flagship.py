@@ -66,7 +66,30 @@ def _cached_bundle(folder: Path) -> Path | None:
     if not folder.is_dir():
         return None
     bundles = [path for path in folder.iterdir() if path.is_dir()]
-    return bundles[0] if len(bundles) == 1 and is_complete(bundles[0]) else None
+    if len(bundles) != 1 or not is_complete(bundles[0]):
+        return None
+    _record_batch_invariance(bundles[0])
+    return bundles[0]
+
+
+def _record_batch_invariance(bundle: Path) -> None:
+    """Give a conversion from before manifests said `batch_invariant` (runtime/engine.py) the
+    flag, read from its graph; manifest.json is replaced in one rename (readers see one or the
+    other), and nothing else changes: its checksums do not cover manifest.json."""
+    import json
+
+    import onnx
+
+    from export.quantize import batch_invariant
+
+    manifest = read_manifest(bundle, verify=False)
+    if "batch_invariant" in manifest:
+        return
+    graph = onnx.load(str(bundle / manifest["graphs"]["decoder"]["file"]))
+    manifest["batch_invariant"] = batch_invariant(graph)
+    staged = bundle / f".manifest-{os.getpid()}.json"
+    staged.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    staged.replace(bundle / "manifest.json")
 
 
 def ensure_bundle(gguf_path: str | Path | None = None) -> Path:

@@ -22,11 +22,13 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from .gguf_read import GGUFModel, read_gguf
 from .gguf_tokenizer import build_tokenizer
 from .lean_llama import ACCURACY_LEVEL, build_llama_graph
 from .manifest import SCHEMA_VERSION, file_entries, graph_entry
+from .quantize import batch_invariant
 
 PARITY_PROMPTS = [
     "The capital of France is",
@@ -292,6 +294,7 @@ def export_gguf(
         "architecture": model.architecture,
         "precision": _precision(graph["storage"], fp32),
         "graphs": {"decoder": graph_entry("model.onnx", out_dir / "model.onnx")},
+        "batch_invariant": batch_invariant(onnx.load(str(out_dir / "model.onnx"))),
         "num_layers": model.layers,
         "num_heads": model.kv_heads,
         "head_size": model.head_size,

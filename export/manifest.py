@@ -260,7 +260,8 @@ def model_card(manifest: dict) -> str:
     ]
     if manifest["precision"] != "fp32":
         lines += [f"Quantization: {export.get('quantization', {}).get('summary', '')}."]
-    lines += ["", "## Parity with PyTorch", ""] + _parity_lines(manifest.get("parity", {}))
+    parity = manifest.get("parity", {})
+    lines += ["", f"## Parity with {_reference_name(parity)}", ""] + _parity_lines(parity)
     lines += ["", "## Controls", ""]
     if manifest["controls"]:
         for name, spec in manifest["controls"].items():
@@ -279,10 +280,17 @@ def model_card(manifest: dict) -> str:
     return "\n".join(lines)
 
 
+def _reference_name(parity: dict) -> str:
+    """PyTorch (an export's report), or the fp32 graph (export/requantize.py's)."""
+    return "the fp32 graph" if "fp32" in parity.get("perplexity", {}) else "PyTorch"
+
+
 def _parity_lines(parity: dict) -> list[str]:
     if not parity:
         return ["Not measured."]
     logits, greedy, ppl = parity["logits"], parity["greedy"], parity["perplexity"]
+    reference = "fp32" if "fp32" in ppl else "pytorch"
+    label = {"fp32": "perplexity fp32 → this graph", "pytorch": "perplexity PyTorch → ONNX"}
     return [
         f"Reference: {parity['reference']}.",
         "",
@@ -297,7 +305,7 @@ def _parity_lines(parity: dict) -> list[str]:
                     f"{greedy['identical_sequences']} / {greedy['prompts']}",
                 ),
                 ("greedy: token agreement", greedy["token_agreement"]),
-                ("perplexity PyTorch → ONNX", f"{ppl['pytorch']:.4g} → {ppl['onnx']:.4g}"),
+                (label[reference], f"{ppl[reference]:.4g} → {ppl['onnx']:.4g}"),
                 ("perplexity change", f"{ppl['relative_change_pct']:+.3f} %"),
             ]
         ),

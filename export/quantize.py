@@ -1,10 +1,19 @@
 """Weight quantization of single ONNX graphs, and merging a seq2seq decoder pair.
 
-- int8: onnxruntime's dynamic quantization (`quantize_dynamic`, unsigned 8-bit weights with one
-  scale and zero point per tensor; activations quantized on the fly). MatMul only.
+- int8, weight-only (causal LMs): 8-bit MatMulNBits (`MatMulNBitsQuantizer`, `INT8_NBITS_FORMAT`:
+  blocks of 32 weights with a scale each, accuracy level 4). The kernel quantizes each row's
+  activations on its own, so a row's logits do not depend on the other rows of the batch: what
+  continuous batching needs (runtime/engine.py).
+- int8, dynamic (seq2seq, fill-mask, paraphraser): onnxruntime's dynamic quantization
+  (`quantize_dynamic`, unsigned 8-bit weights with one scale and zero point per tensor;
+  activations quantized on the fly by `DynamicQuantizeLinear`, one scale per tensor, so a
+  batch-mate changes every row's scale). MatMul only.
 - int4: weight-only 4-bit MatMulNBits (`MatMulNBitsQuantizer`, `INT4_FORMAT`: blocks of 128
   weights with a scale and zero point each, accuracy level 4: int8 activations inside the
   kernel). A result without MatMulNBits is an error, never a silently unquantized "int4" graph.
+
+`batch_invariant(model)` says whether a graph computes each row from that row alone (no
+per-tensor activation quantization): the manifest's `batch_invariant` flag (docs/bundle.md).
 
 Both quantizers handle MatMul with a constant weight only, and GPT-2's Conv1D layers export as
 Gemm: `gemm_to_matmul` rewrites every Gemm with a constant weight into MatMul (+ Add for the bias)
@@ -34,6 +43,17 @@ from .optimize import op_counts
 INT8_WEIGHT_TYPE = "QUInt8"  # onnxruntime.quantization.QuantType member name
 INT8_PER_CHANNEL = False
 INT8_FORMAT = f"{INT8_WEIGHT_TYPE} weights, per {'channel' if INT8_PER_CHANNEL else 'tensor'}"
+# Weight-only 8-bit for causal LMs: symmetric blocks of 32, int8 activations per row inside the
+# kernel. Measured on the Bible LM (docs/RUNTIME.md "Continuous batching"): seeded sampling beside
+# 15 random batch-mates changed 0 of 12 texts (dynamic int8: 10 of 12), with batch-1 speed equal
+# to dynamic int8's.
+INT8_BLOCK_SIZE = 32
+INT8_SYMMETRIC = True
+INT8_ACCURACY_LEVEL = 4
+INT8_NBITS_FORMAT = (
+    f"block {INT8_BLOCK_SIZE}, {'symmetric' if INT8_SYMMETRIC else 'asymmetric'}, "
+    f"accuracy level {INT8_ACCURACY_LEVEL}"
+)
 # Blocks of 128 weights per scale run GPT-2 small's MLP products about a fifth faster than blocks
 # of 32 here (2.3 against 2.9 ms a token); on 15k tokens of the Bible LM's test text the
 # perplexity change is +0.78 % against +0.61 % (the issue allows 3 %).
@@ -54,6 +74,8 @@ QUANTIZED_OPS = (
     "DequantizeLinear",
     "GatherBlockQuantized",
 )
+# Operators that quantize a whole tensor's activations with one scale: they mix a batch's rows.
+ROW_MIXING_OPS = ("DynamicQuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM")
 # Operators between the LM head's MatMul and the `logits` output (bias, scaling, reshapes).
 _HEAD_PASSTHROUGH = ("Add", "Mul", "Div", "Reshape", "Cast", "Identity", "Squeeze", "Unsqueeze")
 
@@ -167,21 +189,33 @@ def _quiet_quantizer_logs():
             logger.setLevel(level)
 
 
-def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: bool) -> dict:
+def batch_invariant(model: onnx.ModelProto) -> bool:
+    """Whether the graph computes each row of a batch from that row alone: no operator (in the
+    graph or its subgraphs) quantizes activations with one scale per tensor (`ROW_MIXING_OPS`).
+    Float graphs and weight-only MatMulNBits graphs are; dynamic int8 graphs are not."""
+    counts = op_counts(model)
+    return not any(counts[op] for op in ROW_MIXING_OPS)
+
+
+def quantize_graph(
+    source: Path, target: Path, precision: str, keep_lm_head: bool, weight_only: bool = False
+) -> dict:
     """Quantize the graph in `source` to `precision` ("int8" or "int4") into `target`.
 
+    int4 is always weight-only MatMulNBits; int8 is 8-bit weight-only MatMulNBits when
+    `weight_only` (what causal LMs get: batch-invariant), else onnxruntime's dynamic int8.
     Returns {"gemm_rewritten", "float_weight_matmuls" (left unquantized), "lm_head",
-    "lm_head_quantized", "ops": {quantized op: count}}. `keep_lm_head` leaves the LM head in
-    float32; measured on a small GPT-2 trained on the World English Bible (4 layers, width 128,
-    perplexity 85.5 on held-out John), quantizing the LM head changed perplexity by +0.002 % at
-    int8 and -0.006 % at int4, so it is quantized by default.
+    "lm_head_quantized", "ops": {quantized op: count}, "batch_invariant"}. `keep_lm_head` leaves
+    the LM head in float32; measured on a small GPT-2 trained on the World English Bible (4
+    layers, width 128, perplexity 85.5 on held-out John), quantizing the LM head changed
+    perplexity by +0.002 % at int8 and -0.006 % at int4, so it is quantized by default.
     """
     model = onnx.load(str(source))
     rewritten = gemm_to_matmul(model)
     head = lm_head_node(model)
     exclude = [head] if keep_lm_head and head else []
     with _quiet_quantizer_logs():
-        if precision == "int8":
+        if precision == "int8" and not weight_only:
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             quantize_dynamic(
@@ -198,31 +232,27 @@ def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: boo
                     "DefaultTensorType": onnx.TensorProto.FLOAT,
                 },
             )
-        elif precision == "int4":
-            from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-            quantizer = MatMulNBitsQuantizer(
-                model,
-                bits=4,
-                block_size=INT4_BLOCK_SIZE,
-                is_symmetric=INT4_SYMMETRIC,
-                accuracy_level=INT4_ACCURACY_LEVEL,
-                nodes_to_exclude=exclude,
-                op_types_to_quantize=("MatMul",),
+        elif precision == "int8":
+            _matmul_nbits(
+                model, target, 8, INT8_BLOCK_SIZE, INT8_SYMMETRIC, INT8_ACCURACY_LEVEL, exclude
             )
-            quantizer.process()
-            quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
+        elif precision == "int4":
+            _matmul_nbits(
+                model, target, 4, INT4_BLOCK_SIZE, INT4_SYMMETRIC, INT4_ACCURACY_LEVEL, exclude
+            )
         else:
             raise ValueError(f"`precision` must be 'int8' or 'int4' to quantize, got {precision!r}")
     result = onnx.load(str(target))
     counts = op_counts(result)
     ops = {op: counts[op] for op in QUANTIZED_OPS if counts[op]}
-    if precision == "int4" and not counts["MatMulNBits"]:
+    if (precision == "int4" or weight_only) and not counts["MatMulNBits"]:
         raise QuantizationError(
-            f"int4 quantization of {source.name} produced no MatMulNBits node: the graph has no "
-            "MatMul with a constant weight that the 4-bit quantizer can take"
+            f"{precision} quantization of {source.name} produced no MatMulNBits node: the graph "
+            "has no MatMul with a constant weight that the MatMulNBits quantizer can take"
         )
-    if precision == "int8" and not (counts["MatMulInteger"] or counts["DynamicQuantizeMatMul"]):
+    if precision == "int8" and not (
+        counts["MatMulInteger"] or counts["DynamicQuantizeMatMul"] or counts["MatMulNBits"]
+    ):
         raise QuantizationError(
             f"int8 quantization of {source.name} produced no quantized MatMul: the graph has no "
             "MatMul with a constant weight"
@@ -233,7 +263,25 @@ def quantize_graph(source: Path, target: Path, precision: str, keep_lm_head: boo
         "lm_head": head,
         "lm_head_quantized": bool(head) and not keep_lm_head,
         "ops": ops,
+        "batch_invariant": batch_invariant(result),
     }
+
+
+def _matmul_nbits(model, target: Path, bits, block_size, symmetric, accuracy_level, exclude):
+    """Weight-only `bits`-bit MatMulNBits for every MatMul with a constant weight, into `target`."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    quantizer = MatMulNBitsQuantizer(
+        model,
+        bits=bits,
+        block_size=block_size,
+        is_symmetric=symmetric,
+        accuracy_level=accuracy_level,
+        nodes_to_exclude=exclude,
+        op_types_to_quantize=("MatMul",),
+    )
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(target), use_external_data_format=False)
 
 
 def merge_decoder_pair(decoder: Path, decoder_with_past: Path, target: Path) -> None:

@@ -136,6 +136,8 @@ def infer_manifest(directory: Path) -> dict:
         "task": "seq2seq" if seq2seq else "causal-lm",
         "architecture": config.get("model_type", "unknown"),
         "precision": "int8" if "quantized" in directory.name else "fp32",
+        # optimum's float graphs compute each row alone; its quantized ones are dynamic int8.
+        "batch_invariant": "quantized" not in directory.name,
         "files": {},  # an optimum export records no checksums
         "graphs": {role: {"file": name} for role, name in graphs.items()},
         **shape,

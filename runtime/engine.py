@@ -1,27 +1,32 @@
 """Continuous batching: one engine loop per loaded causal LM runs every concurrent greedy or
 sampled generation as one batch, admitting new requests at every step.
 
-`runtime.load(path, batching=True)` gives the `Generator` an `Engine`; its `generate`, `stream`,
-`chat` and `stream_chat` then hand their plan to `Engine.events` instead of looping themselves,
-with the same API and the same events. Beam search and seq2seq models run unbatched, on the
-caller's thread, beside the loop.
+`runtime.load(path)` gives the `Generator` of a causal LM whose manifest says `batch_invariant`
+an `Engine` (`uses_engine` decides; `batching=True` insists, `False` declines); its `generate`,
+`stream`, `chat` and `stream_chat` then hand their plan to `Engine.events` instead of looping
+themselves, with the same API and the same events. Beam search and seq2seq models run
+unbatched, on the caller's thread, beside the loop.
 
 The loop, on its own thread:
-1. admit waiting requests (up to `max_rows` rows in all): each prompt is prefilled alone, at
-   batch 1, then its cache joins the batch (`CausalLM.join`: rows left-padded to the longest,
-   per-row positions and attention mask);
+1. admit waiting requests (up to `max_rows` rows in all) whose prompt length is in phase with
+   the batch's cache width (modulo `PAD_ALIGN`; the others wait a step or three): each prompt
+   is prefilled alone, at batch 1, then its cache joins the batch (`CausalLM.join`: rows
+   left-padded to the longest by a multiple of `PAD_ALIGN`, per-row positions and attention
+   mask; a lean Llama graph's rows keep their own cache slots instead);
 2. each request picks its tokens from its rows of the batch's logits with its own `TokenSearch`
    (its own `GenerationConfig`, processors, stop strings and `np.random.Generator` seeded from its
    own seed) and its own `RowTexts`, exactly as the unbatched loop does;
 3. requests that ended or whose caller stopped reading leave the batch (the cache is trimmed to
    the rows that remain); the others' chosen tokens run through the model as one step.
 
-A request's output does not depend on its batch-mates: nothing a row's tokens are chosen from is
-shared with another request (no shared generator, no shared filters), and a graph computes each
-row from that row alone, up to float rounding: padding changes the length of the attention's
-sums, and fp32 logits move by ~1e-6 (tests/test_engine.py checks tokens against a run alone).
+A request's output does not depend on its batch-mates, bit for bit: nothing a row's tokens are
+chosen from is shared with another request (no shared generator, no shared filters), a
+batch-invariant graph computes each row from that row alone, and padding by whole vector lanes
+leaves even the rounding of the attention's sums as it is alone (tests/test_engine.py compares
+tokens and log-probabilities exactly with a run alone).
 Graphs that quantize activations per tensor (onnxruntime's dynamic int8, `DynamicQuantizeLinear`)
-mix rows in the scale, so an int8 result can change with its batch-mates (docs/RUNTIME.md).
+mix rows in the scale, so a result could change with its batch-mates: their manifests do not say
+`batch_invariant`, and they never get an engine (docs/RUNTIME.md).
 
 A multi-prompt call becomes one request per prompt, each with a generator seeded from the
 call's seed, so every prompt's samples are those it gets alone (unbatched, one generator serves
@@ -43,6 +48,27 @@ from .search import log_normalizer
 from .text import RowTexts
 
 _DONE = object()  # a request's last item in its caller's inbox
+PAD_ALIGN = 4  # left padding of a joining row is a multiple of this many positions (`Engine`)
+
+
+def uses_engine(manifest: dict, batching: bool | None) -> bool:
+    """Whether a model's generations run in an engine loop. None (the default): yes for a causal
+    LM whose manifest says `batch_invariant` (each row computed from that row alone), no
+    otherwise; True: yes for a causal LM, and ValueError when its graph is not batch-invariant;
+    False: no. Seq2seq models never do (they run beside, as beam search does)."""
+    if batching not in (None, True, False):
+        raise ValueError(f"`batching` must be None, True or False, got {batching!r}")
+    if batching is False or manifest["task"] != "causal-lm":
+        return False
+    invariant = bool(manifest.get("batch_invariant"))
+    if batching and not invariant:
+        raise ValueError(
+            f"`batching` must be None or False for {manifest['name']!r} "
+            f"({manifest.get('precision', 'unknown precision')}), whose manifest does not say "
+            "`batch_invariant` (its graph may quantize activations per tensor, so batch-mates "
+            "could change a result; re-export int8 as weight-only MatMulNBits), got True"
+        )
+    return batching or invariant
 
 
 class _Request:
@@ -66,6 +92,13 @@ class Engine:
     def __init__(self, gen, max_rows: int = 64):
         self.gen = gen
         self.model = gen.model
+        # A row joins longer rows left-padded by a multiple of `align` positions: onnxruntime's
+        # attention sums a row's scores in vector lanes that start at the cache's first slot, so
+        # padding by a multiple of the lane count leaves every sum, and so the row's logits,
+        # bit-identical (measured on bible-lm: padding by 4 or 8 changes nothing, by 1-3 moves
+        # fp32 logits by ~5e-6, which int8 activations magnify to ~1e-2). Graphs whose rows keep
+        # their own cache slots (runtime/models.py, `CausalLM.join`) need no padding.
+        self.align = 1 if self.model.feeds_seqlens else PAD_ALIGN
         self.max_rows = max_rows  # rows in one batch; further requests wait to be admitted
         self._waiting: deque[_Request] = deque()
         self._wake = threading.Condition()
@@ -106,18 +139,27 @@ class Engine:
 
     # ---- the loop (engine thread) ----------------------------------------------------------------
 
-    def _admit(self, active: list[_Request]) -> list[_Request]:
-        """Waiting requests that fit beside `active`; blocks while nothing is active."""
+    def _admit(self, active: list[_Request], width: int | None) -> list[_Request]:
+        """Waiting requests that fit beside `active` (whose cache is `width` positions wide, None
+        when nothing is active) and whose prompt is in phase with it (`_in_phase`); blocks
+        while nothing is active. Requests out of phase wait (at most `align` - 1 steps)."""
         rows = sum(r.rows for r in active)
-        new = []
+        new, waiting = [], deque()
         with self._wake:
             while not active and not self._waiting:
                 self._wake.wait()
-            while self._waiting and (rows + self._waiting[0].rows <= self.max_rows or not rows):
-                request = self._waiting.popleft()
-                if not request.cancelled:
+            for request in self._waiting:
+                if request.cancelled:
+                    continue
+                length = request.plan.input_ids.shape[1]
+                fits = rows + request.rows <= self.max_rows or not rows
+                if fits and (width is None or (width - length) % self.align == 0):
                     new.append(request)
                     rows += request.rows
+                    width = length if width is None else width
+                else:
+                    waiting.append(request)
+            self._waiting = waiting
         return new
 
     def _prefill(self, request: _Request):
@@ -133,7 +175,7 @@ class Engine:
         active: list[_Request] = []
         logits = state = None
         while True:
-            new = self._admit(active)
+            new = self._admit(active, state.attention_mask.shape[1] if active else None)
             try:
                 if new:
                     prefills = [self._prefill(r) for r in new]
@@ -141,7 +183,7 @@ class Engine:
                     logits = np.concatenate(
                         ([logits] if active else []) + [lg for lg, _ in prefills]
                     )
-                    state = self.model.join(states)
+                    state = self.model.join(states, self.align)
                     active = active + new
                 normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
                 keep, ended = [], []
@@ -167,7 +209,8 @@ class Engine:
                 if ended:
                     active = [r for r in active if r not in ended]
                     if active:
-                        state = self.model.join([self.model.select(state, np.concatenate(keep))])
+                        rows = self.model.select(state, np.concatenate(keep))
+                        state = self.model.join([rows], self.align)
                 if not active:
                     logits = state = None
                     continue

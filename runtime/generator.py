@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 
 from .chat import ChatMixin
 from .config import GenerationConfig
-from .engine import Engine
+from .engine import Engine, uses_engine
 from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
 from .outputs import GenerationOutput, StreamEvent
@@ -64,7 +64,7 @@ class Generator(ChatMixin, ScoringMixin):
         threads=None,
         io_binding=None,
         spinning=False,
-        batching=False,
+        batching=None,
     ):
         self.directory = directory
         self.manifest = manifest
@@ -89,7 +89,7 @@ class Generator(ChatMixin, ScoringMixin):
         self._ngram_index: np.ndarray | None = None  # loaded on the first `memorised` call
         # With batching, greedy and sampled generations of a causal LM run in one engine loop
         # (runtime/engine.py) that batches concurrent calls step by step.
-        self.engine = Engine(self) if batching and self.task == "causal-lm" else None
+        self.engine = Engine(self) if uses_engine(manifest, batching) else None
 
     @property
     def name(self) -> str:

@@ -30,7 +30,7 @@ def load(
     threads: int | None = None,
     io_binding: bool | None = None,
     spinning: bool = False,
-    batching: bool = False,
+    batching: bool | None = None,
 ) -> Generator | HierarchicalGenerator | MaskedLM | WordVectors:
     """Open a bundle (or an optimum-onnx export directory) and create its inference sessions.
 
@@ -51,7 +51,9 @@ def load(
     script, a benchmark), but it burns the cores that concurrent generations need, so the app
     leaves it off. `batching` runs a causal LM's greedy and sampled generations (`generate`,
     `stream`, `chat`, `stream_chat`) in one engine loop that batches concurrent calls step by step
-    (runtime/engine.py); each call's output is what it would be alone.
+    (runtime/engine.py); each call's output is what it would be alone. None (default): on exactly
+    for causal LMs whose manifest says `batch_invariant`; True: on, `ValueError` for a graph that
+    is not batch-invariant (dynamic int8); False: off.
     """
     directory = _pick_bundle(Path(path), precision)
     manifest = read_manifest(directory)

@@ -83,7 +83,8 @@ class CausalState:
     # hold T valid positions. A step writes position T of a SharedCache in place, so each state
     # is stepped at most once (`select` makes fresh buffers).
     past: tuple[np.ndarray, ...] | SharedCache
-    attention_mask: np.ndarray  # (N, T) int64, 0 on left padding
+    attention_mask: np.ndarray  # (N, T) int64, 0 on left padding (and, for a graph fed
+    # `seqlens_k`, after a row's last slot: see `CausalLM.join`)
     next_position: np.ndarray  # (N,) int64, position id of the next token
 
 
@@ -191,10 +192,9 @@ class CausalLM:
             feeds["position_ids"] = positions
         if self.keeps_last_logits:
             feeds["logits_to_keep"] = _ALL_POSITIONS if every_position else _LAST_POSITION
-        if self.feeds_seqlens:
-            batch, total = attention_mask.shape
-            feeds["seqlens_k"] = np.full(batch, total - 1, dtype=np.int32)  # (N,)
-            feeds["total_sequence_length"] = np.array(total, dtype=np.int32)
+        if self.feeds_seqlens:  # each row's cache length after the call, minus 1
+            feeds["seqlens_k"] = (_slots_used(attention_mask) - 1).astype(np.int32)  # (N,)
+            feeds["total_sequence_length"] = np.array(attention_mask.shape[1], dtype=np.int32)
         if isinstance(past, SharedCache):
             logits = past.run(feeds)  # (N, T or 1, V), overwritten by the next call: copied
             return (logits.copy() if every_position else logits[:, -1, :].copy()), past
@@ -234,9 +234,15 @@ class CausalLM:
 
     def step(self, tokens: np.ndarray, state: CausalState):
         batch = tokens.shape[0]
-        mask = np.concatenate(
-            [state.attention_mask, np.ones((batch, 1), dtype=np.int64)], axis=1
-        )  # (N, T + 1)
+        if self.feeds_seqlens:  # each row's token goes to the slot after its own last one
+            used = _slots_used(state.attention_mask)  # (N,)
+            mask = np.zeros((batch, int(used.max()) + 1), dtype=np.int64)  # (N, T + 1)
+            mask[:, : state.attention_mask.shape[1]] = state.attention_mask
+            mask[np.arange(batch), used] = 1
+        else:
+            mask = np.concatenate(
+                [state.attention_mask, np.ones((batch, 1), dtype=np.int64)], axis=1
+            )  # (N, T + 1)
         past = state.past
         if isinstance(past, SharedCache) and past.capacity < mask.shape[1]:
             past = self._grown(past, valid=state.attention_mask.shape[1])
@@ -266,12 +272,20 @@ class CausalLM:
             np.take(state.next_position, rows, axis=0),
         )
 
-    def join(self, states: list[CausalState]) -> CausalState:
+    def join(self, states: list[CausalState], align: int = 1) -> CausalState:
         """One state holding the rows of `states` in order, each left-padded to the longest row
         (runtime/engine.py: requests of different lengths step as one batch). Leading positions
         that are padding in every row are dropped, so `join([select(state, rows)])` also trims
-        what the rows left behind no longer need."""
-        widths = [_real_width(s.attention_mask) for s in states]
+        what the rows left behind no longer need. With `align`, padding is added and dropped in
+        multiples of `align` positions only (the states' widths must then agree modulo `align`).
+
+        A graph fed `seqlens_k` (export's lean Llama graph) has no position ids: a token's rotary
+        position is its slot in the row's cache. Its rows keep their slots (each row's cache
+        first, zeros after it, up to the longest row), so a row joining longer ones keeps its
+        positions, and each row's next token goes to its own next slot (`step`)."""
+        if self.feeds_seqlens:
+            return self._join_slots(states)
+        widths = [_real_width(s.attention_mask, align) for s in states]
         width = max(widths)
         mask = np.concatenate(
             [
@@ -301,11 +315,45 @@ class CausalLM:
             layers.append(self.runner.to_device(np.concatenate(parts)))  # (N, H, width, D)
         return CausalState(tuple(layers), mask, positions)
 
+    def _join_slots(self, states: list[CausalState]) -> CausalState:
+        """`join` for rows that keep their slots: each row's slots [0, used) stay where they
+        are, zeros after them, up to the longest row."""
+        width = max(int(_slots_used(s.attention_mask).max()) for s in states)
+        sizes = [s.attention_mask.shape[0] for s in states]
+        mask = np.zeros((sum(sizes), width), dtype=np.int64)  # (N, width)
+        starts = np.cumsum([0, *sizes])
+        for s, row in zip(states, starts):
+            kept = min(width, s.attention_mask.shape[1])
+            mask[row : row + len(s.attention_mask), :kept] = s.attention_mask[:, :kept]
+        positions = np.concatenate([s.next_position for s in states])  # (N,)
+        if self.shared_cache:
+            past = self._empty_past(len(mask), width + _CACHE_HEADROOM)
+            for s, row, size in zip(states, starts, sizes):
+                for new, old in zip(past.buffers, s.past.buffers):
+                    kept = min(width, old.shape[2])
+                    new[row : row + size, :, :kept] = old[:, :, :kept]
+            return CausalState(past, mask, positions)
+        layers = []
+        for layer in range(len(self.past_names)):
+            parts = []
+            for s in states:
+                value = self.runner.to_host(s.past[layer])[:, :, :width]  # (n, H, <= width, D)
+                parts.append(np.pad(value, ((0, 0), (0, 0), (0, width - value.shape[2]), (0, 0))))
+            layers.append(self.runner.to_device(np.concatenate(parts)))  # (N, H, width, D)
+        return CausalState(tuple(layers), mask, positions)
 
-def _real_width(mask: np.ndarray) -> int:
-    """Columns of a left-padded mask (N, T) from the first one any row uses."""
+
+def _slots_used(mask: np.ndarray) -> np.ndarray:
+    """Per row of a mask (N, T), one past its last 1: the cache slots the row uses (N,)."""
+    return mask.shape[1] - np.argmax(mask[:, ::-1] == 1, axis=1)
+
+
+def _real_width(mask: np.ndarray, align: int = 1) -> int:
+    """Columns of a left-padded mask (N, T) from the first one any row uses, less leading ones
+    dropped in multiples of `align` only."""
     used = mask.any(axis=0)
-    return int(mask.shape[1] - np.argmax(used)) if used.any() else 0
+    unused = int(np.argmax(used)) if used.any() else mask.shape[1]
+    return mask.shape[1] - unused // align * align
 
 
 class Seq2SeqLM:

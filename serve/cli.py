@@ -130,7 +130,7 @@ def application(args: dict):
     """A Serve application builder, for `serve run` / a Serve config file / a KubeRay
     RayService: `import_path: serve.cli:application` with `args` named like this command's
     flags, e.g. {"models": ["/models"], "replicas": 2, "threads_per_replica": 1,
-    "max_body_bytes": 1048576, "api_key": "…"}."""
+    "max_body_bytes": 1048576, "api_key": "…", "batching": false}."""
     from .deployments import build_app
 
     models = args.get("models")  # the default set includes the flagship
@@ -145,6 +145,7 @@ def application(args: dict):
         int(args.get("concurrency", 4)),
         int(args.get("max_ongoing", 64)),
     )
+    specs = batching_specs(specs, bool(args.get("batching", True)))
     specs, said = fit_cpus(specs, cluster_cpus())
     if said:
         print(said)
@@ -176,18 +177,31 @@ def deploy(specs, host: str = "127.0.0.1", port: int = 8000, limits=None, api_ke
     return serve.run(app, name="scriptorium", route_prefix="/")
 
 
-def batching_specs(specs):
-    """`specs` with each replica's generator batching its requests (runtime/engine.py): every
-    request it accepts generates at once, in the engine's batch, instead of `concurrency` loops."""
+def batching_specs(specs, batching: bool = True):
+    """`specs` with batching decided per model. With `batching` (the default), a replica whose
+    model batches (`batches`) runs every request it accepts at once, in its engine's batch
+    (runtime/engine.py), instead of `concurrency` loops; other models keep their loops. Without
+    it (`--no-batching`), every replica loads its model with `batching=False`."""
     import dataclasses
     import functools
 
     import runtime
 
-    loader = functools.partial(runtime.load, batching=True)
+    if not batching:
+        loader = functools.partial(runtime.load, batching=False)
+        return [dataclasses.replace(s, loader=loader) for s in specs]
     return [
-        dataclasses.replace(s, loader=loader, concurrency=s.max_ongoing_requests) for s in specs
+        dataclasses.replace(s, concurrency=s.max_ongoing_requests) if batches(s.path) else s
+        for s in specs
     ]
+
+
+def batches(path) -> bool:
+    """Whether `runtime.load(path)` batches: a causal LM whose manifest says `batch_invariant`."""
+    from runtime.bundle import read_manifest
+    from runtime.engine import uses_engine
+
+    return uses_engine(read_manifest(path, verify=False), None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -234,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
         "--max-downloads", type=int, default=None, help="file downloads at once (default 4)"
     )
     parser.add_argument(
-        "--batching", action="store_true", help="batch a replica's generations step by step"
+        "--no-batching",
+        dest="batching",
+        action="store_false",
+        help="one decode loop per request, even where a replica could batch them step by step",
     )
     args = parser.parse_args(argv)
     limit_flags = ("max_body_bytes", "max_prompt_chars", "max_sequences", "max_downloads")
@@ -259,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not specs:
         parser.error(f"no model bundles under {', '.join(map(str, roots))}")
-    if args.batching:
-        specs = batching_specs(specs)
+    specs = batching_specs(specs, args.batching)
     connect(args.address, args.num_cpus)
     # After ray.init: its core worker installs a handler of its own that aborts the driver.
     # Ours turns SIGTERM into the same clean stop as Ctrl-C, also while deploy() still waits.

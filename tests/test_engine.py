@@ -2,15 +2,19 @@
 
 Each request runs alone (unbatched, and alone in the engine) and beside random batch-mates
 (other prompts, lengths, settings, seeds, stop strings, samples per prompt) that join and leave
-the batch at different steps; its tokens must be the same, token for token. Covered: the shipped
-fp32 bible-lm bundle (optimum's GPT-2 graph layout, cache as separate tensors) and a tiny GPT-2
-exported as a Scriptorium bundle (the lean graph, cache in shared in-place buffers), greedy and
-seeded sampling. int8 graphs quantize activations per tensor and are measured, not promised
-(bench/batch.py, docs/RUNTIME.md).
+the batch at different steps; its tokens and log-probabilities must be the same, bit for bit.
+Covered: every shipped causal-LM family, greedy and seeded sampling: the shipped bible-lm
+bundles, fp32 and int8 (weight-only 8-bit MatMulNBits), a tiny GPT-2 exported as a Scriptorium
+bundle (the lean graph, cache in shared in-place buffers) and a tiny Llama converted from a GGUF
+(the flagship's path: 4-bit MatMulNBits, GroupQueryAttention, rows keeping their cache slots).
+A dynamic int8 graph (per-tensor activation quantization) is refused; the app and Serve batch
+by default.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 from pathlib import Path
 
@@ -20,7 +24,8 @@ import pytest
 import runtime
 from tests.tiny_models import PROMPTS, make_checkpoint
 
-BIBLE_LM = Path(__file__).resolve().parents[1] / "models" / "bible-lm" / "fp32"
+MODELS = Path(__file__).resolve().parents[1] / "models"
+BIBLE_LM = MODELS / "bible-lm" / "fp32"
 BIBLE_PROMPTS = [
     "In the beginning",
     "And God said,",
@@ -45,20 +50,32 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module", params=["bible-lm-fp32", "tiny-lean-gpt2"])
-def generators(request, tmp_path_factory):
-    """(unbatched generator, batching generator, prompts) over the same bundle."""
-    if request.param == "bible-lm-fp32":
-        path, prompts = BIBLE_LM, BIBLE_PROMPTS
-    else:
+def _family(name: str, root: Path) -> tuple[Path, list[str]]:
+    """(bundle, prompts) of one causal-LM family."""
+    if name.startswith("bible-lm"):
+        return MODELS / "bible-lm" / name.removeprefix("bible-lm-"), BIBLE_PROMPTS
+    if name == "tiny-lean-gpt2":
         from export import export_bundle
 
-        root = tmp_path_factory.mktemp("lean")
         export_bundle(make_checkpoint("gpt2", root / "checkpoint"), root / "bundle", progress=False)
-        path, prompts = root / "bundle", PROMPTS[:7]
-    plain = runtime.load(path, threads=1)
-    batched = runtime.load(path, threads=1, batching=True)
+        return root / "bundle", PROMPTS[:7]
+    from export.gguf import export_gguf
+    from tests.gguf_models import CORPUS, write_tiny_gguf
+
+    export_gguf(write_tiny_gguf(root / "model.gguf", "llama", "Q4_1"), root / "bundle")
+    return root / "bundle", [text[: 8 + 9 * i] for i, text in enumerate(CORPUS * 2)][:7]
+
+
+@pytest.fixture(
+    scope="module", params=["bible-lm-fp32", "bible-lm-int8", "tiny-lean-gpt2", "tiny-llama-gguf"]
+)
+def generators(request, tmp_path_factory):
+    """(unbatched generator, batching generator, prompts) over the same bundle."""
+    path, prompts = _family(request.param, tmp_path_factory.mktemp(request.param))
+    plain = runtime.load(path, threads=1, batching=False)
+    batched = runtime.load(path, threads=1)  # the default: batch-invariant bundles batch
     assert plain.engine is None and batched.engine is not None
+    assert batched.manifest["batch_invariant"] is True
     if request.param == "tiny-lean-gpt2":
         assert batched.model.shared_cache
     return plain, batched, prompts
@@ -108,9 +125,7 @@ def test_a_result_never_depends_on_its_batch_mates(generators, mode):
     rng = np.random.default_rng(len(mode))
     for prompt in prompts[:4]:
         alone = plain.generate(prompt, config)
-        assert batched.generate(prompt, config) == alone or _same_tokens(
-            batched.generate(prompt, config), alone
-        )
+        assert _same_tokens(batched.generate(prompt, config), alone)
         rows_before = batched.engine.rows_stepped
         steps_before = batched.engine.steps
         jobs = [(prompt, config), *_random_mates(rng, prompts, 5)]
@@ -121,12 +136,13 @@ def test_a_result_never_depends_on_its_batch_mates(generators, mode):
 
 
 def _same_tokens(outputs, expected) -> bool:
-    """Same tokens, text and finish reasons; log-probabilities equal up to float rounding."""
+    """Same tokens, text, finish reasons and log-probabilities, bit for bit: a row joins longer
+    rows padded by whole vector lanes (runtime/engine.py), so not even rounding changes."""
     assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
     assert [o.text for o in outputs] == [e.text for e in expected]
     assert [o.finish_reason for o in outputs] == [e.finish_reason for e in expected]
     for out, exp in zip(outputs, expected):
-        np.testing.assert_allclose(out.logprobs, exp.logprobs, atol=1e-4, rtol=0)
+        assert out.logprobs == exp.logprobs
     return True
 
 
@@ -167,16 +183,43 @@ def test_beam_search_runs_beside_the_loop_unchanged(generators):
     ]
 
 
-def test_app_and_serve_opt_in_load_batching_generators():
+def test_app_and_serve_batch_by_default_and_take_no_batching():
     from serve.cli import batching_specs, model_specs
     from ui.registry import ModelRegistry
 
-    (spec,) = batching_specs(model_specs([BIBLE_LM.parent], max_ongoing=16)[:1])
-    assert spec.model_id == "fp32" and spec.concurrency == 16
-    assert spec.loader(spec.path, threads=1).engine is not None
-    registry = ModelRegistry.discover([BIBLE_LM.parent], batching=True)
-    assert registry.get("fp32").engine is not None
-    assert ModelRegistry.discover([BIBLE_LM.parent]).get("fp32").engine is None
+    specs = batching_specs(model_specs([MODELS / "bible-lm"], max_ongoing=16))
+    assert sorted(s.model_id for s in specs) == ["fp32", "int8"]
+    for spec in specs:  # every request a replica accepts joins its engine's batch
+        assert spec.concurrency == 16
+        assert spec.loader(spec.path, threads=1).engine is not None
+    for spec in batching_specs(model_specs([MODELS / "bible-lm"]), batching=False):
+        assert spec.concurrency == 4 and spec.loader(spec.path, threads=1).engine is None
+    registry = ModelRegistry.discover([MODELS / "bible-lm"])
+    assert all(registry.get(name).engine is not None for name in ("fp32", "int8"))
+    assert ModelRegistry.discover([MODELS / "bible-lm"], batching=False).get("int8").engine is None
+
+
+def test_dynamic_int8_is_refused_for_batching(tmp_path):
+    from export import manifest as bundle_manifest
+    from export.quantize import quantize_graph
+
+    bundle = shutil.copytree(BIBLE_LM, tmp_path / "dynamic")
+    report = quantize_graph(BIBLE_LM / "model.onnx", bundle / "model.onnx", "int8", False)
+    assert report["ops"]["DynamicQuantizeLinear"] > 0 and report["batch_invariant"] is False
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest.update(precision="int8", batch_invariant=report["batch_invariant"])
+    bundle_manifest.seal(bundle, manifest)
+    with pytest.raises(ValueError, match="`batching` must be None or False for 'bible-lm'"):
+        runtime.load(bundle, batching=True)
+    assert runtime.load(bundle).engine is None  # the default leaves it unbatched
+    del manifest["batch_invariant"]  # a bundle from before the flag: unbatched too
+    bundle_manifest.seal(bundle, manifest)
+    assert runtime.load(bundle).engine is None
+    with pytest.raises(ValueError, match="`batching` must be None, True or False, got 'yes'"):
+        runtime.load(bundle, batching="yes")
+    # The weight-only int8 of the same graph computes each row alone: it batches.
+    report = quantize_graph(BIBLE_LM / "model.onnx", tmp_path / "nbits.onnx", "int8", False, True)
+    assert report["ops"]["MatMulNBits"] == 17 and report["batch_invariant"] is True
 
 
 def test_chat_goes_through_the_loop_and_ends_at_end_of_turn(tmp_path):
@@ -191,8 +234,8 @@ def test_chat_goes_through_the_loop_and_ends_at_end_of_turn(tmp_path):
         task="text-generation-with-past",
         do_validation=False,
     )
-    plain = runtime.load(tmp_path / "onnx", threads=1)
-    batched = runtime.load(tmp_path / "onnx", threads=1, batching=True)
+    plain = runtime.load(tmp_path / "onnx", threads=1, batching=False)
+    batched = runtime.load(tmp_path / "onnx", threads=1)  # optimum's fp32 export batches
     messages = [{"role": "user", "content": "Where are you going?"}]
     config = runtime.GenerationConfig(max_new_tokens=16, do_sample=True, seed=5)
     steps = batched.engine.steps
@@ -201,3 +244,21 @@ def test_chat_goes_through_the_loop_and_ends_at_end_of_turn(tmp_path):
     assert batched.engine.steps > steps  # the loop ran it
     streamed = "".join(e.text for e in batched.stream_chat(messages, config))
     assert streamed == expected[0].text
+
+
+def test_a_cached_conversion_from_before_the_flag_gets_it(tmp_path, monkeypatch):
+    from export.flagship import ensure_bundle
+    from tests.gguf_models import write_tiny_gguf
+
+    monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))
+    gguf = write_tiny_gguf(tmp_path / "model.gguf", "llama", "Q8_0")
+    bundle = ensure_bundle(gguf)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["batch_invariant"] is True  # 8-bit MatMulNBits: rows computed alone
+    del manifest["batch_invariant"]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    graph_written = (bundle / "model.onnx").stat().st_mtime_ns
+    assert ensure_bundle(gguf) == bundle  # kept, not converted again
+    assert (bundle / "model.onnx").stat().st_mtime_ns == graph_written
+    assert json.loads((bundle / "manifest.json").read_text())["batch_invariant"] is True
+    assert runtime.load(bundle, threads=1).engine is not None

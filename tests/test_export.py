@@ -305,14 +305,18 @@ def test_quantized_graphs_hold_quantized_ops(exported):
     int8_matmuls = sum(c["MatMulInteger"] + c["DynamicQuantizeMatMul"] for c in counts)
     reports = manifest["export"]["quantization"].get("graphs", {}).values()
     assert all(report["float_weight_matmuls"] == 0 for report in reports)  # LM head included
-    if precision == "int4":
+    weight_only = precision == "int4" or (precision, manifest["task"]) == ("int8", "causal-lm")
+    if weight_only:  # a causal LM's int8 is 8-bit MatMulNBits: each row computed alone
         assert all(c["MatMulNBits"] > 0 for c in counts)  # every graph, the encoder included
         assert int8_matmuls == 0
-    elif precision == "int8":
+    elif precision == "int8":  # seq2seq keeps dynamic int8, per-tensor activations
         assert all(c["MatMulInteger"] + c["DynamicQuantizeMatMul"] > 0 for c in counts)
         assert matmul_nbits == 0
     else:
         assert matmul_nbits == int8_matmuls == 0
+    dynamic = sum(c["DynamicQuantizeLinear"] for c in counts)
+    assert manifest["batch_invariant"] is (dynamic == 0)
+    assert manifest["batch_invariant"] is (precision == "fp32" or weight_only)
 
 
 def test_export_report_records_optimizer_and_quantization(exported):

@@ -374,7 +374,9 @@ class BibleLM(Recipe):
             result["perplexity"][split] = section_perplexity(
                 model, self.encoded[split], self.special, size
             )
-        gen = runtime.load(bundle_dir)
+        # Unbatched: the prompts of one call share one random generator, so a section's empty
+        # prompts give different samples (the engine seeds each prompt alike: the same text).
+        gen = runtime.load(bundle_dir, batching=False)
         samples: dict[str, list[str]] = {}
         keys = list(SECTION_KEYS.values())
         for index, key in enumerate(keys):

@@ -95,11 +95,16 @@ def _bundle_file(folder: Path, target: str) -> bytes | None:
 
 class ModelRegistry:
     def __init__(
-        self, paths: dict[str, Path], providers: list[str] | None = None, batching: bool = False
+        self,
+        paths: dict[str, Path],
+        providers: list[str] | None = None,
+        batching: bool | None = None,
     ):
         # onnxruntime execution providers every model is loaded with (None: runtime.load's default)
         self.providers = providers
-        self.batching = batching  # causal LMs batch concurrent requests (runtime/engine.py)
+        # runtime.load's `batching`: None batches concurrent requests of batch-invariant causal
+        # LMs (runtime/engine.py), False never
+        self.batching = batching
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
         self.problems: dict[str, str] = {}  # display name -> why its manifest is unreadable
         self._manifests: dict[str, dict] = {}
@@ -114,7 +119,7 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     @classmethod
-    def discover(cls, roots, providers=None, batching: bool = False) -> ModelRegistry:
+    def discover(cls, roots, providers=None, batching: bool | None = None) -> ModelRegistry:
         return cls({name: path for name, _, path in find_bundles(roots)}, providers, batching)
 
     def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
