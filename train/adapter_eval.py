@@ -43,7 +43,8 @@ def bits_per_character(gen, texts: Sequence[str], controls=None) -> float:
 
 def generate_samples(gen, requests: dict[str, dict], samples: int, new_tokens: int, stop=()):
     """`samples` texts per request name (its controls), sampled with top-p 0.95 from an empty
-    prompt, seeded per request."""
+    prompt (as `num_return_sequences`: one seeded generator draws them all), seeded per
+    request."""
     import runtime
 
     out = {}
@@ -56,8 +57,9 @@ def generate_samples(gen, requests: dict[str, dict], samples: int, new_tokens: i
             temperature=1.0,
             seed=SAMPLE_SEED + index,
             stop=tuple(stop),
+            num_return_sequences=samples,
         )
-        outs = gen.generate([""] * samples, config, controls)
+        outs = gen.generate("", config, controls)
         out[name] = [o.text.strip() for o in outs]
     return out
 
