@@ -80,7 +80,7 @@ def _check_parameters(path: Path, parameters: dict, slots: dict) -> None:
         other = parameters.get(slot["B" if side == "A" else "A"])
         if other is None:
             raise BundleError(f"{path}: slot {name!r} has {side} but not its other factor")
-        rank = other.shape()[1 if side == "A" else 0]
+        rank = other.shape()[0 if side == "A" else 1]
         expected = [width, rank] if side == "A" else [rank, width]
         if list(shape) != expected:
             raise BundleError(f"{path}: {param!r} must have shape {expected}, got {list(shape)}")
