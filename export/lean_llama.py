@@ -339,6 +339,13 @@ def build_llama_graph(
         outs = []
         for lin, members, pieces, name in groups:
             y = g.linear(x, lin, name)
+            biases = [model.bias(m.removesuffix(".weight") + ".bias") for m in members]
+            if any(b is not None for b in biases):  # qwen2's q|k|v; before the slot, so that
+                # both graphs fuse projection and bias alike (same rounding)
+                prefix = members[0].rsplit(".", 2)[0] + "."  # "blk.3."
+                letters = "".join(m.split(".")[2].removeprefix("attn_") for m in members)
+                bias = g.array(f"{prefix}{letters}_bias", np.concatenate(biases))
+                (y,) = g.node("Add", [y, bias], [f"{prefix}{letters}_b"])
             if g.lora:  # e.g. "blk.3.attn_q.weight" + … -> slot "lora.3.q_proj+k_proj+v_proj"
                 modules = [HF_MODULES[m.split(".")[2]] for m in members]
                 slot = f"lora.{members[0].split('.')[1]}.{'+'.join(modules)}"
@@ -365,17 +372,6 @@ def build_llama_graph(
         p = f"blk.{i}."
         qkv = project(normed, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], p)
         qkv = [qkv] if isinstance(qkv, str) else qkv
-        biases = [model.bias(p + f"attn_{n}.bias") for n in "qkv"]
-        if any(b is not None for b in biases):
-            if len(qkv) == 1:
-                packed_bias = np.concatenate(biases)
-                (q,) = g.node("Add", [qkv[0], g.array(p + "qkv_bias", packed_bias)], [p + "qkv_b"])
-                qkv = [q]
-            else:
-                qkv = [
-                    g.node("Add", [t, g.array(f"{p}{n}_bias", b)], [f"{p}{n}_b"])[0]
-                    for t, n, b in zip(qkv, "qkv", biases)
-                ]
         query, key, value = (qkv[0], "", "") if len(qkv) == 1 else qkv
         attn, _, _ = g.node(
             "GroupQueryAttention",
