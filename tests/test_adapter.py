@@ -88,7 +88,10 @@ def tiny(tmp_path_factory, cache):
         if key not in made:
             root = tmp_path_factory.mktemp(f"{architecture}-{quant}-{seed}")
             gguf = root.parent / f"{architecture}-{quant}.gguf"
-            if not gguf.exists():
+            if not gguf.exists() and quant == "mixed":  # q|k|v and gate|up not fusable
+                overrides = {"attn_v": "Q8_0", "ffn_up": "Q8_0"}
+                write_tiny_gguf(gguf, architecture, "F32", overrides=overrides)
+            elif not gguf.exists():
                 write_tiny_gguf(gguf, architecture, quant)
             peft_dir = write_peft(gguf, root / "peft", seed)
             export_adapter(peft_dir, gguf, root / "adapter", name=f"tiny-{seed}", parity=False)
@@ -104,11 +107,14 @@ def _logits(model: CausalLM, ids: list[int]) -> np.ndarray:
 
 @pytest.mark.parametrize(
     ("architecture", "quant"),
-    [("llama", "F32"), ("qwen2", "F32"), ("llama", "Q4_1"), ("qwen2", "Q4_0")],
+    [("llama", "F32"), ("qwen2", "F32"), ("llama", "Q4_1"), ("qwen2", "Q4_0"), ("llama", "mixed")],
 )
 def test_adapter_matches_peft_merged_model(tiny, architecture, quant):
     gguf, peft_dir, bundle = tiny(architecture, quant)
     gen = runtime.load(bundle, threads=1)
+    slots = gen.manifest["adapter"]["base"]["lora_slots"]
+    fused = "lora.0.q_proj+k_proj+v_proj" in slots
+    assert fused == (quant != "mixed") and ("lora.0.k_proj" in slots) == (not fused)
     reference_model = merged(gguf, peft_dir)
     config = runtime.GenerationConfig(
         max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
