@@ -1,5 +1,5 @@
-"""Applying an adapter bundle (LoRA) to its base at run time: the adapter's factors, and one
-shared session of the base's LoRA slot graph per process.
+"""Applying an adapter bundle (LoRA) to its base at run time: the adapter's factors, checked
+against the base's LoRA slots and ready to feed.
 
 An adapter bundle holds `adapter.onnx_adapter`, onnxruntime's adapter format (a flatbuffer that
 onnxruntime parses; nothing in it runs). Its parameters are named after the slot inputs of the
@@ -10,44 +10,18 @@ parameters as OrtValues to bind (IO binding, which does not apply active adapter
 onnxruntime 1.32). Every call of a model with an adapter feeds them; the slot graph's own
 zero-rank defaults make it the base when no adapter is fed.
 
-`shared_session` keeps one session per slot graph (and session settings) for the life of the
-process while anything uses it, so every adapter on a base shares the base's weights in memory.
-Finding the base and merging manifests is runtime/bundle.py's; this module runs nothing itself.
+The base's slot graph runs in one session per process shared by all its adapters
+(`runtime.sessions.shared_session`). Finding the base and merging manifests is
+runtime/bundle.py's; this module runs nothing itself.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
 from pathlib import Path
 
 import onnxruntime as ort
 
 from .bundle import BundleError
-from .sessions import available_providers, session_options
-
-_sessions: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_sessions_lock = threading.Lock()
-
-
-def shared_session(
-    path: Path, providers=None, threads=None, spinning=False
-) -> ort.InferenceSession:
-    """The process's session for the slot graph at `path` with these settings, created once.
-
-    The slot inputs are initializers that are also graph inputs, which onnxruntime warns about
-    once per slot at creation; those warnings are expected here, so the session logs errors only.
-    """
-    providers = available_providers(providers)
-    key = (str(Path(path).resolve()), tuple(providers), threads, bool(spinning))
-    with _sessions_lock:
-        session = _sessions.get(key)
-        if session is None:
-            options = session_options(threads, spinning)
-            options.log_severity_level = 3  # errors only: see the docstring
-            session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-            _sessions[key] = session
-        return session
 
 
 class Adapter:

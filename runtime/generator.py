@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from .adapters import Adapter, shared_session
+from .adapters import Adapter
 from .chat import ChatMixin
 from .config import GenerationConfig
 from .engine import Engine
@@ -38,7 +38,7 @@ from .models import CausalLM, Seq2SeqLM
 from .outputs import GenerationOutput, StreamEvent
 from .scoring import ScoringMixin
 from .search import TokenSearch, beam_search
-from .sessions import available_providers, create_session
+from .sessions import available_providers, create_session, shared_session
 from .text import RowTexts, control_prefix, find_stop
 
 

@@ -22,9 +22,9 @@ import runtime
 from export import flagship
 from export.adapter import export_adapter
 from export.cli import main
-from runtime.adapters import shared_session
 from runtime.bundle import BundleError, ChecksumError, read_manifest
 from runtime.models import CausalLM
+from runtime.sessions import shared_session
 from tests.gguf_models import write_tiny_gguf
 
 torch = pytest.importorskip("torch")
