@@ -307,3 +307,25 @@ def test_shared_sessions_are_per_graph_and_settings(tiny):
     assert shared_session(graph, threads=1) is shared_session(graph, threads=1)
     assert shared_session(graph, threads=1) is not shared_session(graph, threads=2)
     assert os.path.basename(graph) == "model_lora.onnx"
+
+
+def test_every_run_path_feeds_the_adapter(tiny):
+    """In-place KV buffers (IO binding, factors bound once), IO binding per call (factors bound
+    each call) and plain `session.run` (the adapter active in the run options) agree."""
+    _, _, bundle = tiny("qwen2", "F32")
+    gen = runtime.load(bundle, threads=1)
+    assert gen.model.shared_cache
+    bound = runtime.load(bundle, threads=1, io_binding=True).model
+    assert not bound.shared_cache and bound.runner.io_binding
+    separate = dict(gen.manifest, graphs={"decoder": {"kv_cache": "separate"}})
+    plain = CausalLM(gen.model.runner.session, separate, False, gen.model.adapter)
+    assert not plain.shared_cache and not plain.runner.io_binding
+    ids = gen.encode_prompt(PROMPTS[0])
+    expected = _logits(gen.model, ids)
+    for model in (bound, plain):
+        np.testing.assert_allclose(_logits(model, ids), expected, atol=1e-5)
+        logits, state = model.start(np.array([ids]), np.ones((1, len(ids)), np.int64))
+        step, _ = model.step(np.array([int(logits[0].argmax())]), state)
+        reference, state = gen.model.start(np.array([ids]), np.ones((1, len(ids)), np.int64))
+        reference_step, _ = gen.model.step(np.array([int(reference[0].argmax())]), state)
+        np.testing.assert_allclose(step, reference_step, atol=1e-5)
