@@ -85,9 +85,10 @@ def read_manifest(
 
 def adapter_base(directory: Path, manifest: dict, base: str | Path | None = None) -> Path:
     """The base bundle of the adapter bundle at `directory`: `base`, or the bundle converted from
-    the GGUF whose sha256 the adapter names, in `cache_root()`. Raises `BundleError` naming the
-    base, its sha256 and the command that converts it when there is none, and when the bundle
-    found is not that base or has no LoRA slot graph of this runtime's format."""
+    the GGUF whose sha256 the adapter names, in `cache_root()` or else beside `directory`.
+    Raises `BundleError` naming the base, its sha256 and the command that converts it when there
+    is none, and when the bundle found is not that base or has no LoRA slot graph of this
+    runtime's format."""
     spec = manifest["adapter"]["base"]
     sha, name = spec["sha256"], spec.get("name", "?")
     convert = f"python -m export.flagship {spec.get('file') or name + '.gguf'}"
@@ -98,6 +99,7 @@ def adapter_base(directory: Path, manifest: dict, base: str | Path | None = None
             if (folder.is_dir())
             else []
         )
+        found = found or _converted_beside(Path(directory), sha)
         if not found:
             raise BundleError(
                 f"adapter {manifest['name']!r} needs its base model {name!r} (GGUF sha256 {sha}), "
@@ -125,6 +127,22 @@ def adapter_base(directory: Path, manifest: dict, base: str | Path | None = None
             f"{fmt}): convert {name!r} again with `{convert}`"
         )
     return base
+
+
+def _converted_beside(directory: Path, sha: str) -> list[Path]:
+    """Bundles next to `directory` converted from the GGUF with `sha` (a Space ships the
+    flagship converted under models/, beside the adapters)."""
+    found = []
+    for path in sorted(directory.parent.iterdir()):
+        if path == directory or not (path / "manifest.json").is_file():
+            continue
+        try:
+            own = json.loads((path / "manifest.json").read_text())
+        except (json.JSONDecodeError, OSError):
+            continue
+        if ((own.get("export") or {}).get("gguf") or {}).get("sha256") == sha:
+            found.append(path)
+    return found
 
 
 def merge_adapter(base: dict, adapter: dict) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +205,15 @@ def test_missing_base_names_it_and_the_command(tiny, monkeypatch, tmp_path):
 
     registry = ModelRegistry.discover([bundle.parent])
     assert "adapter" in registry.problems and sha in registry.problems["adapter"]
+    # A base converted beside the adapter (a Space's models/) is found there.
+    models = tmp_path / "models"
+    models.mkdir()
+    from export.gguf import export_gguf
+
+    export_gguf(gguf, models / "base", parity=False)
+    shutil.copytree(bundle, models / "adapter")
+    gen = runtime.load(models / "adapter", threads=1)
+    assert gen.directory == models / "base"
 
 
 def test_wrong_base_and_corrupted_adapter(tiny, tmp_path):
