@@ -1,5 +1,6 @@
-"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] …`, and
-`scriptorium export gguf FILE.gguf OUT_DIR …` (export/gguf.py).
+"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] …`,
+`scriptorium export gguf FILE.gguf OUT_DIR …` (export/gguf.py) and `scriptorium export adapter
+PEFT_DIR OUT_DIR [--base FILE.gguf] …` (export/adapter.py).
 
 Parses arguments, runs `export_bundle` (a text generator) or, for a checkpoint whose config names a
 `…ForMaskedLM` architecture, `export_fill_mask_bundle` (fp32 or int8), and prints a short summary
@@ -97,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         from .gguf import main as gguf_main
 
         return gguf_main(argv[1:])
+    if argv[:1] == ["adapter"]:
+        from .adapter import main as adapter_main
+
+        return adapter_main(argv[1:])
     from .exporter import ParityError, export_bundle  # torch and transformers
 
     args = parse_args(argv)

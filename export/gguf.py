@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from runtime.bundle import LORA_FORMAT
+
 from .gguf_read import GGUFModel, read_gguf
 from .gguf_tokenizer import build_tokenizer
 from .lean_llama import ACCURACY_LEVEL, build_llama_graph
@@ -37,7 +39,15 @@ PARITY_PROMPTS = [
     "Numbers: 1, 2, 3, 4,",
 ]
 PARITY_NEW_TOKENS = 16
-BUNDLE_FILES = ("manifest.json", "model.onnx", "model.onnx.data", "tokenizer.json", "README.md")
+BUNDLE_FILES = (
+    "manifest.json",
+    "model.onnx",
+    "model.onnx.data",
+    "model_lora.onnx",
+    "tokenizer.json",
+    "README.md",
+)
+LORA_GRAPH = "model_lora.onnx"  # the decoder with LoRA slots, for adapter bundles
 # Tokens that end a chat turn when a chat template uses them (besides the GGUF's eos / eot ids).
 TURN_ENDS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>", "<end_of_turn>")
 
@@ -159,6 +169,12 @@ def chat_info(model: GGUFModel, tokenizer) -> dict:
     }
 
 
+def lora_entry(path: Path, slots: dict) -> dict:
+    """The manifest's `lora` object: the slot graph's file and, per slot, its two input names,
+    its input width and the modules it covers with their output rows (docs/GGUF.md)."""
+    return {"file": path.name, "format": LORA_FORMAT, "slots": slots}
+
+
 def _precision(storage: dict, fp32: bool) -> str:
     if fp32:
         return "fp32"
@@ -257,10 +273,13 @@ def export_gguf(
     accuracy_level: int = ACCURACY_LEVEL,
     name: str | None = None,
     parity: bool = True,
+    lora_slots: bool = True,
 ) -> dict:
     """Write the bundle of `gguf_path` to `out_dir`; returns its manifest. `fp32` dequantizes
     every weight; `accuracy_level` is MatMulNBits' (0 float activations, 4 int8); `parity=False`
-    skips the parity report (and the fp32 reference graph it builds)."""
+    skips the parity report (and the fp32 reference graph it builds); `lora_slots` also writes
+    model_lora.onnx, the decoder with a zero-rank LoRA slot on every projection that adapter
+    bundles fill (export/adapter.py), sharing model.onnx's weights file."""
     if accuracy_level not in (0, 1, 2, 3, 4):
         raise ValueError(f"`accuracy_level` must be one of 0-4, got {accuracy_level!r}")
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
@@ -269,7 +288,11 @@ def export_gguf(
     _prepare(out_dir)
     tokenizer.save(str(out_dir / "tokenizer.json"))
     graph = build_llama_graph(
-        model, out_dir / "model.onnx", fp32=fp32, accuracy_level=accuracy_level
+        model,
+        out_dir / "model.onnx",
+        fp32=fp32,
+        accuracy_level=accuracy_level,
+        lora_path=out_dir / LORA_GRAPH if lora_slots else None,
     )
     report = {}
     if parity:
@@ -310,6 +333,7 @@ def export_gguf(
         "training_data": {},
         "license": meta.get("general.license"),
         "chat": chat_info(model, tokenizer),
+        **({"lora": lora_entry(out_dir / LORA_GRAPH, graph["lora_slots"])} if lora_slots else {}),
         "export": {
             "source": "gguf",
             "description": f"{model.architecture} model imported from a GGUF file",

@@ -38,9 +38,19 @@ ReduceSum once per input (shared by q|k|v and by gate|up) and one small MatMul +
 stores llama's q and k rows permuted for its adjacent-pair rotary embedding, so llama graphs use
 GroupQueryAttention's interleaved rotary on the weights as stored; qwen2 uses the half-split form.
 
+With a `lora_path` a second graph is written beside the first, sharing its weights file
+(`model.onnx.data`): the same graph where every projection has a LoRA *slot* (docs/GGUF.md,
+"Adapters"; a separate file because zero-rank slots cost measured decode speed): two more graph
+inputs, `lora.{i}.{slot}.A` (float32 [K, r]) and `lora.{i}.{slot}.B` ([r, N]), whose default
+initializers have rank r = 0, feeding x·A·B into the projection's output. With no adapter they
+are zero-rank no-ops; onnxruntime's LoraAdapter (export/adapter.py) feeds an adapter's factors by
+those names. A fused projection (q|k|v, gate|up) has one slot for its parts; `lora_slots` in the
+report says which modules (Hugging Face names) each slot covers and their output rows.
+
 Run plainly each present is past plus the new positions; bound as one buffer for past and
 present (runtime/models.py, `"kv_cache": "shared-buffer"`) a step writes in place. The graph
-computes in float32. Large models are written with external data (`model.onnx.data`).
+computes in float32. Large models, and any written with a slot graph, keep their weights in
+external data (`model.onnx.data`).
 """
 
 from __future__ import annotations
@@ -57,16 +67,46 @@ from .graph_builder import MICROSOFT, GraphBuilder
 OPSET = 17
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations (measured: docs/GGUF.md)
 EXTERNAL_DATA_BYTES = 1_500_000_000  # above this, weights go to model.onnx.data
+# GGUF tensor name -> the Hugging Face (peft target) module it holds
+HF_MODULES = {
+    "attn_q": "q_proj",
+    "attn_k": "k_proj",
+    "attn_v": "v_proj",
+    "attn_output": "o_proj",
+    "ffn_gate": "gate_proj",
+    "ffn_up": "up_proj",
+    "ffn_down": "down_proj",
+}
 
 
 class LlamaGraph(GraphBuilder):
     """GraphBuilder over numpy arrays, with the projection forms of `Linear`."""
 
-    def __init__(self, accuracy_level: int):
+    def __init__(self, accuracy_level: int, lora: bool = False):
         super().__init__({})
         self.accuracy_level = accuracy_level
         self.block_sums: dict[str, str] = {}  # input name -> its (B, S, K/32) block sums
         self.weight_bytes = 0
+        self.lora = lora  # give every projection a LoRA slot
+        self.slots: dict[str, dict] = {}  # slot name -> {A, B, k, parts: [[module, rows], …]}
+        self.slot_inputs: list = []  # the slots' graph inputs (overridable initializers)
+
+    def slot(self, x: str, y: str, name: str, k: int, parts: list[list]) -> str:
+        """y + x·A·B, with A (K, r) and B (r, N) graph inputs whose defaults have rank 0."""
+        n = sum(rows for _, rows in parts)
+        a, b = f"{name}.A", f"{name}.B"
+        self.array(a, np.zeros((k, 0), np.float32))
+        self.array(b, np.zeros((0, n), np.float32))
+        info = helper.make_tensor_value_info
+        self.slot_inputs += [
+            info(a, TensorProto.FLOAT, [k, f"{name}.rank"]),
+            info(b, TensorProto.FLOAT, [f"{name}.rank", n]),
+        ]
+        (low,) = self.node("MatMul", [x, a], [f"{name}.xa"])  # (B, S, r)
+        (delta,) = self.node("MatMul", [low, b], [f"{name}.delta"])  # (B, S, N)
+        (y,) = self.node("Add", [y, delta], [f"{name}.out"])
+        self.slots[name] = {"A": a, "B": b, "k": k, "parts": parts}
+        return y
 
     def array(self, name: str, value: np.ndarray) -> str:
         value = np.ascontiguousarray(value)
@@ -167,27 +207,58 @@ class LlamaGraph(GraphBuilder):
         (y,) = self.node("Reshape", [y, shape], ["logits"])  # (B, k, V)
         return y
 
-    def save_model(self, path: Path, inputs: list, outputs: list) -> None:
+    def _model(self, nodes, inputs, outputs, initializers) -> onnx.ModelProto:
         graph = helper.make_graph(
-            self.nodes, "lean_llama", inputs, outputs, self.initializers, value_info=self.value_info
+            nodes, "lean_llama", inputs, outputs, initializers, value_info=self.value_info
         )
         opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid(MICROSOFT, 1)]
-        model = helper.make_model(
+        return helper.make_model(
             graph,
             opset_imports=opsets,
             producer_name="scriptorium.export.lean_llama",
             ir_version=helper.find_min_ir_version_for(opsets, ignore_unknown=True),
         )
+
+    def save_model(
+        self, path: Path, inputs: list, outputs: list, lora_path: Path | None = None
+    ) -> None:
+        """Write the graph without its LoRA slots to `path`; with `lora_path`, also the graph
+        with them, both reading their weights from one `<path>.data` file (written once)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        external = self.weight_bytes > EXTERNAL_DATA_BYTES
+        slot_nodes = {n.name for n in self.nodes if n.output[0].startswith("lora.")}
+        slot_weights = {name for slot in self.slots.values() for name in (slot["A"], slot["B"])}
+        renamed = {f"{name}.out": None for name in self.slots}  # each slot's sum -> the plain y
+        for node in self.nodes:
+            if node.output[0] in renamed:
+                renamed[node.output[0]] = node.input[0]
+        plain_nodes = []
+        for node in self.nodes:
+            if node.name in slot_nodes:
+                continue
+            if any(name in renamed for name in node.input):
+                node = onnx.NodeProto.FromString(node.SerializeToString())
+                node.input[:] = [renamed.get(name, name) for name in node.input]
+            plain_nodes.append(node)
+        weights = [t for t in self.initializers if t.name not in slot_weights]
+        plain = self._model(plain_nodes, inputs, outputs, weights)
+        external = lora_path is not None or self.weight_bytes > EXTERNAL_DATA_BYTES
+        location = path.name + ".data"
         onnx.save(
-            model,
+            plain,
             str(path),
             save_as_external_data=external,
             all_tensors_to_one_file=True,
-            location=path.name + ".data",
+            location=location,
         )
+        if lora_path is None:
+            return
+        # onnx.save moved the weights of `plain` out to the data file and left references
+        # (location, offset, length) in its tensors: the slot graph reuses those references.
+        stored = {t.name: t for t in plain.graph.initializer}
+        tensors = [stored.get(t.name, t) for t in self.initializers]
+        lora = self._model(self.nodes, inputs + self.slot_inputs, outputs, tensors)
+        onnx.save(lora, str(lora_path))
 
 
 def rotary_caches(model: GGUFModel) -> tuple[np.ndarray, np.ndarray]:
@@ -238,17 +309,23 @@ def _padding_bias(g: LlamaGraph) -> str:
 
 
 def build_llama_graph(
-    model: GGUFModel, path: Path, fp32: bool = False, accuracy_level: int = ACCURACY_LEVEL
+    model: GGUFModel,
+    path: Path,
+    fp32: bool = False,
+    accuracy_level: int = ACCURACY_LEVEL,
+    lora_path: Path | None = None,
 ) -> dict:
     """Write `model` as a lean decoder graph to `path`. With `fp32` every weight is dequantized to
-    float32; otherwise quantized types are carried over (export/gguf_read.py). Returns a report:
-    node count and, per GGUF tensor type, how its projections were stored."""
-    g = LlamaGraph(accuracy_level)
+    float32; otherwise quantized types are carried over (export/gguf_read.py). With `lora_path`
+    the same graph with a zero-rank LoRA slot on every projection is written there too, sharing
+    the weights file. Returns a report: node count, per GGUF tensor type how its projections
+    were stored, and the LoRA slots."""
+    g = LlamaGraph(accuracy_level, lora=lora_path is not None)
     d, eps = model.hidden, model.rms_eps
     storage: dict[str, str] = {}
     notes: list[str] = []
 
-    def project(x: str, names: list[str], out: str) -> str:
+    def project(x: str, names: list[str], out: str) -> str | list[str]:
         parts = [model.linear(n, fp32) for n in names]
         for name, part in zip(names, parts):
             storage[part.source] = _storage(part)
@@ -256,8 +333,26 @@ def build_llama_graph(
                 notes.append(f"{name}: {part.note}")
         fused = concat(parts)
         if fused is not None:
-            return g.linear(x, fused, out)
-        return [g.linear(x, p, f"{out}.{i}") for i, p in enumerate(parts)]
+            groups = [(fused, names, parts, out)]
+        else:
+            groups = [(p, [n], [p], f"{out}.{j}") for j, (p, n) in enumerate(zip(parts, names))]
+        outs = []
+        for lin, members, pieces, name in groups:
+            y = g.linear(x, lin, name)
+            biases = [model.bias(m.removesuffix(".weight") + ".bias") for m in members]
+            if any(b is not None for b in biases):  # qwen2's q|k|v; before the slot, so that
+                # both graphs fuse projection and bias alike (same rounding)
+                prefix = members[0].rsplit(".", 2)[0] + "."  # "blk.3."
+                letters = "".join(m.split(".")[2].removeprefix("attn_") for m in members)
+                bias = g.array(f"{prefix}{letters}_bias", np.concatenate(biases))
+                (y,) = g.node("Add", [y, bias], [f"{prefix}{letters}_b"])
+            if g.lora:  # e.g. "blk.3.attn_q.weight" + … -> slot "lora.3.q_proj+k_proj+v_proj"
+                modules = [HF_MODULES[m.split(".")[2]] for m in members]
+                slot = f"lora.{members[0].split('.')[1]}.{'+'.join(modules)}"
+                rows = [[m, piece.n] for m, piece in zip(modules, pieces)]
+                y = g.slot(x, y, slot, lin.k, rows)
+            outs.append(y)
+        return outs[0] if fused is not None else outs
 
     table = model.linear("token_embd.weight", fp32)
     storage[table.source] = _storage(table)
@@ -277,17 +372,6 @@ def build_llama_graph(
         p = f"blk.{i}."
         qkv = project(normed, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], p)
         qkv = [qkv] if isinstance(qkv, str) else qkv
-        biases = [model.bias(p + f"attn_{n}.bias") for n in "qkv"]
-        if any(b is not None for b in biases):
-            if len(qkv) == 1:
-                packed_bias = np.concatenate(biases)
-                (q,) = g.node("Add", [qkv[0], g.array(p + "qkv_bias", packed_bias)], [p + "qkv_b"])
-                qkv = [q]
-            else:
-                qkv = [
-                    g.node("Add", [t, g.array(f"{p}{n}_bias", b)], [f"{p}{n}_b"])[0]
-                    for t, n, b in zip(qkv, "qkv", biases)
-                ]
         query, key, value = (qkv[0], "", "") if len(qkv) == 1 else qkv
         attn, _, _ = g.node(
             "GroupQueryAttention",
@@ -348,7 +432,7 @@ def build_llama_graph(
     else:
         g.tied_head(kept, table, d)
     inputs, outputs = _io(model)
-    g.save_model(path, inputs, outputs)
+    g.save_model(path, inputs, outputs, lora_path)
     return {
         "nodes": len(g.nodes),
         "weight_bytes": g.weight_bytes,
@@ -356,6 +440,7 @@ def build_llama_graph(
         "storage": storage,
         "notes": notes,
         "tied_embeddings": "output.weight" not in model.tensors,
+        "lora_slots": g.slots,
     }
 
 

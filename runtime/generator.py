@@ -13,6 +13,11 @@ picks the decoding mode once, runs a search loop from `runtime.search` on the mo
   logits), before penalties, temperature and filters.
 - `token_ids` are the generated tokens, EOS included when generation ended on it; `text`
   leaves out special tokens and is cut before a stop string.
+- A prompt is `controls` (in manifest order), then the manifest's `prompt_prefix` (e.g. "[s:text]",
+  even when no control is chosen), then the text (docs/bundle.md, "Controls").
+- An adapter bundle runs on its base's directory (tokenizer, LoRA slot graph, in a session shared
+  by every adapter of that base) with the adapter's factors fed to every call
+  (runtime/adapters.py); its own files (the memorisation index) are read from the adapter's.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from .adapters import Adapter
 from .chat import ChatMixin
 from .config import GenerationConfig
 from .engine import Engine, uses_engine
@@ -32,7 +38,7 @@ from .models import CausalLM, Seq2SeqLM
 from .outputs import GenerationOutput, StreamEvent
 from .scoring import ScoringMixin
 from .search import TokenSearch, beam_search
-from .sessions import available_providers, create_session
+from .sessions import available_providers, create_session, shared_session
 from .text import RowTexts, control_prefix, find_stop
 
 
@@ -65,20 +71,29 @@ class Generator(ChatMixin, ScoringMixin):
         io_binding=None,
         spinning=False,
         batching=None,
+        adapter_directory: Path | None = None,
     ):
-        self.directory = directory
+        self.directory = directory  # the bundle, or an adapter's base bundle
+        self.adapter_directory = adapter_directory  # the adapter bundle, or None
         self.manifest = manifest
         self.providers = available_providers(providers)
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         graphs = manifest["graphs"]
-        sessions = {
-            role: create_session(directory / graph["file"], self.providers, threads, spinning)
-            for role, graph in graphs.items()
-        }
+        adapter = None
+        if adapter_directory is not None:
+            spec = manifest["adapter"]
+            adapter = Adapter(adapter_directory / spec["file"], spec["base"]["lora_slots"])
+            path = directory / graphs["decoder"]["file"]
+            sessions = {"decoder": shared_session(path, self.providers, threads, spinning)}
+        else:
+            sessions = {
+                role: create_session(directory / graph["file"], self.providers, threads, spinning)
+                for role, graph in graphs.items()
+            }
         if manifest["task"] == "seq2seq":
             self.model = Seq2SeqLM(sessions["encoder"], sessions["decoder"], manifest, io_binding)
         else:
-            self.model = CausalLM(sessions["decoder"], manifest, io_binding)
+            self.model = CausalLM(sessions["decoder"], manifest, io_binding, adapter)
         special = manifest.get("special_tokens", {})
         self.eos_token_id = special.get("eos_token_id")
         self.bos_token_id = special.get("bos_token_id")
@@ -125,7 +140,8 @@ class Generator(ChatMixin, ScoringMixin):
             )
         if self._ngram_index is None:
             entry = self.manifest["memorisation_index"]
-            self._ngram_index = np.load(self.directory / entry["file"], allow_pickle=False)
+            folder = self.adapter_directory or self.directory  # an adapter's index is its own
+            self._ngram_index = np.load(folder / entry["file"], allow_pickle=False)
         return memorised(text, self._ngram_index, self.manifest["memorisation_index"]["n"])
 
     def config(self, **overrides) -> GenerationConfig:
@@ -134,11 +150,17 @@ class Generator(ChatMixin, ScoringMixin):
 
     # ---- prompts -----------------------------------------------------------------------------
 
+    def prompt_head(self, controls: dict | None = None) -> str:
+        """The text in front of a prompt: the chosen controls' strings in manifest order, then
+        the manifest's `prompt_prefix` (docs/bundle.md, "Controls")."""
+        prefix = control_prefix(self.manifest.get("controls", {}), controls)
+        return prefix + self.manifest.get("prompt_prefix", "")
+
     def encode_prompt(self, prompt: str, controls: dict | None = None) -> list[int]:
         """Token ids the model sees for `prompt` with `controls` applied as in training."""
         if not isinstance(prompt, str):
             raise ValueError(f"`prompt` must be a str, got {type(prompt).__name__}")
-        text = control_prefix(self.manifest.get("controls", {}), controls) + prompt
+        text = self.prompt_head(controls) + prompt
         if self.task == "seq2seq":
             ids = self.tokenizer.encode(text, add_special_tokens=True).ids
             if not prompt.strip():

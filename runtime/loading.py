@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .bundle import read_manifest
+from .bundle import adapter_base, read_manifest
 from .generator import Generator
 from .hierarchical import HierarchicalGenerator
 from .masked_lm import MaskedLM
@@ -31,6 +31,7 @@ def load(
     io_binding: bool | None = None,
     spinning: bool = False,
     batching: bool | None = None,
+    base: str | os.PathLike | None = None,
 ) -> Generator | HierarchicalGenerator | MaskedLM | WordVectors:
     """Open a bundle (or an optimum-onnx export directory) and create its inference sessions.
 
@@ -54,9 +55,14 @@ def load(
     (runtime/engine.py); each call's output is what it would be alone. None (default): on exactly
     for causal LMs whose manifest says `batch_invariant`; True: on, `ValueError` for a graph that
     is not batch-invariant (dynamic int8); False: off.
+
+    An adapter bundle (LoRA, docs/bundle.md "Adapter bundles") runs on its base: the bundle
+    converted from the GGUF whose sha256 it names, found in the converted-GGUF cache, or `base`
+    (a bundle directory). Every call of the returned `Generator` applies the adapter; adapters
+    of one base share one session of it within the process.
     """
     directory = _pick_bundle(Path(path), precision)
-    manifest = read_manifest(directory)
+    manifest = read_manifest(directory, base=base)
     if precision is not None and manifest.get("precision", precision) != precision:
         raise ValueError(
             f"`precision` must match the bundle's ({manifest.get('precision')}), got {precision!r}"
@@ -67,9 +73,13 @@ def load(
         return WordVectors.from_bundle(directory, manifest)
     if manifest["task"] == "fill-mask":
         return MaskedLM(directory, manifest, providers=providers, threads=threads)
+    adapter = None
+    if "adapter" in manifest:
+        adapter, directory = directory, adapter_base(directory, manifest, base)
     return Generator(
         directory,
         manifest,
+        adapter_directory=adapter,
         providers=providers,
         threads=threads,
         io_binding=io_binding,

@@ -43,11 +43,13 @@ class SharedCache:
     its three small inputs. Logits land in a preallocated buffer too.
     """
 
-    def __init__(self, session, past_names, present_names, buffers, vocab: int):
+    def __init__(self, session, past_names, present_names, buffers, vocab: int, adapter=None):
         self.session = session
         self.buffers = buffers  # per layer key, value: (N, H, capacity, D)
         self.vocab = vocab
         self.binding = session.io_binding()
+        for name, value in (adapter.parameters if adapter else {}).items():  # LoRA factors
+            self.binding.bind_ortvalue_input(name, value)
         # OrtValues over numpy memory (no copy); kept here so the memory outlives the binding.
         self._values = [ort.OrtValue.ortvalue_from_numpy(buffer) for buffer in buffers]
         for past, present, value in zip(past_names, present_names, self._values):
@@ -100,16 +102,20 @@ class Seq2SeqState:
 class GraphRunner:
     """Runs one session; with `io_binding`, outputs stay on the session's device as OrtValues."""
 
-    def __init__(self, session, io_binding: bool | None = None):
+    def __init__(self, session, io_binding: bool | None = None, adapter=None):
         self.session = session
         self.io_binding = io_binding_for(session, io_binding)
         self.device = "cuda" if "CUDAExecutionProvider" in session.get_providers() else "cpu"
+        self.adapter = adapter  # runtime.adapters.Adapter fed to every call, or None
 
     def run(self, outputs: list[str], feeds: dict) -> list:
         """Outputs in order: the first (logits) as numpy, the rest as device values."""
         if not self.io_binding:
-            return self.session.run(outputs, feeds)
+            options = self.adapter.run_options if self.adapter else None
+            return self.session.run(outputs, feeds, options)
         binding = self.session.io_binding()
+        if self.adapter:  # IO binding ignores active adapters: bind the factors as inputs
+            feeds = {**self.adapter.parameters, **feeds}
         for name, value in feeds.items():
             if not isinstance(value, ort.OrtValue):
                 value = ort.OrtValue.ortvalue_from_numpy(
@@ -159,10 +165,12 @@ def _past_dtype(session) -> type:
 
 
 class CausalLM:
-    """A decoder-only graph: input_ids, attention_mask, [position_ids], past_key_values.* in."""
+    """A decoder-only graph: input_ids, attention_mask, [position_ids], past_key_values.* in;
+    with an `adapter` (runtime/adapters.py), its LoRA factors go with every call."""
 
-    def __init__(self, session, manifest: dict, io_binding: bool | None = None):
-        self.runner = GraphRunner(session, io_binding)
+    def __init__(self, session, manifest: dict, io_binding: bool | None = None, adapter=None):
+        self.adapter = adapter
+        self.runner = GraphRunner(session, io_binding, adapter)
         self.inputs, self.outputs = _graph_io(session)
         self.past_names = [n for n in self.inputs if n.startswith("past_key_values")]
         self.present_names = [n for n in self.outputs if n.startswith("present")]
@@ -222,7 +230,9 @@ class CausalLM:
 
     def _shared(self, buffers: tuple[np.ndarray, ...]) -> SharedCache:
         session = self.runner.session
-        return SharedCache(session, self.past_names, self.present_names, buffers, self.vocab_size)
+        return SharedCache(
+            session, self.past_names, self.present_names, buffers, self.vocab_size, self.adapter
+        )
 
     def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
         batch, length = input_ids.shape

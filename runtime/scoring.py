@@ -27,12 +27,11 @@ import numpy as np
 from . import sampling
 from .outputs import Score
 from .search import log_normalizer
-from .text import control_prefix
 
 
 class ScoringMixin:
     """`score` and `score_ids` for `runtime.Generator` (which supplies model, tokenizer, task,
-    manifest, context_length, bos/eos ids and `encode_prompt`)."""
+    manifest, context_length, bos/eos ids, `prompt_head` and `encode_prompt`)."""
 
     def score(self, text: str, context: str = "", controls=None, top: int = 0) -> Score:
         """Log-probabilities of the tokens of `text` given `context` (the source, for seq2seq),
@@ -49,7 +48,7 @@ class ScoringMixin:
         spaces = len(context) - len(context.rstrip())
         if spaces:
             context, text = context[:-spaces], context[-spaces:] + text
-        prefix = control_prefix(self.manifest.get("controls", {}), controls)
+        prefix = self.prompt_head(controls)
         head = self._causal_ids(prefix + context)
         whole = self._causal_ids(prefix + context + text)
         if not head:

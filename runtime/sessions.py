@@ -12,6 +12,9 @@ sessions here, so they agree on the options:
 - spinning: whether worker threads spin between operators instead of sleeping (`runtime.load`'s
   docstring says when that pays).
 - IO binding: `io_binding_for(session, requested)`, on by default with CUDA (docs/GPU.md).
+- sharing: `shared_session` gives every caller in the process the same session of a graph
+  (with the same settings) while any of them holds it: the LoRA slot graph that every adapter
+  bundle of one base runs on (runtime/adapters.py).
 
 Does not cover: running the graphs (runtime/models.py) or picking a bundle (runtime/loading.py).
 """
@@ -19,9 +22,14 @@ Does not cover: running the graphs (runtime/models.py) or picking a bundle (runt
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from pathlib import Path
 
 import onnxruntime as ort
+
+_shared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # key -> live session
+_shared_lock = threading.Lock()
 
 DEVICE_PROVIDERS = {
     "cpu": ["CPUExecutionProvider"],
@@ -95,6 +103,30 @@ def create_session(
     return ort.InferenceSession(
         source, sess_options=options, providers=available_providers(providers)
     )
+
+
+def shared_session(
+    model: str | os.PathLike,
+    providers: list[str] | None = None,
+    threads: int | None = None,
+    spinning: bool = False,
+) -> ort.InferenceSession:
+    """The process's session of the graph file `model` with these settings, created on first use
+    and kept while anything holds it.
+
+    Made for LoRA slot graphs, whose slot inputs are initializers that are also graph inputs:
+    onnxruntime warns about each one at creation, so these sessions log errors only.
+    """
+    providers = available_providers(providers)
+    key = (str(Path(model).resolve()), tuple(providers), threads, bool(spinning))
+    with _shared_lock:
+        session = _shared.get(key)
+        if session is None:
+            options = session_options(threads, spinning)
+            options.log_severity_level = 3  # errors only: see the docstring
+            session = ort.InferenceSession(str(model), sess_options=options, providers=providers)
+            _shared[key] = session
+        return session
 
 
 def io_binding_for(session: ort.InferenceSession, requested: bool | None) -> bool:

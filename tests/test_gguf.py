@@ -193,7 +193,21 @@ def test_manifest_card_and_parity_report(tmp_path, architecture, quant, storage)
     card = (tmp_path / "bundle" / "README.md").read_text()
     assert source["sha256"] in card and "teacher-forced top-1 agreement" in card
     stored = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
-    assert set(stored["files"]) == {"model.onnx", "tokenizer.json", "README.md"}
+    files = {"model.onnx", "model.onnx.data", "model_lora.onnx", "tokenizer.json", "README.md"}
+    assert set(stored["files"]) == files
+    # The LoRA slot graph shares the plain graph's weights file: only small tensors of its own.
+    assert stored["lora"]["file"] == "model_lora.onnx" and stored["lora"]["format"] == 1
+    assert (
+        stored["files"]["model_lora.onnx"]["size"] < stored["files"]["model.onnx.data"]["size"] / 10
+    )
+    slots = stored["lora"]["slots"]
+    assert len(slots) == 4 * 2  # q|k|v, o, gate|up, down per layer, fused here
+    assert slots["lora.1.q_proj+k_proj+v_proj"]["parts"] == [
+        ["q_proj", 256],
+        ["k_proj", 128],
+        ["v_proj", 128],
+    ]
+    assert not any(name.startswith("lora.") for name in stored["graphs"]["decoder"]["inputs"])
     # The bundle opens and generates through the runtime.
     out = load(tmp_path / "bundle", threads=1).generate(
         "In the beginning", GenerationConfig(max_new_tokens=4, do_sample=False)

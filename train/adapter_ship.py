@@ -178,9 +178,8 @@ def _known(fields: dict, controls: dict) -> dict:
 
 
 def ship(run: Path, corpus: str, out: Path, verses: Path) -> dict:
-    from export.adapter import export_adapter, model_card
-
     import runtime
+    from export.adapter import export_adapter, model_card
 
     training = common.read_json(run / "training.json")
     rows = load_verses(verses)
