@@ -46,6 +46,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from . import manifest as bundle_manifest
+from .hf_llama import export_hf_llama, is_hf_llama
 from .optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
 from .parity import OnnxModel, Reference, check_bundle, logit_parity
 from .quantize import (
@@ -56,7 +57,7 @@ from .quantize import (
     quantize_graph,
 )
 
-PRECISIONS = ("fp32", "int8", "int4")
+PRECISIONS = bundle_manifest.PRECISIONS
 EMBEDDINGS_FILE = "embeddings.npy"
 OPTIMUM_TASKS = {
     "causal-lm": "text-generation-with-past",
@@ -519,6 +520,8 @@ def export_bundle(
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if is_hf_llama(model_dir):  # the lean Llama graph, converted without torch
+        return export_hf_llama(model_dir, out_dir, precision, name=name, keep_lm_head=keep_lm_head)
     if precision == "int4":
         check_int4_available()
     checkpoint = inspect_checkpoint(model_dir)
