@@ -4,9 +4,9 @@
 Parses arguments, runs `export_hf_llama` for a Llama / Qwen2 checkpoint (the lean graph, no
 torch: export/hf_llama.py), `export_bundle` (another text generator) or, for a checkpoint whose
 config names a `…ForMaskedLM` architecture, `export_fill_mask_bundle` (fp32 or int8), and prints
-a short summary of the bundle and its parity report. Errors in the inputs (missing directory, config, weights or
-tokenizer; an unsupported architecture; a failed fp32 parity check) print one line and return exit
-code 1.
+a short summary of the bundle and its parity report. Errors in the inputs (missing directory,
+config, weights or tokenizer; an unsupported architecture; a failed fp32 parity check) print one
+line and return exit code 1.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import pytest
 
 from export.cli import main
 from export.gguf import _session, full_logits
-from export.hf_llama import export_hf_llama, read_hf_llama
+from export.hf_llama import LAYER_TENSORS, TOP_TENSORS, export_hf_llama, read_hf_llama
 from runtime import load
 from runtime.config import GenerationConfig
 from tests.gguf_models import CHAT_TEMPLATE, CORPUS, SPECIALS
@@ -189,23 +189,59 @@ def test_fp32_matches_transformers(exported, case):
         assert generator.generate(prompt, config)[0].token_ids == continuation, prompt
 
 
+def _with_bundle_weights(checkpoint: Path, precision: str):
+    """transformers' model of `checkpoint` holding the bundle's weights: each projection's blocks
+    dequantized (q and k rows permuted back to HF's layout for llama)."""
+    hf = read_hf_llama(checkpoint, precision)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    names = {ours: theirs for theirs, ours in TOP_TENSORS.items()}
+    for i in range(hf.layers):
+        names.update(
+            {
+                f"blk.{i}.{ours}": f"model.layers.{i}.{hf_name}"
+                for hf_name, ours in LAYER_TENSORS.items()
+            }
+        )
+    state = model.state_dict()
+    with torch.no_grad():
+        for name, weight in hf.tensors.items():
+            if weight.ndim != 2:
+                continue
+            weight = hf.linear(name).dequantized()
+            if hf.architecture == "llama" and name.endswith(("attn_q.weight", "attn_k.weight")):
+                heads = hf.heads if "attn_q" in name else hf.kv_heads
+                rows = weight.shape[0] // heads // 2
+                weight = weight.reshape(heads, rows, 2, -1).swapaxes(1, 2).reshape(weight.shape)
+            state[names[name]].copy_(torch.from_numpy(weight))
+    return model.eval()
+
+
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("precision", ["int8", "int4"])
 def test_quantized_stays_close(exported, case, precision):
-    """MatMulNBits at accuracy level 4 (int8 activations) over 8-bit or 4-bit blocks: within the
-    GGUF tests' 10 % of the logit scale, every top-1 among transformers' top 5."""
+    """Against transformers running the bundle's own (dequantized) weights, as the GGUF tests
+    compare: MatMulNBits' int8 activations (accuracy level 4) stay within 10 % of the logit scale,
+    every top-1 among transformers' top 5. Against the checkpoint's float weights the rounding
+    of the weights adds to that: int8 stays within 10 %, int4 within 30 % (measured 14-22 % on
+    these random models); top-1 agreement is printed."""
     checkpoint, bundles, model, tokenizer = exported(case)
+    same_weights = _with_bundle_weights(checkpoint, precision)
     agree, total = 0, 0
     for prompt in PROMPTS:
         ids = tokenizer(prompt)["input_ids"]
-        expected, _ = _reference(model, ids)
         ours = _logits(bundles[precision], checkpoint, ids)
+        expected, _ = _reference(same_weights, ids)
         assert np.abs(ours - expected).max() < 0.1 * np.abs(expected).max()
         top5 = np.argsort(-expected, axis=-1)[:, :5]
         assert all(pick in row for pick, row in zip(ours.argmax(-1), top5))
-        agree += int((ours.argmax(-1) == expected.argmax(-1)).sum())
+        original, _ = _reference(model, ids)
+        allowed = 0.1 if precision == "int8" else 0.3
+        assert np.abs(ours - original).max() < allowed * np.abs(original).max()
+        agree += int((ours.argmax(-1) == original.argmax(-1)).sum())
         total += len(ids)
-    print(f"{case} {precision}: teacher-forced top-1 agreement {agree}/{total}")
+    print(
+        f"{case} {precision}: teacher-forced top-1 agreement with the float model {agree}/{total}"
+    )
     manifest = json.loads((bundles[precision] / "manifest.json").read_text())
     assert manifest["precision"] == precision
     storage = " ".join(manifest["export"]["quantization"]["storage"].values())
