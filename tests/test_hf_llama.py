@@ -263,8 +263,9 @@ def test_manifest_parity_and_chat(tmp_path):
     assert manifest["export"]["quantization"]["tied_embeddings"] is True
     parity = manifest["parity"]
     assert parity["reference"] == "an fp32 graph of the same weights"
-    assert parity["transformers"]["max_abs_logit_diff"] < 0.1 * parity["max_abs_logit"]
-    assert parity["transformers"]["top1_agreement"] >= 0.75
+    theirs = parity["transformers"]  # int4 against the float weights: see above
+    assert theirs["max_abs_logit_diff"] < 0.3 * theirs["max_abs_logit"]
+    assert theirs["top1_agreement"] >= 0.75
     assert manifest["chat"]["end_of_turn_tokens"] == ["<|im_end|>"]
     card = (tmp_path / "bundle" / "README.md").read_text()
     assert config_hash in card and "transformers AutoModelForCausalLM" in card
