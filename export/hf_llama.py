@@ -34,6 +34,7 @@ import hashlib
 import importlib.util
 import json
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -339,15 +340,26 @@ def transformers_parity(model_dir: Path, graph: Path, model: HFModel, prompts: l
     whether the runtime's cached greedy decoding gives the same tokens."""
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
-    from .exporter import quiet
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # generation-flag advice and load notes
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+            results = _against(reference.eval(), _session(graph), model, prompts)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return results
 
-    with quiet():
-        reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    session = _session(graph)
+
+def _against(reference, session, model: HFModel, prompts: list) -> dict:
+    import torch
+
     diffs, agree, total, identical, scale = [], 0, 0, 0, 0.0
     for ids in prompts:
-        with torch.no_grad(), quiet():
+        with torch.no_grad():
             out = reference.generate(
                 torch.tensor([ids]),
                 max_new_tokens=PARITY_NEW_TOKENS,
