@@ -2,11 +2,12 @@
 `scriptorium export gguf FILE.gguf OUT_DIR …` (export/gguf.py) and `scriptorium export adapter
 PEFT_DIR OUT_DIR [--base FILE.gguf] …` (export/adapter.py).
 
-Parses arguments, runs `export_bundle` (a text generator) or, for a checkpoint whose config names a
-`…ForMaskedLM` architecture, `export_fill_mask_bundle` (fp32 or int8), and prints a short summary
-of the bundle and its parity report. Errors in the inputs (missing directory, config, weights or
-tokenizer; an unsupported architecture; a failed fp32 parity check) print one line and return exit
-code 1.
+Parses arguments, runs `export_hf_llama` for a Llama / Qwen2 checkpoint (the lean graph, no
+torch: export/hf_llama.py), `export_bundle` (another text generator) or, for a checkpoint whose
+config names a `…ForMaskedLM` architecture, `export_fill_mask_bundle` (fp32 or int8), and prints
+a short summary of the bundle and its parity report. Errors in the inputs (missing directory,
+config, weights or tokenizer; an unsupported architecture; a failed fp32 parity check) print one
+line and return exit code 1.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import json
 import sys
 from pathlib import Path
 
+from .hf_llama import is_hf_llama
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from .exporter import PRECISIONS
+    from .manifest import PRECISIONS
 
     parser = argparse.ArgumentParser(
         prog="scriptorium export",
@@ -92,6 +95,27 @@ def summary(manifest: dict, out_dir: str) -> str:
     )
 
 
+def _export_hf_llama(args: argparse.Namespace) -> int:
+    """A Llama / Qwen2 checkpoint: the lean graph, torch-free (export/hf_llama.py)."""
+    from .hf_llama import export_hf_llama, summary
+
+    try:
+        if args.controls:
+            raise ValueError("`--controls` is not supported for llama / qwen2 checkpoints")
+        manifest = export_hf_llama(
+            args.model_dir,
+            args.out_dir,
+            precision=args.precision,
+            name=args.name,
+            keep_lm_head=args.keep_lm_head,
+        )
+    except (FileNotFoundError, ValueError) as error:
+        print(f"scriptorium export: error: {error}", file=sys.stderr)
+        return 1
+    print(summary(manifest, args.out_dir))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["gguf"]:
@@ -102,9 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         from .adapter import main as adapter_main
 
         return adapter_main(argv[1:])
+    args = parse_args(argv)
+    if is_hf_llama(args.model_dir):
+        return _export_hf_llama(args)
     from .exporter import ParityError, export_bundle  # torch and transformers
 
-    args = parse_args(argv)
     if is_masked_lm(args.model_dir):
         from .fill_mask import export_fill_mask_bundle
 

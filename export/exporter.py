@@ -47,6 +47,7 @@ import onnx
 from tqdm.auto import tqdm
 
 from . import manifest as bundle_manifest
+from .hf_llama import export_hf_llama, is_hf_llama
 from .optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
 from .parity import OnnxModel, Reference, check_bundle, logit_parity
 from .quantize import (
@@ -59,7 +60,7 @@ from .quantize import (
     quantize_graph,
 )
 
-PRECISIONS = ("fp32", "int8", "int4")
+PRECISIONS = bundle_manifest.PRECISIONS
 EMBEDDINGS_FILE = "embeddings.npy"
 OPTIMUM_TASKS = {
     "causal-lm": "text-generation-with-past",
@@ -521,11 +522,16 @@ def export_bundle(
         MODEL_DIR/scriptorium_controls.json if present, else none.
     keep_lm_head: leave the LM head in float32 when quantizing.
     Raises FileNotFoundError / ValueError for unusable inputs and ParityError when an fp32
-    export does not reproduce PyTorch's greedy tokens.
+    export does not reproduce PyTorch's greedy tokens. A llama / qwen2 checkpoint is exported
+    by `export.hf_llama.export_hf_llama` instead (the lean Llama graph, without optimum).
     """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if is_hf_llama(model_dir):  # the lean Llama graph, converted without torch
+        if controls is not None:
+            raise ValueError("`controls` is not supported for llama / qwen2 checkpoints")
+        return export_hf_llama(model_dir, out_dir, precision, name=name, keep_lm_head=keep_lm_head)
     checkpoint = inspect_checkpoint(model_dir)
     if precision == "int4" or (precision == "int8" and checkpoint.task == "causal-lm"):
         check_int4_available()

@@ -14,6 +14,7 @@ from pathlib import Path
 from runtime.bundle import sha256_of
 
 SCHEMA_VERSION = 1
+PRECISIONS = ("fp32", "int8", "int4")
 CONTROLS_FILE = "scriptorium_controls.json"
 CARD_FILE = "scriptorium_card.json"
 CONTROL_KINDS = ("choice", "numeric")
