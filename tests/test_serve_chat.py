@@ -2,7 +2,9 @@
 
 One cluster (`ray.init(num_cpus=2)`) and one Serve application for the module: a tiny random
 Llama chat model (tests/tiny_models.py, exported with optimum) as "chat", and the shipped
-bible-lm int8 (no chat template) to show how a non-chat model is refused. Clients: the `openai`
+bible-lm int8 (no chat template) to show how a non-chat model is refused, and an adapter bundle
+(a random LoRA on a tiny llama GGUF, with metadata controls) whose base is converted beside it,
+as a Space ships the flagship. Clients: the `openai`
 package (`chat.completions.create`, plain and streamed) and LangChain's `ChatOpenAI`, which only
 speaks chat. Every reply is compared with `gen.chat` in this process for the same settings and
 seed.
@@ -45,13 +47,61 @@ def chat_dir(tmp_path_factory) -> Path:
     return root / "onnx"
 
 
+ADAPTER = "tiny-adapter"
+ADAPTER_CONTROLS = {
+    "translation": {
+        "kind": "choice",
+        "values": {
+            "KJV": "[s:translation]KJV[e:translation] ",
+            "WEB": "[s:translation]WEB[e:translation] ",
+        },
+    }
+}
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tmp_path_factory) -> Path:
+    """An adapter bundle with its base converted beside it (found without the cache)."""
+    import shutil
+
+    import peft
+    import torch
+    import transformers
+
+    from export.adapter import export_adapter
+    from export.flagship import ensure_bundle
+    from tests.gguf_models import write_tiny_gguf
+
+    root = tmp_path_factory.mktemp("adapter")
+    gguf = write_tiny_gguf(root / "tiny.gguf", "llama", "F32")
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(root), gguf_file=gguf.name)
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
+                             init_lora_weights=False)  # fmt: skip
+    torch.manual_seed(0)
+    peft.get_peft_model(model, config).save_pretrained(str(root / "peft"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SCRIPTORIUM_CACHE", str(root / "cache"))
+        base = ensure_bundle(gguf)
+        export_adapter(
+            root / "peft",
+            gguf,
+            root / "models" / ADAPTER,
+            name=ADAPTER,
+            controls=ADAPTER_CONTROLS,
+            prompt_prefix="[s:text]",
+            parity=False,
+        )
+    shutil.copytree(base, root / "models" / base.name)
+    return root / "models" / ADAPTER
+
+
 @pytest.fixture(scope="module")
 def local(chat_dir):
     return runtime.load(chat_dir, threads=1)
 
 
 @pytest.fixture(scope="module")
-def server(chat_dir) -> str:
+def server(chat_dir, adapter_dir) -> str:
     """The application's base URL ("http://127.0.0.1:PORT/v1") on a cluster of its own."""
     import ray
     from ray import serve
@@ -66,6 +116,7 @@ def server(chat_dir) -> str:
     specs = [
         ModelSpec("chat", str(chat_dir), threads=1, cpus=0.5),
         ModelSpec(PLAIN, str(ROOT / "models" / "bible-lm" / "int8"), threads=1, cpus=0.5),
+        ModelSpec(ADAPTER, str(adapter_dir), threads=1, cpus=0.5),
     ]
     deploy(specs, "127.0.0.1", port)
     yield f"http://127.0.0.1:{port}/v1"
@@ -158,7 +209,8 @@ def test_bad_bodies_are_refused_with_the_parameter_named(body, param, message):
 
 def test_the_models_say_which_can_chat(server):
     listed = httpx.get(server + "/models", timeout=60).json()["data"]
-    assert {m["id"]: m["chat"] for m in listed} == {"chat": True, PLAIN: False}
+    flags = {m["id"]: m["chat"] for m in listed}
+    assert flags["chat"] is True and flags[PLAIN] is False and ADAPTER in flags
 
 
 def test_openai_client_greedy_reply_is_gen_chat(client, local):
@@ -350,3 +402,18 @@ def test_the_app_backend_chats_through_the_endpoint(server, local):
         plain.chat(MESSAGES)
     with pytest.raises(ValueError, match="the conversation is .* tokens"):
         remote.stream_chat([{"role": "user", "content": "In the beginning " * 40}], config)
+
+
+def test_an_adapter_is_served_with_its_metadata_controls(client, adapter_dir):
+    local = runtime.load(adapter_dir, threads=1)  # its base, beside it, found by sha256
+    for controls in ({}, {"translation": "KJV"}):
+        reply = client.completions.create(
+            model=ADAPTER, prompt="In the beginning", max_tokens=8, temperature=0,
+            extra_body={"controls": controls},
+        )  # fmt: skip
+        expected = local.generate("In the beginning", local.config(max_new_tokens=8), controls)
+        assert reply.choices[0].text == expected[0].text
+    with pytest.raises(openai.BadRequestError, match="translation"):
+        client.completions.create(
+            model=ADAPTER, prompt="x", max_tokens=2, extra_body={"controls": {"translation": "X"}}
+        )
