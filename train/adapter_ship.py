@@ -26,6 +26,7 @@ from train import adapter, adapter_eval, common, data
 BIBLE_LM = Path("models/bible-lm/int8")
 SAMPLES = 50  # generated samples per control value (seed 000's check; bible-lm used 50)
 SAMPLE_TOKENS = 64
+STOP = (adapter.TEXT_END,)  # a passage ends at its closing tag
 AUTHORS_SHOWN = 10  # the treasury adapter's author picker: Spurgeon and the most quoted writers
 GENERATION_DEFAULTS = {
     "max_new_tokens": 96,
@@ -88,7 +89,8 @@ def treasury_controls(passages: list) -> dict:
 
 def bible_metrics(gen, base, rows: list[dict]) -> dict:
     """Bits per character on held-out test verses (WEB and KJV) for the base, the adapter (with
-    every field and with none) and bible-lm; section and translation conditioning."""
+    translation and section, and with no field) and bible-lm; section and translation
+    conditioning."""
     import runtime
 
     verses = adapter_eval.held_out_verses(rows, "test")
@@ -97,27 +99,24 @@ def bible_metrics(gen, base, rows: list[dict]) -> dict:
     for column, name in (("web", "WEB"), ("kjv", "KJV")):
         texts = [r[column] for r in verses]
         sections = [adapter.SECTION_KEYS[r["section"]] for r in verses]
-        fields = [
-            {"translation": name, "book": r["book"], "section": s} for r, s in zip(verses, sections)
-        ]
+        fields = [{"translation": name, "section": s} for s in sections]  # held-out books
+        # are not among the book picker's values (they were never trained on)
         bpc[name] = {
             "base SmolLM2-135M-Instruct": adapter_eval.bits_per_character(base, texts),
             "adapter, no field": adapter_eval.bits_per_character(gen, texts),
-            "adapter, translation + book + section": adapter_eval.bits_per_character(
-                gen, texts, fields
-            ),
+            "adapter, translation + section": adapter_eval.bits_per_character(gen, texts, fields),
             "bible-lm (from scratch, WEB only), section token": adapter_eval.bits_per_character(
                 scratch, texts, [{"section": s} for s in sections]
             ),
         }
     keys = list(adapter.SECTION_KEYS.values())
     section_samples = adapter_eval.generate_samples(
-        gen, {k: {"section": k} for k in keys}, SAMPLES, SAMPLE_TOKENS
+        gen, {k: {"section": k} for k in keys}, SAMPLES, SAMPLE_TOKENS, STOP
     )
     classifier = adapter_eval.section_classifier(rows, adapter.SECTION_KEYS.get)
     real = [r for r in rows if r["split"] == "validation" and r["web"]]
     translation_samples = adapter_eval.generate_samples(
-        gen, {t: {"translation": t} for t in ("KJV", "WEB")}, SAMPLES, SAMPLE_TOKENS
+        gen, {t: {"translation": t} for t in ("KJV", "WEB")}, SAMPLES, SAMPLE_TOKENS, STOP
     )
     translations = adapter_eval.translation_classifier(rows)
     real_pairs = [r for r in real if r["kjv"]]
@@ -158,7 +157,7 @@ def treasury_metrics(gen, base, passages: dict, controls: dict) -> dict:
         [p.text for p in train], [p.fields["author"] for p in train]
     )
     samples = adapter_eval.generate_samples(
-        gen, {a: {"author": a} for a in shown}, SAMPLES, SAMPLE_TOKENS
+        gen, {a: {"author": a} for a in shown}, SAMPLES, SAMPLE_TOKENS, STOP
     )
     real = [p for p in passages["validation"] if p.fields["author"] in shown]
     return {
