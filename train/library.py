@@ -134,7 +134,9 @@ def split_sentences(text: str) -> list[str]:
 
 FUNCTION_WORDS = frozenset(
     "the a an of and to in is are was were be that it he she his her they them their we you i "
-    "for with as not by this which or from but on at all who what have has had shall will".split()
+    "for with as not by this which or from but on at all who what have has had shall will my "
+    "me our us your him its thou thee thy thine ye hath hast doth dost can did do does may "
+    "might must should would could so if then than there when where how why".split()
 )
 _LETTERS_RE = re.compile(r"[A-Za-z]")
 _WORDS_RE = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
