@@ -176,3 +176,33 @@ def test_written_lines_are_json_records(built, tmp_path):
     library.build(out, library.Inputs.fixture(), ["devil"], progress=False)
     lines = out.read_text(encoding="utf-8").splitlines()
     assert all(json.loads(line)["source"] == "devil" for line in lines) and lines
+
+
+def test_recipes_read_the_library(built, tmp_path):
+    """The recipes' readers: word2vec's sentences, the masked LM's packed groups and the
+    hierarchical model's consecutive-sentence pairs, all from the built fixture library."""
+    from runtime import hierarchical_text
+    from train import hierarchical, masked_lm, word_vectors
+
+    result, records = built
+    path = tmp_path / "library.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    total = sum(st.sentences for st in result["stats"].values())
+
+    sentences = word_vectors.library_sentences(path)
+    assert len(sentences) == total and sentences[0] == word_vectors.words(
+        records[0]["sentences"][0]
+    )
+
+    groups = masked_lm.library_chapters(path)
+    assert sum(len(g.verses) for g in groups) == total
+    assert [s for g in groups for s in g.verses] == [s for r in records for s in r["sentences"]]
+    assert {g.book for g in groups} == set(library.SOURCES)  # each group is one source's
+    assert len(groups) < len(records)  # short paragraphs (WordNet synsets) are grouped
+
+    charset = hierarchical_text.default_charset(r["web"] for r in data.load_verses(data.FIXTURE))
+    pairs, fitting = hierarchical.library_pairs(records, charset)
+    assert 0 < len(pairs) < len(fitting) <= total
+    paragraph_pairs = {(a, b) for r in records for a, b in zip(r["sentences"], r["sentences"][1:])}
+    assert all(("".join(a).strip(), "".join(b).strip()) in paragraph_pairs for a, b in pairs)
+    assert all(len(w) <= hierarchical_text.MAX_WORDS for w in fitting)
