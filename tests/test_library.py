@@ -138,19 +138,29 @@ def test_duplicates_across_sources_are_counted(built):
     assert sum(st.dropped["duplicate"] for st in result["stats"].values()) > 0
 
 
+NOT_ENGLISH = "not English (no function word, few known words)"
+
+
 @pytest.mark.parametrize(
     ("sentence", "reason"),
     [
         ("He went up to the mountain to pray.", None),
         ("Abandon, v. t.", "short"),
         ("and he went up to the mountain", "no capital start or end punctuation"),
-        ("Non nobis, Domine, sed nomini tuo da gloriam.", "no English function word"),
+        ("Non nobis, Domine, sed nomini tuo da gloriam.", NOT_ENGLISH),
+        ("God created heavens, earth, light, darkness.", None),  # no function word: known words
         ("The word λόγος is Greek for the word.", "non-English characters"),
         ("See the verses in 1:2, 3:4, 5:6, 7:8, 9:10, 11:12, 13:14.", "numbers and symbols"),
     ],
 )
 def test_fragment_reasons(sentence, reason):
-    assert library.fragment_reason(sentence) == reason
+    lexicon = library.bible_lexicon(data.load_verses(data.FIXTURE))
+    assert library.fragment_reason(sentence, lexicon) == reason
+
+
+def test_without_a_lexicon_a_sentence_needs_a_function_word():
+    sentence = "God created heavens, earth, light, darkness."
+    assert library.fragment_reason(sentence) == NOT_ENGLISH
 
 
 def test_normalize_and_split():

@@ -16,7 +16,8 @@ Cleaning: markup stripped (OSIS, GCIDE's dictd markup), entities unescaped, curl
 straight, `--` made a dash, whitespace collapsed; paragraphs split into sentences; a sentence is
 dropped as a fragment when it has fewer than MIN_WORDS words, does not open with a capital (or
 digit) and close with . ! or ?, is mostly digits and symbols, holds characters outside Latin
-script, or has no English function word (Latin, Greek transliterations, word lists). Sentences
+script, or looks non-English: no English function word and fewer than half of its words known
+from the Bibles' training text (Latin, Greek transliterations, word lists). Sentences
 are deduplicated across the whole library (first source wins).
 
 Held out: commentary entries keyed to a held-out book (train.data.HELD_OUT) or to a Psalm that
@@ -146,8 +147,10 @@ _CLOSES_RE = re.compile(r"[.!?]['\")\]]*$")
 _ALLOWED_EXTRA = set("—–…éèêëàâäáçïîíôöóüûúæœÆŒñÉÈÀ°£§¶†")
 
 
-def fragment_reason(sentence: str) -> str | None:
-    """Why a sentence is dropped as a fragment, or None when it is a clean English sentence."""
+def fragment_reason(sentence: str, lexicon: frozenset[str] = frozenset()) -> str | None:
+    """Why a sentence is dropped as a fragment, or None when it is a clean English sentence.
+    `lexicon`: lower-cased words known to be English (the Bibles' training text); a sentence
+    without a function word still passes when at least half of its words are in it."""
     words = _WORDS_RE.findall(sentence)
     if len(words) < MIN_WORDS:
         return "short"
@@ -160,8 +163,10 @@ def fragment_reason(sentence: str) -> str | None:
     visible = sentence.replace(" ", "")
     if len(_LETTERS_RE.findall(visible)) < 0.6 * len(visible):
         return "numbers and symbols"
-    if not any(w.lower() in FUNCTION_WORDS for w in words):
-        return "no English function word"
+    lowered = [w.lower() for w in words]
+    if not any(w in FUNCTION_WORDS for w in lowered):
+        if 2 * sum(w.replace("'", "") in lexicon for w in lowered) < len(lowered):
+            return "not English (no function word, few known words)"
     return None
 
 
@@ -398,6 +403,13 @@ class LeakGuard:
         return None
 
 
+def bible_lexicon(rows: list[dict]) -> frozenset[str]:
+    """Lower-cased words of the WEB and KJV training verses: words known to be English."""
+    return frozenset(
+        w for r in rows if r["split"] == "train" for c in ("web", "kjv") for w in words_of(r[c])
+    )
+
+
 def held_out_verses(rows: list[dict]) -> list[str]:
     return [r[c] for r in rows if r["split"] != "train" for c in ("web", "kjv") if r[c]]
 
@@ -424,6 +436,7 @@ def clean_paragraphs(
     guard: LeakGuard,
     seen: set[bytes],
     stats: SourceStats,
+    lexicon: frozenset[str] = frozenset(),
 ) -> Iterator[dict]:
     """Library records of one source's paragraphs: split, fragments and leaks dropped, sentences
     already in the library (any source) dropped; empty paragraphs left out."""
@@ -432,7 +445,9 @@ def clean_paragraphs(
         kept = []
         for sentence in split_sentences(text):
             sentence = _ENUMERATION_RE.sub("", sentence)
-            reason = fragment_reason(sentence) or guard.reason(sentence, whole_verses=not bible)
+            reason = fragment_reason(sentence, lexicon) or guard.reason(
+                sentence, whole_verses=not bible
+            )
             if reason is None:
                 digest = hashlib.blake2b(" ".join(words_of(sentence)).encode(), digest_size=12)
                 if digest.digest() in seen:
@@ -540,6 +555,7 @@ def build(
     if psalms is None:
         psalms = spurgeon_held_out_psalms(inputs, rows)
     guard = LeakGuard(held_out_verses(rows))
+    lexicon = bible_lexicon(rows)
     seen: set[bytes] = set()
     stats: dict[str, SourceStats] = {}
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -551,7 +567,7 @@ def build(
             source_started = time.perf_counter()
             skipped = stats[source].dropped
             paragraphs = source_paragraphs(source, inputs, rows, psalms, skipped)
-            records = clean_paragraphs(source, paragraphs, guard, seen, stats[source])
+            records = clean_paragraphs(source, paragraphs, guard, seen, stats[source], lexicon)
             for record in tqdm(records, desc=source, disable=not progress, mininterval=2):
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
             stats[source].seconds = time.perf_counter() - source_started
