@@ -68,7 +68,14 @@ def make_recipe(args) -> tuple[Recipe, Path]:
         raise FileNotFoundError(f"{verses} not found: build it with `python -m train.data`")
     out = args.out or default_out(args.recipe, args.tiny)
     out.mkdir(parents=True, exist_ok=True)
-    recipe = recipe_class(args.recipe)(args.tiny, Path(verses), args.tokenizers, out, args.seed)
+    extra = {}
+    if args.corpus is not None:
+        if not args.recipe.startswith("masked-lm-"):
+            raise ValueError(f"`--corpus` must go with a masked-lm recipe, got {args.recipe!r}")
+        extra["library"] = args.corpus
+    recipe = recipe_class(args.recipe)(
+        args.tiny, Path(verses), args.tokenizers, out, args.seed, **extra
+    )
     return recipe, out
 
 
@@ -212,6 +219,11 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
     parser.add_argument("--tiny", action="store_true", help="seconds-long run on the fixture")
     parser.add_argument("--out", type=Path, help="run directory (default checkpoints/<recipe>)")
     parser.add_argument("--verses", type=Path, help="verse table (default data/verses.tsv)")
+    parser.add_argument(
+        "--corpus",
+        type=Path,
+        help="masked-lm: train on this library (python -m train.library) instead of the WEB",
+    )
     parser.add_argument(
         "--tokenizers",
         type=Path,

@@ -25,6 +25,7 @@ import torch
 from modeling import hierarchical as model_definition
 from runtime import hierarchical_text
 from train import common, data
+from train.library import load_library
 
 # ---------------------------------------------------------------------------------------------
 # Data
@@ -56,6 +57,27 @@ def verse_copies(rows: list[dict], split: str) -> list[tuple[list[str], list[str
         if row["split"] == split and row["web"]
     )
     return [(words, words) for words in verses if model_definition.encodable(words)]
+
+
+def library_pairs(
+    records: list[dict], charset: list[str]
+) -> tuple[list[tuple[list[str], list[str]]], list[list[str]]]:
+    """From train/library.py's records: (sentence, next sentence of the same paragraph) pairs
+    where both fit the model (words, word length, characters in `charset`), and every sentence
+    that fits (the autoencoder's copies). The library already keeps held-out text out."""
+    vocab = hierarchical_text.CharVocab(charset)
+    pairs, fitting = [], []
+    for record in records:
+        sentences = [hierarchical_text.split_words(s) for s in record["sentences"]]
+        fits = [
+            model_definition.encodable(w) and all(c in vocab.ids for word in w for c in word)
+            for w in sentences
+        ]
+        fitting += [w for w, fit in zip(sentences, fits) if fit]
+        pairs += [
+            (a, b) for a, b, fa, fb in zip(sentences, sentences[1:], fits, fits[1:]) if fa and fb
+        ]
+    return pairs, fitting
 
 
 class PairTask(common.Task):
@@ -202,7 +224,9 @@ def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: 
 
 
 def run_lm(args) -> dict:
-    """Next-verse prediction on the WEB with one sentence-encoder kind."""
+    """Next-verse prediction on the WEB with one sentence-encoder kind; with `--library`, the
+    training pairs are consecutive sentences of train/library.py's paragraphs instead
+    (validation and test stay the held-out WEB verse pairs)."""
     common.seed_everything(args.seed)
     pairs, rows = web_pairs(args.verses)
     config = model_definition.HierarchicalConfig(
@@ -210,6 +234,8 @@ def run_lm(args) -> dict:
     )
     if args.tiny:
         config = tiny_config(config)
+    if args.library is not None:
+        pairs["train"] = library_pairs(load_library(args.library), config.charset)[0]
     model = model_definition.HierarchicalLM(config)
     return train_run(
         model,
@@ -229,19 +255,24 @@ def tiny_config(config: model_definition.HierarchicalConfig) -> model_definition
 
 def run_autoencoder(args) -> dict:
     """Seed 003 §4.3: freeze all but the sentence decoder, train it to reconstruct the input
-    (every WEB verse that fits, not only those with a next verse). `--train-encoder` also
-    trains the sentence encoder: a measurement of what the freeze costs, which `ship` refuses
-    (the bundle's two decoders share one encoder)."""
+    (every WEB verse that fits, not only those with a next verse; with `--library`, every
+    library sentence that fits). `--train-encoder` also trains the sentence encoder: a
+    measurement of what the freeze costs, which `ship` refuses (the bundle's two decoders share
+    one encoder)."""
     common.seed_everything(args.seed)
     rows = data.load_verses(args.verses)
     model = model_definition.load_run(args.init)
+    copies = verse_copies(rows, "train")
+    if args.library is not None:
+        sentences = library_pairs(load_library(args.library), model.config.charset)[1]
+        copies = [(words, words) for words in sentences]
     trained = ("sentence_decoder.",) + (("sentence_encoder.",) if args.train_encoder else ())
     for name, parameter in model.named_parameters():
         parameter.requires_grad = name.startswith(trained)
     model.embedding.weight.requires_grad = False
     return train_run(
         model,
-        verse_copies(rows, "train"),
+        copies,
         verse_copies(rows, "validation")[:512],
         verse_copies(rows, "test"),
         args,

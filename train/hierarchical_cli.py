@@ -38,6 +38,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--corpus", type=Path, help="style corpus JSON (train/spurgeon.py)")
     parser.add_argument("--verses", type=Path, default=data.DEFAULT_OUT)
+    parser.add_argument(
+        "--library",
+        type=Path,
+        help="lm, autoencoder: train on this library's sentences (python -m train.library)",
+    )
     parser.add_argument("--tiny", action="store_true", help="tiny widths on the fixture verses")
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--batch-size", type=int, default=32)

@@ -213,15 +213,62 @@ def build_model(size: MLMSize, vocab_size: int, pad_id: int, seed: int):
     return BertForMaskedLM(config)
 
 
+# Library records of one source are grouped until a group holds this many words, so that the
+# passage packer fills the context with consecutive sentences (WordNet's synsets and many
+# dictionary entries are one sentence long) and never mixes sources.
+LIBRARY_GROUP_WORDS = 150
+
+
+def library_chapters(path: Path) -> list[corpus.Chapter]:
+    """train/library.py's paragraphs as the packer's "chapters" (sentences as verses): records
+    of one source taken in order until LIBRARY_GROUP_WORDS words."""
+    from train.library import load_library
+
+    groups: list[corpus.Chapter] = []
+    words = 0
+    for record in load_library(path):
+        if not groups or groups[-1].book != record["source"] or words >= LIBRARY_GROUP_WORDS:
+            groups.append(corpus.Chapter(record["source"], len(groups), "", []))
+            words = 0
+        groups[-1].verses.extend(record["sentences"])
+        words += sum(len(s.split()) for s in record["sentences"])
+    return groups
+
+
+def library_description(path: Path) -> dict:
+    """The manifest's training_data for a run on the library: sources, sentences, licences."""
+    from train.library import SOURCES, load_library
+
+    counts = {}
+    for record in load_library(path):
+        counts[record["source"]] = counts.get(record["source"], 0) + len(record["sentences"])
+    return {
+        "corpus": f"train/library.py ({path.name}): "
+        + ", ".join(f"{SOURCES[s][0]} ({n:,} sentences)" for s, n in counts.items()),
+        "sentences": sum(counts.values()),
+        "split": common.split_description()
+        + "; held-out books, Psalms and verses removed from every source",
+        "licence": "; ".join(f"{s}: {SOURCES[s][1]}" for s in counts),
+    }
+
+
 class MaskedLM(Recipe):
     """The recipe (train/cli.py's interface): data, model, task, evaluation, card sections."""
 
     task_kind = "fill-mask"
 
     def __init__(
-        self, name: str, tiny: bool, verses: Path, tokenizer_dir: Path, out_dir: Path, seed: int
+        self,
+        name: str,
+        tiny: bool,
+        verses: Path,
+        tokenizer_dir: Path,
+        out_dir: Path,
+        seed: int,
+        library: Path | None = None,
     ):
         self.name = name
+        self.library = library  # train on train/library.py's corpus instead of the WEB
         self.tiny = tiny
         self.size = (TINY if tiny else SIZES)[name]
         self.seed = seed
@@ -237,6 +284,10 @@ class MaskedLM(Recipe):
             split: [lm.EncodedChapter(c, self.tokenizer) for c in corpus.chapters(self.rows, split)]
             for split in data.SPLITS
         }
+        if library is not None:  # validation and the study stay on the held-out WEB verses
+            self.encoded["train"] = [
+                lm.EncodedChapter(c, self.tokenizer) for c in library_chapters(library)
+            ]
 
     def setup(self):
         task = MLMTask(
@@ -263,6 +314,8 @@ class MaskedLM(Recipe):
         return {}
 
     def training_data(self) -> dict:
+        if self.library is not None:
+            return library_description(self.library)
         train_rows = [r for r in self.rows if r["split"] == "train" and r["web"]]
         return {
             "corpus": "World English Bible (SWORD module engWEB2015eb), training books including "

@@ -15,6 +15,7 @@ A bundle (`models/word2vec/<skipgram|cbow>/`): `vectors.npy` (float32, one row p
 "word-vectors" and checksums, README.md (card). `runtime.word_vectors` serves it with numpy.
 
     python -m train.word_vectors [--tiny] [--out models/word2vec] [--verses data/verses.tsv]
+    python -m train.word_vectors --corpus data/library.jsonl   # train/library.py's sentences
 
 Does not cover: serving (runtime/word_vectors.py), the analogy and similarity set and its
 evaluation (study/word_analogies.py).
@@ -54,6 +55,33 @@ def words(text: str) -> list[str]:
 
 def training_sentences(rows: list[dict]) -> list[list[str]]:
     return [words(r["web"]) for r in rows if r["split"] == "train" and r["web"]]
+
+
+def library_sentences(path: Path) -> list[list[str]]:
+    """Words of every sentence of train/library.py's output (held-out text already removed)."""
+    from train.library import load_library
+
+    return [words(s) for record in load_library(path) for s in record["sentences"]]
+
+
+WEB_TRAINING_DATA = {
+    "corpus": "World English Bible (SWORD module engWEB2015eb), training books",
+    "licence": "public domain",
+}
+
+
+def library_training_data(path: Path) -> dict:
+    """The manifest's training_data for a run on the library: its sources and their licences."""
+    from train.library import SOURCES, load_library
+
+    sources = list(dict.fromkeys(record["source"] for record in load_library(path)))
+    return {
+        "corpus": "train/library.py's sentences ("
+        + ", ".join(SOURCES[s][0] for s in sources)
+        + "; held-out books, Psalms and verses removed)",
+        "library": str(path),
+        "licence": "Trained on " + "; ".join(f"{s}: {SOURCES[s][1]}" for s in sources),
+    }
 
 
 def phrase(sentences: list[list[str]], min_count: int, threshold: float, passes: int):
@@ -146,11 +174,19 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
         f"{corpus['phrases_detected']:,} detected, {phrases['passes']} passes, Mikolov scoring, "
         f"threshold {phrases['threshold']}, δ = min count {phrases['min_count']}"
     )
-    text_line = f"{corpus['sentences']:,} verses, {corpus['tokens']:,} tokens after phrasing"
+    library = corpus.get("library")  # set when trained on train/library.py's output
+    unit = "sentences" if library else "verses"
+    trained_on = corpus["corpus"] if library else "the World English Bible's training books"
+    licence = (
+        corpus["licence"]
+        if library
+        else "Public domain: trained only on the public-domain World English Bible"
+    )
+    text_line = f"{corpus['sentences']:,} {unit}, {corpus['tokens']:,} tokens after phrasing"
     card = f"""# {manifest["name"]}
 
 Static word vectors (seed 001): word2vec {"skip-gram" if settings["sg"] else "CBOW"} trained
-with gensim on the World English Bible's training books after Mikolov phrase detection.
+with gensim on {trained_on} after Mikolov phrase detection.
 
 | | |
 |---|---|
@@ -178,7 +214,7 @@ evaluated the same way over its " word" tokens.
 
 ## Licence
 
-Public domain: trained only on the public-domain World English Bible.
+{licence}.
 """
     (bundle / "README.md").write_text(card)
     seal(bundle, manifest)
@@ -187,6 +223,9 @@ Public domain: trained only on the public-domain World English Bible.
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.word_vectors", description=__doc__)
     parser.add_argument("--verses", type=Path, default=None)
+    parser.add_argument(
+        "--corpus", type=Path, help="train on this library (python -m train.library), not the WEB"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--tiny", action="store_true", help="seconds-long run on the fixture")
     parser.add_argument(
@@ -200,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = data.load_verses(verses)
     settings = TINY_SETTINGS if args.tiny else SETTINGS
     phrase_settings = TINY_PHRASE_SETTINGS if args.tiny else PHRASE_SETTINGS
-    sentences, phrasers = phrase(training_sentences(rows), **phrase_settings)
+    if args.corpus is not None:
+        texts, training_data = library_sentences(args.corpus), library_training_data(args.corpus)
+    else:
+        texts, training_data = training_sentences(rows), WEB_TRAINING_DATA
+    sentences, phrasers = phrase(texts, **phrase_settings)
     phrases = sorted(
         {w for model in phrasers for w in model.phrasegrams}, key=lambda p: -len(p)
     )  # phrasegrams keys are "a_b" strings in gensim 4
@@ -222,11 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {**settings, "sg": sg, "seed": 0, "workers": 1},
             "phrases": {**phrase_settings, "scoring": "default (Mikolov)", "connector_words": True},
             "training_data": {
-                "corpus": "World English Bible (SWORD module engWEB2015eb), training books",
+                **training_data,
                 "sentences": len(sentences),
                 "tokens": sum(map(len, sentences)),
                 "phrases_detected": len(phrases),
-                "licence": "public domain",
             },
             "train_seconds": round(seconds, 1),
         }
