@@ -37,6 +37,10 @@ GENERATION_DEFAULTS = {
     "repetition_penalty": 1.1,
     "stop": [adapter.TEXT_END],
 }
+CORPUS_NAMES = {
+    "bible": "WEB and KJV training books",
+    "treasury": "The Treasury of David (Spurgeon and the writers he quotes)",
+}
 DESCRIPTIONS = {
     "bible": (
         "SmolLM2-135M-Instruct fine-tuned with LoRA on the World English Bible and the King "
@@ -201,7 +205,7 @@ def ship(run: Path, corpus: str, out: Path, verses: Path) -> dict:
         controls=controls,
         prompt_prefix=adapter.TEXT_START,
         generation_defaults=GENERATION_DEFAULTS,
-        training_data={"corpus": corpus, "held_out": split_note, **training},
+        training_data={**training, "corpus": CORPUS_NAMES[corpus], "held_out": split_note},
         license="Apache-2.0 (base model and this adapter); training text public domain",
         description=DESCRIPTIONS[corpus],
         training_texts=[p.text for p in passages["train"]],

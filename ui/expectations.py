@@ -94,12 +94,18 @@ def summary(name: str, manifest: dict) -> str:
     >>> summary("lm (int8)", {"task": "causal-lm", "architecture": "gpt2",
     ...     "export": {"parameters": 5240320}, "training_data": {"corpus": "WEB (SWORD)"}})[:58]
     '**lm (int8)**: a 5.2M-parameter gpt2 trained on WEB; conti'
+    >>> summary("a", {"task": "causal-lm", "adapter": {"rank": 8, "base": {"name": "B"}},
+    ...     "training_data": {"corpus": "KJV"}}).split(";")[0]
+    '**a**: a rank-8 LoRA adapter on B, fine-tuned on KJV'
     """
     parameters = (manifest.get("export") or {}).get("parameters")
     size = f"a {parameters / 1e6:.1f}M-parameter " if parameters else "a "
     corpus = _corpus(manifest)
     line = f"**{name}**: {size}{manifest.get('architecture', 'model')}"
     line += f" trained on {corpus}" if corpus else ""
+    if adapter := manifest.get("adapter"):
+        line = f"**{name}**: a rank-{adapter['rank']} LoRA adapter on {adapter['base']['name']}"
+        line += f", fine-tuned on {corpus}" if corpus else ""
     task = manifest.get("task")
     expect = _EXPECT.get(task, "")
     data = manifest.get("training_data") or {}
