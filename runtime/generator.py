@@ -199,14 +199,19 @@ class Generator(ChatMixin, ScoringMixin):
 
     def _settings(self, config: GenerationConfig | None) -> GenerationConfig:
         """Validate `config`; tokens the model itself forces or suppresses come from its manifest
-        when the config leaves them unset (as transformers merges a model's generation config)."""
+        when the config leaves them unset (as transformers merges a model's generation config),
+        and the manifest's own `stop` strings (where the model's text ends, e.g. seed 000's
+        `[e:text]`) are added to the config's."""
         config = config or self.defaults
-        model_tokens = {
+        model_settings = {
             key: getattr(self.defaults, key)
             for key in ("forced_bos_token_id", "forced_eos_token_id", "suppress_tokens")
             if not getattr(config, key) and getattr(self.defaults, key)
         }
-        return config.replace(**model_tokens).validate() if model_tokens else config.validate()
+        own_stop = [text for text in self.manifest.get("stop", ()) if text not in config.stop]
+        if own_stop:
+            model_settings["stop"] = (*config.stop, *own_stop)
+        return config.replace(**model_settings).validate() if model_settings else config.validate()
 
     def _plan(self, prompts, config: GenerationConfig, controls) -> DecodingPlan:
         """The call's plan for `prompts`; `config` is already validated by `_settings`."""

@@ -297,3 +297,20 @@ def test_gguf_conversion_runs_without_torch_or_transformers(tmp_path):
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "torch-free conversion ok" in result.stdout
+
+
+def test_a_manifests_own_stop_strings_end_every_generation(tmp_path):
+    from export.manifest import seal
+
+    bundle = shutil.copytree(
+        Path(__file__).parent.parent / "models" / "bible-lm" / "int8", tmp_path / "lm"
+    )
+    config = runtime.GenerationConfig(max_new_tokens=30)
+    full = runtime.load(bundle, threads=1).generate("In the beginning", config)[0].text
+    word = full.split()[len(full.split()) // 2]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    seal(bundle, {**manifest, "stop": [word]})
+    gen = runtime.load(bundle, threads=1)
+    cut = gen.generate("In the beginning", config)[0]
+    assert cut.text == full[: full.index(word)] and cut.finish_reason == "stop"
+    assert gen.generate("In the beginning", config.replace(stop=("zzz",)))[0].text == cut.text

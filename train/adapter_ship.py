@@ -221,6 +221,7 @@ def ship(run: Path, corpus: str, out: Path, verses: Path) -> dict:
     metrics["export_seconds"] = round(export_seconds, 1)
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["metrics"] = metrics
+    manifest["stop"] = [adapter.TEXT_END]  # every generation ends a passage at its closing tag
     card = model_card({**manifest, "metrics": headline_metrics(metrics)})
     (out / "README.md").write_text(card + "\n" + evaluation_markdown(corpus, metrics, training))
     return seal(out, manifest)
