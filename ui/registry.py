@@ -173,7 +173,9 @@ class ModelRegistry:
         return [n for n in self.generators() if self.manifest(n)["task"] == "causal-lm"]
 
     def chat_models(self) -> list[str]:
-        return self._ordered(n for n in self.names if is_chat_manifest(self.manifest(n)))
+        """Chat models, the base models before fine-tunes (adapters) so that tabs open on one."""
+        found = self._ordered(n for n in self.names if is_chat_manifest(self.manifest(n)))
+        return sorted(found, key=lambda name: "adapter" in self.manifest(name))
 
     def masked_lms(self) -> list[str]:
         def size(name):
