@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import threading
@@ -90,6 +91,8 @@ def fit_cpus(specs, cluster_cpus: float):
     >>> fitted, said = fit_cpus([ModelSpec(str(i), ".") for i in range(4)], 2)
     >>> [s.cpus for s in fitted], said.split(":")[0]
     ([0.5, 0.5, 0.5, 0.5], '4 replicas would reserve 4 CPUs on a 2-CPU cluster')
+    >>> sum(s.cpus for s in fit_cpus([ModelSpec(str(i), ".") for i in range(7)], 2)[0]) <= 2
+    True
     """
     import dataclasses
 
@@ -100,7 +103,10 @@ def fit_cpus(specs, cluster_cpus: float):
     if wanted <= cluster_cpus or any(s.cpus is not None for s in specs):
         return list(specs), None
     share = cluster_cpus / wanted
-    fitted = [dataclasses.replace(s, cpus=round(s.threads * share, 3)) for s in specs]
+    # rounded down: seven replicas at round(2/7, 3) = 0.286 would ask for 2.002 CPUs of 2
+    fitted = [
+        dataclasses.replace(s, cpus=math.floor(s.threads * share * 1000) / 1000) for s in specs
+    ]
     count = sum(replicas(s) for s in specs)
     said = (
         f"{count} replicas would reserve {wanted:g} CPUs on a {cluster_cpus:g}-CPU cluster: "
