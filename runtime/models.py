@@ -111,8 +111,9 @@ class GraphRunner:
     def run(self, outputs: list[str], feeds: dict) -> list:
         """Outputs in order: the first (logits) as numpy, the rest as device values."""
         if not self.io_binding:
-            options = self.adapter.run_options if self.adapter else None
-            return self.session.run(outputs, feeds, options)
+            if self.adapter:
+                return self.session.run(outputs, feeds, self.adapter.run_options)
+            return self.session.run(outputs, feeds)
         binding = self.session.io_binding()
         if self.adapter:  # IO binding ignores active adapters: bind the factors as inputs
             feeds = {**self.adapter.parameters, **feeds}

@@ -101,7 +101,12 @@ def test_stream_matches_generate_and_reports_alternatives(gen):
         assert np.isclose(np.exp(event.logprob), probs[0], rtol=1e-4)
 
 
-def test_stopping_the_stream_stops_the_work(gen, monkeypatch):
+@pytest.mark.parametrize("batching", [False, True])
+def test_stopping_the_stream_stops_the_work(bundle, batching, monkeypatch):
+    import time
+
+    gen = runtime.load(bundle, threads=1, batching=batching)
+    assert (gen.engine is not None) == batching
     calls = []
     original = gen.model.step
     monkeypatch.setattr(gen.model, "step", lambda *a: calls.append(1) or original(*a))
@@ -110,7 +115,13 @@ def test_stopping_the_stream_stops_the_work(gen, monkeypatch):
         if count == 3:
             break
     stream.close()
-    assert len(calls) == 2  # two steps after the prefill, nothing after the consumer left
+    if not batching:
+        assert len(calls) == 2  # two steps after the prefill, nothing after the consumer left
+        return
+    time.sleep(0.5)  # the engine's loop notices at its next step that nobody reads
+    stopped_at = len(calls)
+    time.sleep(0.5)
+    assert len(calls) == stopped_at < 49  # it stopped early, and stays stopped
 
 
 @pytest.mark.parametrize("source", ["tiny byte-level BPE", "translator", "rewriter"])
