@@ -34,7 +34,7 @@ import numpy as np
 from runtime.bundle import LORA_FORMAT, read_manifest, sha256_of
 
 from .gguf import PARITY_NEW_TOKENS, PARITY_PROMPTS
-from .manifest import CONTROL_KINDS, SCHEMA_VERSION, card_table, seal
+from .manifest import CONTROL_KINDS, SCHEMA_VERSION, card_closing, card_table, seal
 
 ADAPTER_FILE = "adapter.onnx_adapter"
 BUNDLE_FILES = ("manifest.json", ADAPTER_FILE, "README.md", "training_ngrams.npy")
@@ -331,19 +331,9 @@ def export_adapter(
         gen = load(out_dir, threads=2, base=base_dir)
         manifest["parity"] = parity_report(gen, base_gguf, peft_dir)
     if training_texts is not None:
-        from runtime.memorisation import WORD_NGRAM
+        from .ngram_index import write_ngram_index
 
-        from .ngram_index import INDEX_FILE, build_ngram_index
-
-        index = build_ngram_index(training_texts)
-        np.save(out_dir / INDEX_FILE, index, allow_pickle=False)
-        manifest["memorisation_index"] = {
-            "file": INDEX_FILE,
-            "n": WORD_NGRAM,
-            "ngrams": int(index.shape[0]),
-            "hash": "blake2b-64 (little-endian) of the n words joined by U+001F",
-            "corpus": corpus,
-        }
+        manifest["memorisation_index"] = write_ngram_index(out_dir, training_texts, corpus)
     (out_dir / "README.md").write_text(model_card(manifest))
     return seal(out_dir, manifest, ensure_ascii=False)
 
@@ -417,14 +407,7 @@ def model_card(manifest: dict) -> str:
         ]
     else:
         lines += ["Not measured."]
-    lines += ["", "## Evaluation", ""]
-    metrics = manifest.get("metrics") or {}
-    lines += card_table(list(metrics.items())) if metrics else ["No evaluation metrics recorded."]
-    lines += ["", "## Training data", ""]
-    data = manifest.get("training_data") or {}
-    lines += card_table(list(data.items())) if data else ["Not recorded."]
-    lines += ["", "## Licence", "", manifest.get("license") or "Not stated.", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + card_closing(manifest))
 
 
 def main(argv: list[str] | None = None) -> int:

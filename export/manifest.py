@@ -271,14 +271,28 @@ def model_card(manifest: dict) -> str:
             lines += [f"- **{name}** ({spec['kind']}){about}: {values}"]
     else:
         lines += ["None: the model takes plain text."]
-    lines += ["", "## Evaluation", ""]
+    return "\n".join(lines + card_closing(manifest))
+
+
+def card_closing(manifest: dict) -> list[str]:
+    """The last sections of every model card: evaluation, training data, licence."""
     metrics = manifest.get("metrics") or {}
-    lines += card_table(list(metrics.items())) if metrics else ["No evaluation metrics recorded."]
-    lines += ["", "## Training data", ""]
     data = manifest.get("training_data") or {}
-    lines += card_table(list(data.items())) if data else ["Not recorded."]
-    lines += ["", "## Licence", "", manifest.get("license") or "Not stated.", ""]
-    return "\n".join(lines)
+    return [
+        "",
+        "## Evaluation",
+        "",
+        *(card_table(list(metrics.items())) if metrics else ["No evaluation metrics recorded."]),
+        "",
+        "## Training data",
+        "",
+        *(card_table(list(data.items())) if data else ["Not recorded."]),
+        "",
+        "## Licence",
+        "",
+        manifest.get("license") or "Not stated.",
+        "",
+    ]
 
 
 def _reference_name(parity: dict) -> str:

@@ -33,6 +33,20 @@ def build_ngram_index(texts: Iterable[str], n: int = WORD_NGRAM) -> np.ndarray:
     return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
 
 
+def write_ngram_index(bundle: Path, texts: Iterable[str], corpus: str, n: int = WORD_NGRAM):
+    """Write the index of `texts` to `bundle`/training_ngrams.npy; returns the manifest's
+    `memorisation_index` entry for it (the caller seals the manifest)."""
+    index = build_ngram_index(texts, n)
+    np.save(Path(bundle) / INDEX_FILE, index, allow_pickle=False)
+    return {
+        "file": INDEX_FILE,
+        "n": n,
+        "ngrams": int(index.shape[0]),
+        "hash": "blake2b-64 (little-endian) of the n words joined by U+001F",
+        "corpus": corpus,
+    }
+
+
 def add_ngram_index(bundle: str | Path, texts: Iterable[str], corpus: str, n: int = WORD_NGRAM):
     """Write the index of `texts` into `bundle` and list it in the manifest; returns the index."""
     bundle = Path(bundle)
@@ -40,17 +54,9 @@ def add_ngram_index(bundle: str | Path, texts: Iterable[str], corpus: str, n: in
     manifest = json.loads(manifest_path.read_text())
     if manifest.get("task") != "causal-lm":
         raise ValueError(f"`bundle` must be a causal-lm bundle, got task {manifest.get('task')!r}")
-    index = build_ngram_index(texts, n)
-    np.save(bundle / INDEX_FILE, index, allow_pickle=False)
-    manifest["memorisation_index"] = {
-        "file": INDEX_FILE,
-        "n": n,
-        "ngrams": int(index.shape[0]),
-        "hash": "blake2b-64 (little-endian) of the n words joined by U+001F",
-        "corpus": corpus,
-    }
+    manifest["memorisation_index"] = write_ngram_index(bundle, texts, corpus, n)
     seal(bundle, manifest, ensure_ascii=False)
-    return index
+    return np.load(bundle / INDEX_FILE, allow_pickle=False)
 
 
 def bible_training_text(verses: Path) -> list[str]:
