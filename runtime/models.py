@@ -116,7 +116,8 @@ class GraphRunner:
             return self.session.run(outputs, feeds)
         binding = self.session.io_binding()
         if self.adapter:  # IO binding ignores active adapters: bind the factors as inputs
-            feeds = {**self.adapter.parameters, **feeds}
+            for name, value in self.adapter.parameters.items():  # OrtValues: nothing is copied
+                binding.bind_ortvalue_input(name, value)
         for name, value in feeds.items():
             if not isinstance(value, ort.OrtValue):
                 value = ort.OrtValue.ortvalue_from_numpy(

@@ -137,30 +137,21 @@ def treasury_paragraphs(imp_lines) -> list[tuple[int, str, str]]:
     quotations of EXPLANATORY NOTES AND QUAINT SAYINGS that end with their writer's name in
     italics (the name is cut from the text; "C. H. S." is Spurgeon). Other sections are dropped."""
     out = []
-    for book, psalm, _, raw in data.parse_imp(imp_lines):
-        if book != "Psalms" or psalm == 0:
+    for psalm, section, paragraph in spurgeon.section_paragraphs(imp_lines):
+        if section not in (spurgeon.KEPT_SECTION, QUOTED_SECTION):
             continue
-        parts = spurgeon._TITLE_RE.split(raw)  # text, title, text, title, ...
-        section = None
-        for index, part in enumerate(parts):
-            if index % 2:
-                section = spurgeon._TAG_RE.sub("", part).strip().rstrip(".").upper()
+        author = SPURGEON
+        if section == QUOTED_SECTION:
+            found = _AUTHOR_RE.search(paragraph.strip())
+            if not found:
                 continue
-            if section not in (spurgeon.KEPT_SECTION, QUOTED_SECTION):
-                continue
-            for paragraph in spurgeon._PARAGRAPH_END_RE.split(spurgeon._POETRY_RE.sub(" ", part)):
-                author = SPURGEON
-                if section == QUOTED_SECTION:
-                    found = _AUTHOR_RE.search(paragraph.strip())
-                    if not found:
-                        continue
-                    author = found.group(1).strip()
-                    author = SPURGEON if author.startswith("C. H. S") else author
-                    paragraph = paragraph.strip()[: found.start()]
-                text = spurgeon._TAG_RE.sub(" ", paragraph).replace(" —", "—")
-                text = re.sub(r"\s+([,.;:?!])", r"\1", " ".join(text.split()))
-                if len(text.split()) >= 8:
-                    out.append((psalm, author, text))
+            author = found.group(1).strip()
+            author = SPURGEON if author.startswith("C. H. S") else author
+            paragraph = paragraph.strip()[: found.start()]
+        text = spurgeon._TAG_RE.sub(" ", paragraph).replace(" —", "—")
+        text = re.sub(r"\s+([,.;:?!])", r"\1", " ".join(text.split()))
+        if len(text.split()) >= 8:
+            out.append((psalm, author, text))
     return out
 
 

@@ -38,7 +38,22 @@ _SENTENCE_END_RE = re.compile(r"(?<=[.!?])[\"”’']?\s+(?=[\"“‘']?[A-Z])")
 
 def exposition_paragraphs(imp_lines) -> list[tuple[int, str]]:
     """(psalm, paragraph text) of every EXPOSITION section, in order."""
-    paragraphs, section = [], None
+    paragraphs = []
+    for psalm, section, paragraph in section_paragraphs(imp_lines):
+        if section != KEPT_SECTION:
+            continue
+        text = hierarchical_text.normalize(_TAG_RE.sub(" ", paragraph).replace(" —", "—"))
+        text = re.sub(r"\s+([,.;:?!])", r"\1", text)
+        if text:
+            paragraphs.append((psalm, text))
+    return paragraphs
+
+
+def section_paragraphs(imp_lines):
+    """(psalm, SECTION TITLE, raw OSIS paragraph) of every paragraph of the module, in order;
+    poetry lines are dropped. A section runs from its `<title type="x-s">` heading to the
+    next (the text before a psalm's first heading continues the previous psalm's last one)."""
+    section = None
     for book, chapter, _, raw in data.parse_imp(imp_lines):
         if book != "Psalms" or chapter == 0:
             continue
@@ -47,14 +62,8 @@ def exposition_paragraphs(imp_lines) -> list[tuple[int, str]]:
             if index % 2:
                 section = _TAG_RE.sub("", part).strip().rstrip(".").upper()
                 continue
-            if section != KEPT_SECTION:
-                continue
             for paragraph in _PARAGRAPH_END_RE.split(_POETRY_RE.sub(" ", part)):
-                text = hierarchical_text.normalize(_TAG_RE.sub(" ", paragraph).replace(" —", "—"))
-                text = re.sub(r"\s+([,.;:?!])", r"\1", text)
-                if text:
-                    paragraphs.append((chapter, text))
-    return paragraphs
+                yield chapter, section, paragraph
 
 
 def sentence_pairs(
