@@ -73,6 +73,12 @@ def make_recipe(args) -> tuple[Recipe, Path]:
         if not args.recipe.startswith("masked-lm-"):
             raise ValueError(f"`--corpus` must go with a masked-lm recipe, got {args.recipe!r}")
         extra["library"] = args.corpus
+    if args.steps is not None:
+        if not args.recipe.startswith("masked-lm-"):
+            raise ValueError(f"`--steps` must go with a masked-lm recipe, got {args.recipe!r}")
+        if args.steps < 1:
+            raise ValueError(f"`--steps` must be at least 1, got {args.steps}")
+        extra["steps"] = args.steps
     recipe = recipe_class(args.recipe)(
         args.tiny, Path(verses), args.tokenizers, out, args.seed, **extra
     )
@@ -223,6 +229,9 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
         "--corpus",
         type=Path,
         help="masked-lm: train on this library (python -m train.library) instead of the WEB",
+    )
+    parser.add_argument(
+        "--steps", type=int, help="masked-lm: optimizer steps of the schedule (default per size)"
     )
     parser.add_argument(
         "--tokenizers",

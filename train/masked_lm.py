@@ -30,7 +30,7 @@ Does not cover: the training loop (train/common.py), the studies (study/), expor
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -68,12 +68,12 @@ class MLMSize:
     vocab_size: int = EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own (tiny)
 
 
-# Both models get the same budget, 4,000 steps of 32 passages (about 12 epochs of the ~1.15M
-# training tokens, fresh masks each epoch): BERT trained from scratch sits on a unigram plateau
-# for its first thousands of steps (700 steps left base there). Measured on one quiet thread of
-# this 2-core machine: base 0.52 s/step and large 1.61 s/step in fp32 with the MLM head run at
-# masked positions only (1.18 and 3.26 s/step with the head on every position), and large
-# 0.99 s/step under bfloat16 autocast, which makes 4,000 large steps fit in about 70 minutes.
+# Both models get the same budget, 3,000 steps of 32 passages on the WEB (about 9 epochs of the
+# ~1.15M training tokens, fresh masks each epoch; `--steps` sets another budget, as for the larger
+# library corpus): BERT trained from scratch sits on a unigram plateau for its first thousands of
+# steps (700 steps left base there). Measured on one quiet thread of this 2-core machine: base
+# 0.52 s/step and large 1.61 s/step in fp32 with the MLM head run at masked positions only (1.18
+# and 3.26 s/step with the head on every position), and large 0.99 s/step under bfloat16 autocast.
 SIZES = {
     "masked-lm-base": MLMSize(
         layers=4, width=128, heads=2, context=128, batch_size=32, steps=3000, lr=1e-3,
@@ -266,11 +266,14 @@ class MaskedLM(Recipe):
         out_dir: Path,
         seed: int,
         library: Path | None = None,
+        steps: int | None = None,
     ):
         self.name = name
         self.library = library  # train on train/library.py's corpus instead of the WEB
         self.tiny = tiny
         self.size = (TINY if tiny else SIZES)[name]
+        if steps is not None:  # another budget, e.g. for a larger corpus on a fixed time
+            self.size = replace(self.size, steps=steps)
         self.seed = seed
         self.out_dir = out_dir
         self.rows = data.load_verses(verses)
