@@ -102,9 +102,8 @@ def closest_changed_texts(generator, sentences: list[str], seed: int = SEED) -> 
 
 def _chrf(hypotheses: list[str], references: list[str]) -> tuple[float, float]:
     """(mean sentence-level chrF, corpus chrF) of hypotheses against their references."""
-    mean = sum(
-        sacrebleu.sentence_chrf(h, [r]).score for h, r in zip(hypotheses, references)
-    ) / len(hypotheses)
+    scores = [sacrebleu.sentence_chrf(h, [r]).score for h, r in zip(hypotheses, references)]
+    mean = sum(scores) / len(scores)
     return mean, sacrebleu.corpus_chrf(hypotheses, [references]).score
 
 

@@ -3,6 +3,8 @@ or ship the trained runs.
 
     python -m train.hierarchical_cli lm --kind sarah --out checkpoints/hier/lm-sarah
     python -m train.hierarchical_cli ship --runs checkpoints/hier
+    python -m train.hierarchical_cli ship --library-runs checkpoints/hier \
+        --library data/library.jsonl
 
 (`python -m scriptorium train paraphraser …` is the same command.) Recipes:
 train/hierarchical.py; shipping: train/hierarchical_ship.py.
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 
 from modeling.hierarchical import KINDS
-from train import data, hierarchical_ship
+from train import data, hierarchical_library_ship, hierarchical_ship
 from train.hierarchical import run_autoencoder, run_lm, run_style
 
 
@@ -27,6 +29,31 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=Path("checkpoints/hier"),
         help="ship: directory of the lm-<kind>, ae and style-* runs",
+    )
+    parser.add_argument(
+        "--library-runs",
+        type=Path,
+        help="ship: instead of --runs, export the library runs <dir>/<--lm> + <dir>/<--ae> "
+        "(train/hierarchical_library_ship.py; needs --library)",
+    )
+    parser.add_argument("--lm", default="lm-library", help="ship --library-runs: the LM run")
+    parser.add_argument("--ae", default="ae-library", help="ship --library-runs: its autoencoder")
+    parser.add_argument(
+        "--previous",
+        type=Path,
+        help="ship --library-runs: the WEB-era bundle whose metrics are carried "
+        "(default: the current models/paraphraser bundle)",
+    )
+    parser.add_argument(
+        "--judged",
+        type=Path,
+        help="ship --library-runs: the new bundle's hand-judged everyday TSV (study/judgements/)",
+    )
+    parser.add_argument(
+        "--previous-judged",
+        type=Path,
+        default=hierarchical_library_ship.WEB_JUDGED,
+        help="ship --library-runs: the WEB bundle's judged TSV",
     )
     parser.add_argument("--models-dir", type=Path, default=Path("models"))
     parser.add_argument("--ship-kind", choices=KINDS, help="ship: kind to ship (default: best)")
@@ -69,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tiny and args.verses == data.DEFAULT_OUT:
         args.verses = data.FIXTURE
+    if args.recipe == "ship" and args.library_runs is not None:
+        if args.library is None:
+            parser.error("ship --library-runs needs --library (the library the runs trained on)")
+        return hierarchical_library_ship.ship_library(args)
     if args.recipe == "ship":
         return hierarchical_ship.ship(args)
     if args.out is None:

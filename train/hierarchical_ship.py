@@ -10,7 +10,6 @@ command line (train/hierarchical_cli.py), the ONNX graphs and parity checks
 
 from __future__ import annotations
 
-import collections
 import json
 import shutil
 from pathlib import Path
@@ -21,9 +20,9 @@ from export import hierarchical as hierarchical_export
 from export.manifest import seal
 from modeling import hierarchical as model_definition
 from runtime.hierarchical import HierarchicalGenerator
+from study.paraphrase_quality import reconstruction_quality
 from train import common
 from train import hierarchical as hierarchical_training
-from train.evaluate import bleu_chrf
 
 RECONSTRUCTION_SENTENCES = (
     "Jesus wept.",
@@ -36,28 +35,6 @@ RECONSTRUCTION_SENTENCES = (
 
 
 RECONSTRUCTION_VERSES = 200  # test verses whose greedy reconstructions the card scores
-
-
-def reconstruction_quality(generator, sentences: list[str]) -> dict:
-    """How much of each sentence the autoencoder's greedy reconstruction keeps: the share
-    reconstructed exactly (and the three most frequent of those), corpus BLEU and chrF against
-    the sentences themselves, and, as the floor, the same scores for other sentences of the
-    list (rotated by half its length)."""
-    sentences = [sentence.strip() for sentence in sentences]
-    texts = [generator.reconstruction(sentence).text.strip() for sentence in sentences]
-    exact = collections.Counter(t for t, s in zip(texts, sentences) if t == s)
-    half = len(sentences) // 2
-    scores = bleu_chrf(texts, sentences)
-    unrelated = bleu_chrf(sentences[half:] + sentences[:half], sentences)
-    return {
-        "sentences": len(sentences),
-        "exact_share": round(exact.total() / len(sentences), 4),
-        "exact": dict(exact.most_common(3)),  # the most frequent sentences reconstructed exactly
-        "bleu": round(scores["bleu"], 2),
-        "chrf": round(scores["chrf"], 2),
-        "unrelated_bleu": round(unrelated["bleu"], 2),
-        "unrelated_chrf": round(unrelated["chrf"], 2),
-    }
 
 
 def comparison_plot(results: dict, path: Path) -> None:
