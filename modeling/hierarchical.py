@@ -56,6 +56,9 @@ class HierarchicalConfig:
     partial_dim: int = 256  # word decoder GRU and partial-word width (seed: 256 GRU, 512 FF)
     head_dims: tuple[int, ...] = (256, 256, 128)  # word decoder MLP (seed: 512, 512, 256)
     dropout: float = 0.1  # on every FF layer and recurrent output (seed: 0.1)
+    # WDN (seed 003 §4.2, §4.5): in training only, Gaussian noise of std = this × the RMS of each
+    # layer's sentence vector is added to it before decoding; 0 = off (the seed's WDN model: 1)
+    sentence_noise: float = 0.0
 
     @property
     def n_chars(self) -> int:
@@ -307,6 +310,14 @@ class WordDecoder(nn.Module):
         return self.out(self.head(self.partial(hidden) + conditioning)), hidden
 
 
+def perturb(vectors, scale: float):
+    """Sentence vectors [B, layers, V] plus Gaussian noise of std `scale` × each vector's RMS
+    (per sentence and layer; the scale is a constant of the draw, so no gradient flows
+    through it): runtime paraphrase's heuristic, used in training by the WDN model."""
+    rms = vectors.detach().pow(2).mean(-1, keepdim=True).sqrt()  # [B, layers, 1]
+    return vectors + torch.randn_like(vectors) * (scale * rms)
+
+
 class HierarchicalLM(nn.Module):
     """The whole model: a shared character embedding, the word encoder, the sentence encoder and
     decoder, the word decoder. `forward` is the training loss; `decode` below generates."""
@@ -331,6 +342,8 @@ class HierarchicalLM(nn.Module):
 
         target [B, T, C]: the target words (end-of-sentence word last), target_mask [B, T]."""
         vectors = self.encode(source, source_mask)
+        if self.training and self.config.sentence_noise > 0:
+            vectors = perturb(vectors, self.config.sentence_noise)
         begin = torch.full_like(target[:, :1], hierarchical_text.PAD)
         begin[:, 0, 0], begin[:, 0, 1] = (
             hierarchical_text.BEGIN_SENTENCE,

@@ -162,6 +162,9 @@ def web_pairs(verses: Path) -> dict[str, list]:
 def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: str) -> dict:
     """Train with common.train, then save the model and its test nits/char into out/."""
     out = args.out
+    if not args.noise >= 0:
+        raise ValueError(f"`noise` must be >= 0, got {args.noise}")
+    model.config.sentence_noise = args.noise  # this run's training noise (WDN), saved with it
     config = common.TrainConfig(
         steps=args.steps,
         lr=args.lr,
@@ -217,6 +220,7 @@ def train_run(model, train_pairs, validation_pairs, test_pairs, args, describe: 
         "bf16": args.bf16,
         "batch_size": args.batch_size,
         "lr": args.lr,
+        "sentence_noise": args.noise,
     }
     common.write_json(out / "result.json", result)
     print(json.dumps(result))

@@ -91,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="autoencoder: also train the sentence encoder (seed 003 freezes it; not shippable)",
     )
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        help="WDN (seed 003 §4.2): in training, add Gaussian noise of std NOISE × RMS to each "
+        "layer's sentence vector (the seed's WDN model: 1; default 0: off)",
+    )
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
