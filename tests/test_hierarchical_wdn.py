@@ -27,6 +27,7 @@ def test_perturb_scales_noise_by_each_vectors_rms_and_passes_gradients():
     assert torch.equal(model_definition.perturb(vectors, 0.0), vectors)
 
 
+@torch.no_grad()
 def _loss(model, batch, seed):
     torch.manual_seed(seed)
     return float(
