@@ -176,6 +176,16 @@ def evaluations(out: Path, reference: Path | None, compare: list[Path] = ()) -> 
     return results
 
 
+def rounded(share: float | None) -> float | None:
+    """A share for the manifest: 3 decimals, None when no question was answerable."""
+    return None if share is None else round(share, 3)
+
+
+def percent(share: float | None, decimals: int = 0) -> str:
+    """A share for the card: "57.6 %", or "–" when no question was answerable."""
+    return "–" if share is None else f"{100 * share:.{decimals}f} %"
+
+
 def write_card(bundle: Path, results: dict[str, dict]) -> None:
     """README.md (model card) of one bundle, then manifest.json's metrics and checksums."""
     import runtime
@@ -187,10 +197,10 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
     vectors = runtime.load(bundle)
     own = results[label(manifest)]
     manifest["metrics"] = {
-        "analogy accuracy (3CosAdd, top 1)": round(own["analogy_accuracy"], 3),
+        "analogy accuracy (3CosAdd, top 1)": rounded(own["analogy_accuracy"]),
         "analogy questions answered": own["analogy_questions"],
         "analogy questions out of vocabulary": own["analogy_total"] - own["analogy_questions"],
-        "similarity triples passed": round(own["similarity_accuracy"], 3),
+        "similarity triples passed": rounded(own["similarity_accuracy"]),
     }
     restricted = manifest.get("restricted")  # set by `restrict`
     settings = manifest["settings"]
@@ -217,9 +227,9 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
         )
     sections = list(own["sections"])
     rows = [
-        [name, f"{100 * r['analogy_accuracy']:.1f} %", r["analogy_questions"]]
-        + [f"{100 * (r['sections'][s]['accuracy'] or 0):.0f} %" for s in sections]
-        + [f"{100 * r['similarity_accuracy']:.0f} % of {r['similarity_triples']}"]
+        [name, percent(r["analogy_accuracy"], 1), r["analogy_questions"]]
+        + [percent(r["sections"][s]["accuracy"]) for s in sections]
+        + [f"{percent(r['similarity_accuracy'])} of {r['similarity_triples']}"]
         for name, r in results.items()
     ]
     table = markdown_table(["model", "analogies", "questions", *sections, "similarity"], rows)
