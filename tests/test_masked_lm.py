@@ -230,6 +230,11 @@ def test_card_metrics_match_the_analogy_evaluation(shipped):
     metrics = vectors.manifest["metrics"]
     assert metrics["analogy accuracy (3CosAdd, top 1)"] == round(result["analogy_accuracy"], 3)
     assert result["analogy_questions"] == result["analogy_total"]  # every word is in the vocab
+    assert metrics["analogy questions out of vocabulary"] == 0
+    # the library vectors ship their 30,000 most frequent words, in frequency order
+    assert len(vectors.words) == vectors.manifest["vocab_size"] == 30_000
+    assert vectors.manifest["restricted"]["vocab_size"] == 63_169
+    assert vectors.counts == sorted(vectors.counts, reverse=True)
 
 
 def test_load_matrix_needs_the_manifest_entry(tmp_path):
@@ -240,15 +245,36 @@ def test_load_matrix_needs_the_manifest_entry(tmp_path):
     assert matrix.dtype == np.float32 and matrix.shape == (3, 2)
 
 
-def test_tiny_word2vec_chain(tmp_path):
+def test_tiny_word2vec_chain_and_its_restricted_ship(tmp_path):
     from train import word_vectors
 
-    word_vectors.main(["--tiny", "--out", str(tmp_path), "--reference", str(tmp_path / "none")])
+    none = str(tmp_path / "none")
+    word_vectors.main(["--tiny", "--out", str(tmp_path / "full"), "--reference", none])
     for variant in word_vectors.VARIANTS:
-        vectors = runtime.load(tmp_path / variant)  # checksums verified
+        vectors = runtime.load(tmp_path / "full" / variant)  # checksums verified
         assert vectors.manifest["task"] == "word-vectors"
         assert len(vectors.most_similar("god", topn=3)) == 3
-        assert (tmp_path / variant / "README.md").exists()
+        assert (tmp_path / "full" / variant / "README.md").exists()
+    ship = [
+        "--ship",
+        str(tmp_path / "full"),
+        "--out",
+        str(tmp_path / "shipped"),
+        "--reference",
+        none,
+    ]
+    word_vectors.main([*ship, "--max-words", "50"])
+    for variant in word_vectors.VARIANTS:
+        full = runtime.load(tmp_path / "full" / variant)
+        shipped = runtime.load(tmp_path / "shipped" / variant)
+        assert shipped.words == full.words[:50] and shipped.counts == full.counts[:50]
+        np.testing.assert_array_equal(shipped.vectors, full.vectors[:50])
+        assert shipped.manifest["restricted"]["vocab_size"] == len(full.words) > 50
+        card = (tmp_path / "shipped" / variant / "README.md").read_text()
+        assert f"the 50 most frequent of {len(full.words):,} words" in card
+        assert f"(WEB, {len(full.words):,} words)" in card  # the full vectors' row
+    with pytest.raises(ValueError, match=r"`max_words` must be in \[1, "):
+        word_vectors.main([*ship, "--max-words", "0"])
 
 
 @pytest.mark.parametrize("name", ["masked-lm-base", "masked-lm-large"])

@@ -88,7 +88,7 @@ def test_study_endpoints(client):
 def test_word_vector_endpoints(client):
     neighbours = client.predict("light", 5, api_name="/word_neighbours")
     assert len(neighbours["word2vec (skipgram)"]) == 5
-    assert neighbours["word2vec (cbow)"][0][0] == "darkness"
+    assert [w for w, _ in neighbours["word2vec (cbow)"][:2]] == ["lamp", "darkness"]
     analogy = client.predict("man", "king", "woman", 3, api_name="/word_analogy")
     assert analogy["word2vec (cbow)"][0][0] == "queen"
     rows = client.predict(

@@ -16,6 +16,13 @@ A bundle (`models/word2vec/<skipgram|cbow>/`): `vectors.npy` (float32, one row p
 
     python -m train.word_vectors [--tiny] [--out models/word2vec] [--verses data/verses.tsv]
     python -m train.word_vectors --corpus data/library.jsonl   # train/library.py's sentences
+    python -m train.word_vectors --ship checkpoints/word2vec-library --max-words 30000 \
+        --compare checkpoints/word2vec-web/skipgram checkpoints/word2vec-web/cbow
+
+`--ship DIR --max-words N` trains nothing: it writes DIR's two bundles to `--out` restricted to
+their N most frequent words (the first N rows: gensim's `restrict_vocab`, rows being in
+descending frequency order) and writes the cards, which compare them with DIR's full vectors and
+the `--compare` bundles (e.g. the earlier WEB-only vectors) on the same analogy set.
 
 Does not cover: serving (runtime/word_vectors.py), the analogy and similarity set and its
 evaluation (study/word_analogies.py).
@@ -119,23 +126,64 @@ def save_bundle(keyed_vectors, out_dir: Path, manifest: dict) -> None:
     seal(out_dir, {**manifest})
 
 
-def evaluations(out: Path, reference: Path | None) -> dict[str, dict]:
-    """study.word_analogies.evaluate of both variants in `out` (and of the reference bundle's
-    input embeddings, e.g. the Bible LM's), by model name."""
+def restrict(source: Path, out_dir: Path, max_words: int) -> None:
+    """`source`'s bundle with only its `max_words` most frequent words: its first rows, in its
+    order (gensim's `restrict_vocab`); the manifest records what was cut."""
+    from export.manifest import seal
+
+    manifest = json.loads((source / "manifest.json").read_text())
+    vectors = np.load(source / manifest["vectors"], allow_pickle=False)  # (V, D)
+    lines = (source / manifest["vocab"]).read_text().splitlines()
+    counts = [int(line.split("\t")[1]) for line in lines]
+    if any(a < b for a, b in zip(counts, counts[1:])):
+        raise ValueError(f"`source` rows must be in descending frequency order, got {source}")
+    if not 0 < max_words <= len(lines):
+        raise ValueError(f"`max_words` must be in [1, {len(lines)}], got {max_words}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    np.save(out_dir / "vectors.npy", vectors[:max_words].astype(np.float32))
+    (out_dir / "vocab.txt").write_text("\n".join(lines[:max_words]) + "\n")
+    manifest["vocab_size"] = max_words
+    manifest["restricted"] = {
+        "from": str(source),
+        "vocab_size": len(lines),
+        "min_count_kept": counts[max_words - 1],
+    }
+    seal(out_dir, manifest)
+
+
+def label(manifest: dict, vocab_size: int | None = None) -> str:
+    """A word2vec bundle's row name in the cards' tables: name, corpus and vocabulary size."""
+    corpus = "library" if "library" in manifest["training_data"] else "WEB"
+    return f"{manifest['name']} ({corpus}, {vocab_size or manifest['vocab_size']:,} words)"
+
+
+def evaluations(out: Path, reference: Path | None, compare: list[Path] = ()) -> dict[str, dict]:
+    """study.word_analogies.evaluate of both variants in `out`, of the `compare` bundles and of
+    the reference bundle's input embeddings (e.g. the Bible LM's), by `label`."""
     import runtime
     from runtime.word_vectors import load_matrix
     from study import word_analogies as wa
 
     results = {}
-    for variant in VARIANTS:
-        vectors = runtime.load(out / variant)
-        results[vectors.name] = wa.evaluate(vectors)
+    for bundle in [out / variant for variant in VARIANTS] + list(compare):
+        vectors = runtime.load(bundle)
+        results[label(vectors.manifest)] = wa.evaluate(vectors)
     if reference is not None and reference.exists():
         gen = runtime.load(reference)
         name = f"{gen.manifest['name']} input embeddings"
         vectors = wa.from_embeddings(load_matrix(gen.directory, gen.manifest), gen.tokenizer, name)
         results[name] = wa.evaluate(vectors)
     return results
+
+
+def rounded(share: float | None) -> float | None:
+    """A share for the manifest: 3 decimals, None when no question was answerable."""
+    return None if share is None else round(share, 3)
+
+
+def percent(share: float | None, decimals: int = 0) -> str:
+    """A share for the card: "57.6 %", or "–" when no question was answerable."""
+    return "–" if share is None else f"{100 * share:.{decimals}f} %"
 
 
 def write_card(bundle: Path, results: dict[str, dict]) -> None:
@@ -147,17 +195,41 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     vectors = runtime.load(bundle)
-    own = results[manifest["name"]]
+    own = results[label(manifest)]
     manifest["metrics"] = {
-        "analogy accuracy (3CosAdd, top 1)": round(own["analogy_accuracy"], 3),
+        "analogy accuracy (3CosAdd, top 1)": rounded(own["analogy_accuracy"]),
         "analogy questions answered": own["analogy_questions"],
-        "similarity triples passed": round(own["similarity_accuracy"], 3),
+        "analogy questions out of vocabulary": own["analogy_total"] - own["analogy_questions"],
+        "similarity triples passed": rounded(own["similarity_accuracy"]),
     }
+    restricted = manifest.get("restricted")  # set by `restrict`
+    settings = manifest["settings"]
+    vocabulary = f"{manifest['vocab_size']:,} words and phrases (min count {settings['min_count']})"
+    restriction = ""
+    if restricted:
+        full = results[label(manifest, restricted["vocab_size"])]
+        manifest["metrics"]["analogy questions out of vocabulary, full vocabulary"] = (
+            full["analogy_total"] - full["analogy_questions"]
+        )
+        vocabulary = (
+            f"the {manifest['vocab_size']:,} most frequent of {restricted['vocab_size']:,} words "
+            f"and phrases (min count {settings['min_count']}; those kept: count ≥ "
+            f"{restricted['min_count_kept']})"
+        )
+        restriction = (
+            f"\nThis bundle keeps the {manifest['vocab_size']:,} most frequent of the "
+            f"{restricted['vocab_size']:,} words its run learnt (the first rows, as gensim's "
+            f"`restrict_vocab`; full vectors: `{restricted['from']}`). Out of vocabulary: "
+            f"{own['analogy_total'] - own['analogy_questions']} of {own['analogy_total']} "
+            f"analogy questions restricted, {full['analogy_total'] - full['analogy_questions']} "
+            f"with the full vocabulary; similarity triples usable: {own['similarity_triples']} "
+            f"restricted, {full['similarity_triples']} full, of {own['similarity_total']}.\n"
+        )
     sections = list(own["sections"])
     rows = [
-        [name, f"{100 * r['analogy_accuracy']:.1f} %", r["analogy_questions"]]
-        + [f"{100 * (r['sections'][s]['accuracy'] or 0):.0f} %" for s in sections]
-        + [f"{100 * r['similarity_accuracy']:.0f} % of {r['similarity_triples']}"]
+        [name, percent(r["analogy_accuracy"], 1), r["analogy_questions"]]
+        + [percent(r["sections"][s]["accuracy"]) for s in sections]
+        + [f"{percent(r['similarity_accuracy'])} of {r['similarity_triples']}"]
         for name, r in results.items()
     ]
     table = markdown_table(["model", "analogies", "questions", *sections, "similarity"], rows)
@@ -166,7 +238,6 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
         for word in [*word_analogies.POLYSEMOUS, "holy_spirit", "son_of_man"]
         if word in vectors
     ]
-    settings = manifest["settings"]
     phrases = manifest["phrases"]
     corpus = manifest["training_data"]
     window = f"{settings['window']}, {settings['negative']}, {settings['epochs']}"
@@ -182,6 +253,12 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
         if library
         else "Public domain: trained only on the public-domain World English Bible"
     )
+    if "GPL" in licence:
+        licence += (
+            ".\n\nGCIDE is not public domain as a compilation: Debian licenses it under the GNU "
+            "GPL, version 2 or later (docs/DATA.md). Whether vectors trained on it must carry the "
+            "GPL is not settled; redistribute them as GPL-2.0-or-later material to be safe"
+        )
     text_line = f"{corpus['sentences']:,} {unit}, {corpus['tokens']:,} tokens after phrasing"
     card = f"""# {manifest["name"]}
 
@@ -191,7 +268,7 @@ with gensim on {trained_on} after Mikolov phrase detection.
 | | |
 |---|---|
 | task | word-vectors (`runtime.load` → `WordVectors`: `most_similar`, `similarity`) |
-| vocabulary | {manifest["vocab_size"]:,} words and phrases (min count {settings["min_count"]}) |
+| vocabulary | {vocabulary} |
 | dimensions | {settings["vector_size"]} |
 | window, negative samples, epochs | {window} |
 | phrases | {phrase_line} |
@@ -203,9 +280,11 @@ with gensim on {trained_on} after Mikolov phrase detection.
 
 The analogy and similarity set of `study/analogy_pairs.txt` and `study/similarity_triples.txt`
 (built from Bible vocabulary; docs/MASKED_LM.md): "a : b :: c : ?" answered with 3CosAdd on unit
-vectors, query words excluded, top 1 must be the answer. The Bible LM's input embeddings are
-evaluated the same way over its " word" tokens.
-
+vectors, query words excluded, top 1 must be the answer; a question with a word out of a
+model's vocabulary is skipped ("questions": those answered). Rows: each model's name, training
+text (WEB or library) and vocabulary size; the Bible LM's input embeddings are evaluated the
+same way over its " word" tokens.
+{restriction}
 {table}
 
 ## Nearest neighbours
@@ -234,7 +313,26 @@ def main(argv: list[str] | None = None) -> int:
         default=Path("models/bible-lm"),
         help="bundle whose input embeddings the cards compare with",
     )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="word2vec bundles the cards compare with",
+    )
+    parser.add_argument(
+        "--ship", type=Path, help="train nothing: restrict this run's bundles into --out"
+    )
+    parser.add_argument("--max-words", type=int, help="with --ship: keep the N most frequent words")
     args = parser.parse_args(argv)
+    if args.ship is not None:
+        if args.max_words is None:
+            parser.error("--ship needs --max-words")
+        for variant in VARIANTS:
+            restrict(args.ship / variant, args.out / variant, args.max_words)
+        return write_cards(
+            args.out, args.reference, [args.ship / v for v in VARIANTS] + args.compare
+        )
     verses = args.verses or (data.FIXTURE if args.tiny else data.DEFAULT_OUT)
     rows = data.load_verses(verses)
     settings = TINY_SETTINGS if args.tiny else SETTINGS
@@ -274,11 +372,17 @@ def main(argv: list[str] | None = None) -> int:
         }
         save_bundle(model.wv, args.out / variant, manifest)
         print(f"{variant}: {len(model.wv)} words in {seconds:.0f} s -> {args.out / variant}")
-    results = evaluations(args.out, args.reference)
+    return write_cards(args.out, args.reference, args.compare)
+
+
+def write_cards(out: Path, reference: Path | None, compare: list[Path]) -> int:
+    """Evaluate (`evaluations`), write both cards in `out`, print the results."""
+    results = evaluations(out, reference, compare)
     for variant in VARIANTS:
-        write_card(args.out / variant, results)
+        write_card(out / variant, results)
     for name, result in results.items():
-        print(f"{name}: analogies {result['analogy_accuracy']}, similarity "
+        answered = f"{result['analogy_questions']}/{result['analogy_total']}"
+        print(f"{name}: analogies {result['analogy_accuracy']} of {answered}, similarity "
               f"{result['similarity_accuracy']}")  # fmt: skip
     return 0
 
