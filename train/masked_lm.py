@@ -285,18 +285,21 @@ class MaskedLM(Recipe):
             )
         )
         self.fast = transformers_tokenizer(self.tokenizer, out_dir)
-        self.encoded = {
-            split: [lm.EncodedChapter(c, self.tokenizer) for c in corpus.chapters(self.rows, split)]
-            for split in data.SPLITS
-        }
-        if library is not None:  # validation and the study stay on the held-out WEB verses
-            self.encoded["train"] = [
-                lm.EncodedChapter(c, self.tokenizer) for c in library_chapters(library)
-            ]
+
+    def encoded(self, split: str) -> list[lm.EncodedChapter]:
+        """The split's chapters, tokenized; the library's groups for "train" when training on
+        it (validation and the study stay on the held-out WEB verses)."""
+        if split == "train" and self.library is not None:
+            chapters = library_chapters(self.library)
+        else:
+            chapters = corpus.chapters(self.rows, split)
+        return [lm.EncodedChapter(c, self.tokenizer) for c in chapters]
 
     def setup(self):
+        # Text is tokenized here, not when the recipe is made: `train ship` needs none of it
+        # (with --corpus, that would be the library's 8M words).
         task = MLMTask(
-            self.encoded["train"], self.encoded["validation"], self.fast, self.size, self.seed
+            self.encoded("train"), self.encoded("validation"), self.fast, self.size, self.seed
         )
         config = common.TrainConfig(
             steps=self.size.steps,
