@@ -3,6 +3,7 @@
 
     scriptorium study masking [--models models/masked-lm-base models/masked-lm-large]
                               [--sentences 300] [--repetitions 3] [--out study-out]
+                              [--wordnet /usr/share/wordnet]
     scriptorium study probes [--models …]
     scriptorium study generate --prompt TEXT [--right TEXT] [--tokens 12] [--lm models/bible-lm]
     scriptorium study neighbours [--models …] [--vectors models/word2vec/skipgram …]
@@ -16,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from study.content_words import WORDNET_DIR
+
 MASKED = [Path("models/masked-lm-base"), Path("models/masked-lm-large")]
 VECTORS = [Path("models/word2vec/skipgram"), Path("models/word2vec/cbow")]
 EMBEDDINGS = [Path("models/bible-lm"), *MASKED]
@@ -28,25 +31,40 @@ def _load(paths):
 
 
 def masking(args) -> int:
+    """All masked words and, beside them, the content words among them (study/content_words.py,
+    WordNet from --wordnet)."""
     import study.masking
     from export import corpus
+    from study.content_words import ContentWords
 
+    words = ContentWords.from_wordnet(args.wordnet)
     rows = corpus.load_verses(args.verses)
     sentences = study.masking.held_out_sentences(rows, args.sentences, args.seed)
     results = {
         name: study.masking.masking_study(
-            gen, sentences, repetitions=args.repetitions, seed=args.seed
+            gen, sentences, repetitions=args.repetitions, seed=args.seed, content_words=words
         )
         for name, gen in _load(args.models).items()
     }
     for name, result in results.items():
+        content = result["content"]
         print(f"{name}: {result['sentences']} sentences × {result['repetitions']} repetitions")
-        print("  ratio  " + "  ".join(f"top{k:<3}" for k in result["top_k"]) + "  predictions")
+        print(
+            "  ratio  "
+            + "  ".join(f"top{k:<3}" for k in result["top_k"])
+            + "  predictions  |  content words: "
+            + "  ".join(f"top{k:<3}" for k in result["top_k"])
+            + "  predictions"
+        )
         for i, ratio in enumerate(result["ratios"]):
-            cells = "  ".join(
-                f"{100 * result['accuracy'][str(k)][i]:5.1f}" for k in result["top_k"]
+            cells, content_cells = (
+                "  ".join(f"{100 * part['accuracy'][str(k)][i]:5.1f}" for k in result["top_k"])
+                for part in (result, content)
             )
-            print(f"  {ratio:5.2f}  {cells}  {result['predictions'][i]}")
+            print(
+                f"  {ratio:5.2f}  {cells}  {result['predictions'][i]:11}  |  "
+                f"{'':15}{content_cells}  {content['predictions'][i]}"
+            )
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "masking.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -155,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     commands["masking"].add_argument("--repetitions", type=int, default=3)
     commands["masking"].add_argument("--seed", type=int, default=0)
     commands["masking"].add_argument("--out", type=Path)
+    commands["masking"].add_argument(
+        "--wordnet", type=Path, default=WORDNET_DIR, help="WordNet dict folder (content words)"
+    )
     commands["generate"].add_argument("--prompt", required=True)
     commands["generate"].add_argument("--right", default="")
     commands["generate"].add_argument("--tokens", type=int, default=12)

@@ -10,12 +10,21 @@ one prediction. Accuracy at k = share of predictions whose original token is amo
 probable tokens at its position. The seed repeats 500 times on one story; we use many held-out
 verses and a few repetitions each, which gives as many predictions with less text bias.
 
+Content words (issue 24): given `content_words` (a predicate on a word, e.g.
+study.content_words.ContentWords), the same predictions are also scored over the masked words
+that are content words (nouns, verbs, adjectives; see study/content_words.py), under
+result["content"]. The study masks whole words that are one token each, so a masked position is
+one word, looked up as its token's text; words of several tokens are never masked, in either
+count. Drawing the masks does not depend on `content_words`: the all-word numbers are the same
+with or without it.
+
 Does not cover: figures (study/figures.py), choosing the sentences (`held_out_sentences`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -45,10 +54,18 @@ def held_out_sentences(rows: list[dict], count: int, seed: int = 0, split: str =
 
 
 def masking_study(
-    gen, sentences, ratios=RATIOS, repetitions: int = 3, seed: int = 0, top_k=TOP_K
+    gen,
+    sentences,
+    ratios=RATIOS,
+    repetitions: int = 3,
+    seed: int = 0,
+    top_k=TOP_K,
+    content_words: Callable[[str], bool] | None = None,
 ) -> dict:
     """Accuracy at each k against the masking ratio: {"ratios", "top_k", "accuracy": {k: [...]},
-    "predictions": [...]} with one value per ratio (predictions = masked words scored)."""
+    "predictions": [...]} with one value per ratio (predictions = masked words scored); with
+    `content_words`, also "content": {"accuracy": {k: [...]}, "predictions": [...]} over the
+    masked words for which `content_words(word)` is true."""
     if not sentences:
         raise ValueError("`sentences` must hold at least one sentence, got none")
     if not all(0 < r <= 0.8 for r in ratios):
@@ -59,6 +76,8 @@ def masking_study(
     largest = max(top_k)
     hits = np.zeros((len(ratios), len(top_k)))
     counts = np.zeros(len(ratios), dtype=int)
+    content_hits = np.zeros((len(ratios), len(top_k)))
+    content_counts = np.zeros(len(ratios), dtype=int)
     for sentence in sentences:
         ids = gen.tokenizer.encode(sentence).ids
         if len(ids) > gen.context_length:
@@ -66,6 +85,8 @@ def masking_study(
         words = word_positions(gen, ids)
         if len(words) < 2:
             continue
+        if content_words is not None:
+            content = {p for p in words if content_words(gen.decode([ids[p]]).strip())}
         rows, targets = [], []
         for r_index, ratio in enumerate(ratios):
             n = max(1, round(ratio * len(words)))
@@ -83,15 +104,28 @@ def masking_study(
             order = np.take_along_axis(scores, best, -1).argsort(-1)[:, ::-1]
             best = np.take_along_axis(best, order, -1)  # (n, largest), best first
             truth = np.array([ids[p] for p in chosen])[:, None]
-            for k_index, k in enumerate(top_k):
-                hits[r_index, k_index] += (best[:, :k] == truth).any(-1).sum()
+            found = np.stack([(best[:, :k] == truth).any(-1) for k in top_k], -1)  # (n, len(k))
+            hits[r_index] += found.sum(0)
             counts[r_index] += len(chosen)
-    accuracy = hits / np.maximum(counts, 1)[:, None]
-    return {
+            if content_words is not None:
+                is_content = np.array([p in content for p in chosen])
+                content_hits[r_index] += found[is_content].sum(0)
+                content_counts[r_index] += int(is_content.sum())
+    result = {
         "ratios": list(ratios),
         "top_k": list(top_k),
-        "accuracy": {str(k): [float(a) for a in accuracy[:, i]] for i, k in enumerate(top_k)},
-        "predictions": [int(c) for c in counts],
+        **_accuracy(hits, counts, top_k),
         "sentences": len(sentences),
         "repetitions": repetitions,
+    }
+    if content_words is not None:
+        result["content"] = _accuracy(content_hits, content_counts, top_k)
+    return result
+
+
+def _accuracy(hits: np.ndarray, counts: np.ndarray, top_k) -> dict:
+    accuracy = hits / np.maximum(counts, 1)[:, None]
+    return {
+        "accuracy": {str(k): [float(a) for a in accuracy[:, i]] for i, k in enumerate(top_k)},
+        "predictions": [int(c) for c in counts],
     }

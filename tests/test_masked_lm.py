@@ -166,6 +166,64 @@ def test_studies_run_on_the_runtime(gen):
         bert_generation.left_to_right(gen, "In the beginning", 0)
 
 
+def test_masking_study_scores_content_words_among_the_same_predictions(gen):
+    """Content words are a subset of the same masked words: the masks and the all-word numbers
+    do not change, a predicate true for every word gives the all-word numbers, and the fixture
+    WordNet's content words are fewer."""
+    from study import masking
+    from study.content_words import FIXTURE_DIR, ContentWords
+
+    sentences = [
+        "The king said to the man, “Go and see the land.”",
+        "God made the heavens and the earth, and the light was good.",
+    ]
+    plain = masking.masking_study(gen, sentences, (0.15, 0.5), 2)
+    assert "content" not in plain
+    every = masking.masking_study(gen, sentences, (0.15, 0.5), 2, content_words=lambda w: True)
+    assert {k: every[k] for k in plain} == plain
+    assert every["content"] == {"accuracy": plain["accuracy"], "predictions": plain["predictions"]}
+    none = masking.masking_study(gen, sentences, (0.15, 0.5), 2, content_words=lambda w: False)
+    assert none["content"]["predictions"] == [0, 0]
+    words = ContentWords.from_wordnet(FIXTURE_DIR)
+    seen = []
+    result = masking.masking_study(
+        gen, sentences, (0.15, 0.5), 2, content_words=lambda w: seen.append(w) or words(w)
+    )
+    assert {k: result[k] for k in plain} == plain
+    assert all(w and w == w.strip() and w.isalpha() for w in seen)
+    content = sum(words(w) for w in set(seen))
+    assert 0 < content < len(set(seen))
+    assert 0 < result["content"]["predictions"][1] < plain["predictions"][1]
+
+
+def test_library_run_evaluates_and_ships_with_its_own_card(tmp_path):
+    """The coordinator's sequence on the fixture library: train with --no-eval, evaluate with
+    --eval-only, then `train ship` with --corpus and --steps: the card names the library, its
+    licences and the content-word metrics."""
+    from train import cli, library
+
+    corpus = tmp_path / "library.jsonl"
+    library.build(corpus, library.Inputs.fixture(), progress=False)
+    out, models = tmp_path / "run", tmp_path / "models"
+    base = ["masked-lm-base", "--tiny", "--corpus", str(corpus), "--steps", "2", "--out", str(out)]
+    assert cli.main([*base, "--no-eval", "--quiet"]) == 0
+    assert not (out / "evaluation.json").exists()
+    assert cli.main([*base, "--eval-only", "--quiet"]) == 0
+    study = json.loads((out / "evaluation.json").read_text())["masking_study"]
+    assert study["content"]["predictions"][2] <= study["predictions"][2]
+    assert cli.main(["ship", *base, "--models-dir", str(models), "--quiet"]) == 0
+    gen = runtime.load(models / "masked-lm-base" / "int8")
+    manifest = gen.manifest
+    assert "content-word top-5 accuracy at 15 % (held-out verses)" in manifest["metrics"]
+    assert "English library" in manifest["export"]["description"]
+    assert "gcide: GPL-2.0-or-later" in manifest["license"]
+    assert manifest["training_data"]["sentences"] > 0
+    readme = (models / "masked-lm-base" / "int8" / "README.md").read_text()
+    assert "| content top 1 | content top 5 | content predictions |" in readme
+    assert "## Masking-ratio study" in readme and "on one book" not in readme
+    assert json.loads((out / "training.json").read_text())["planned_steps"] == 2
+
+
 def test_runtime_stays_torch_free_with_the_new_tasks(tiny_mlm):
     code = (
         "import sys, runtime\n"

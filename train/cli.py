@@ -86,12 +86,16 @@ def make_recipe(args) -> tuple[Recipe, Path]:
 
 
 def card(recipe: Recipe, metrics: dict) -> dict:
+    training_data = recipe.training_data()
+    licence = training_data.get("licence")
     return {
         "name": recipe.name,
         "description": recipe.description(),
         "metrics": metrics,
-        "training_data": recipe.training_data(),
-        "license": "Public domain: weights trained only on public-domain Bible translations",
+        "training_data": training_data,
+        "license": "Public domain: weights trained only on public-domain Bible translations"
+        if licence == "public domain"
+        else f"Weights trained on sources under these licences: {licence}",
     }
 
 
@@ -195,8 +199,12 @@ def training_section(evaluation: dict) -> str:
 def ship(
     recipe: Recipe, out: Path, models_dir: Path, precisions, progress: bool = True
 ) -> list[Path]:
-    """Export the evaluated model into models_dir/<name>/<precision>/ with the full card."""
+    """Export the evaluated model into models_dir/<name>/<precision>/ with the full card. The
+    card's description, metrics and training data are made again from `recipe` and the run's
+    evaluation.json, so a run evaluated by an older recipe ships with the current card."""
     evaluation = common.read_json(out / common.EVALUATION)
+    card_data = card(recipe, recipe.metrics(evaluation))
+    common.write_json(out / common.MODEL_DIR / "scriptorium_card.json", card_data)
     sections = [*recipe.card_sections(evaluation), ("Training", training_section(evaluation))]
     shipped = []
     for precision in precisions:

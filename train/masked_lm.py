@@ -20,8 +20,10 @@ large trains 250 steps against base's 700 (see SIZES), so it sees less text, as 
 suspects of its BERT-Large ("underfitted").
 
 Evaluation (`evaluate`, on the exported int8 bundle through the runtime): the masking-ratio study
-(study/masking.py) on held-out verses, whose 15 % row gives the card's top-1 / top-5 metrics, the
-token-vector probes (study/probes.py) and BERT-as-generator samples (study/bert_generation.py).
+(study/masking.py) on held-out verses, whose 15 % row gives the card's top-1 / top-5 metrics, on
+all masked words and on the content words among them (nouns, verbs, adjectives by WordNet:
+study/content_words.py; `--tiny` runs read its test fixture), the token-vector probes
+(study/probes.py) and BERT-as-generator samples (study/bert_generation.py).
 `python -m train.masked_lm plots` then draws both models' study into both shipped cards.
 
 Does not cover: the training loop (train/common.py), the studies (study/), export (export/).
@@ -283,18 +285,21 @@ class MaskedLM(Recipe):
             )
         )
         self.fast = transformers_tokenizer(self.tokenizer, out_dir)
-        self.encoded = {
-            split: [lm.EncodedChapter(c, self.tokenizer) for c in corpus.chapters(self.rows, split)]
-            for split in data.SPLITS
-        }
-        if library is not None:  # validation and the study stay on the held-out WEB verses
-            self.encoded["train"] = [
-                lm.EncodedChapter(c, self.tokenizer) for c in library_chapters(library)
-            ]
+
+    def encoded(self, split: str) -> list[lm.EncodedChapter]:
+        """The split's chapters, tokenized; the library's groups for "train" when training on
+        it (validation and the study stay on the held-out WEB verses)."""
+        if split == "train" and self.library is not None:
+            chapters = library_chapters(self.library)
+        else:
+            chapters = corpus.chapters(self.rows, split)
+        return [lm.EncodedChapter(c, self.tokenizer) for c in chapters]
 
     def setup(self):
+        # Text is tokenized here, not when the recipe is made: `train ship` needs none of it
+        # (with --corpus, that would be the library's 8M words).
         task = MLMTask(
-            self.encoded["train"], self.encoded["validation"], self.fast, self.size, self.seed
+            self.encoded("train"), self.encoded("validation"), self.fast, self.size, self.seed
         )
         config = common.TrainConfig(
             steps=self.size.steps,
@@ -330,10 +335,16 @@ class MaskedLM(Recipe):
 
     def description(self) -> str:
         size = self.size
+        corpus_name = (
+            "the World English Bible"
+            if self.library is None
+            else "train/library.py's English library (Bible training books, commentaries, "
+            "dictionaries, WordNet glosses)"
+        )
         return (
             f"BERT masked language model ({size.layers} layers, width {size.width}, "
-            f"{size.heads} heads, context {size.context}) trained from scratch on the World "
-            f"English Bible with BERT's masking (15 %, 80/10/10). Fills in `{MASK}` tokens and "
+            f"{size.heads} heads, context {size.context}) trained from scratch on {corpus_name} "
+            f"with BERT's masking (15 %, 80/10/10). Fills in `{MASK}` tokens and "
             "gives contextual token vectors; seed 000's "
             + ("BERT-Base" if self.name.endswith("base") else "BERT-Large")
             + " counterpart, scaled down to two CPU cores."
@@ -358,11 +369,15 @@ class MaskedLM(Recipe):
         the token-vector probes and BERT-as-generator samples."""
         import runtime
         from study import bert_generation, masking, probes
+        from study.content_words import FIXTURE_DIR, WORDNET_DIR, ContentWords
         from study.figures import masking_plot
 
         gen = runtime.load(bundle_dir)
         sentences = masking.held_out_sentences(self.rows, self.size.study_sentences, self.seed)
-        study = masking.masking_study(gen, sentences, repetitions=self.size.study_repetitions)
+        words = ContentWords.from_wordnet(FIXTURE_DIR if self.tiny else WORDNET_DIR)
+        study = masking.masking_study(
+            gen, sentences, repetitions=self.size.study_repetitions, content_words=words
+        )
         masking_plot({self.name: study}).savefig(self.out_dir / MASKING_PNG, dpi=100)
         pair = ("the king was tired so he went to sleep", "the queen was tired so he went to sleep")
         try:
@@ -391,12 +406,18 @@ class MaskedLM(Recipe):
         }
 
     def metrics(self, evaluation: dict) -> dict:
+        """Top-1 / top-5 at the 15 % row of the masking study: all masked words, then (for an
+        evaluation that scored them) the content words among them."""
         study = evaluation["masking_study"]
         at = study["ratios"].index(MLM_PROBABILITY)
+        parts = [("masked-word", study)]
+        if "content" in study:
+            parts.append(("content-word", study["content"]))
         return {
-            f"masked-word top-{k} accuracy at 15 % (held-out verses)": round(
-                study["accuracy"][str(k)][at], 3
+            f"{label} top-{k} accuracy at 15 % (held-out verses)": round(
+                part["accuracy"][str(k)][at], 3
             )
+            for label, part in parts
             for k in (1, 5)
         }
 
@@ -405,19 +426,32 @@ class MaskedLM(Recipe):
 
     def card_sections(self, evaluation: dict) -> list[tuple[str, str]]:
         study = evaluation["masking_study"]
+        content = study.get("content")  # absent from evaluations made before issue 24
+        header = ["masked", *(f"top {k}" for k in study["top_k"]), "predictions"]
         rows = [
             [f"{100 * ratio:.0f} %", *(study["accuracy"][str(k)][i] for k in study["top_k"]),
              study["predictions"][i]]
             for i, ratio in enumerate(study["ratios"])
         ]  # fmt: skip
+        if content is not None:
+            header += ["content top 1", "content top 5", "content predictions"]
+            for i, row in enumerate(rows):
+                row += [content["accuracy"]["1"][i], content["accuracy"]["5"][i]]
+                row.append(content["predictions"][i])
         masking = (
             f"Seed 000's study (figure 17) on {study['sentences']} held-out verses (validation "
             f"books), {study['repetitions']} random maskings per verse and ratio, through the "
             "runtime on the int8 bundle: n = round(ratio × words) whole words are masked; "
-            "accuracy = share of masked words whose token is among the top k predictions.\n\n"
-            + common.markdown_table(
-                ["masked", *(f"top {k}" for k in study["top_k"]), "predictions"], rows
+            "accuracy = share of masked words whose token is among the top k predictions."
+            + (
+                " The content columns score the same predictions over the masked words that "
+                "are nouns, verbs or adjectives (WordNet 3.0 after its base-form rules, minus a "
+                "fixed list of closed-class words: study/content_words.py)."
+                if content is not None
+                else ""
             )
+            + "\n\n"
+            + common.markdown_table(header, rows)
             + f"\n\n![masking study]({MASKING_PNG})"
         )
         probe = evaluation["probes"]
@@ -448,8 +482,9 @@ class MaskedLM(Recipe):
             "",
         ]
         lines += [f"- {name}: {text}" for name, text in generation["outputs"].items()]
+        text = "one book" if self.library is None else "Bible text, commentaries and dictionaries"
         limits = (
-            "- Trained from scratch in one or two hours on one book: predictions favour Bible "
+            f"- Trained from scratch on two CPU cores on {text}: predictions favour Bible "
             "words; it is a study model, not a general masked LM.\n"
             "- The mask token absorbs the space before it, as RoBERTa's does: write "
             f"`the {MASK} of God`.\n"
