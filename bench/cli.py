@@ -17,6 +17,7 @@ BENCHMARKS = {
     "paraphrase": "bench.paraphrase",
     "batch": "bench.batch",
     "llm": "bench.llm",
+    "llm-kernels": "bench.llm_kernels",
 }
 
 

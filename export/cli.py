@@ -1,4 +1,5 @@
-"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize] …`,
+"""`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize]
+[--accuracy-level N] …`,
 `scriptorium export gguf FILE.gguf OUT_DIR …` (export/gguf.py) and `scriptorium export adapter
 PEFT_DIR OUT_DIR [--base FILE.gguf] …` (export/adapter.py).
 
@@ -40,6 +41,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--keep-lm-head", action="store_true", help="leave the LM head in float32 when quantizing"
+    )
+    parser.add_argument(
+        "--accuracy-level",
+        type=int,
+        help="llama / qwen2 int8 and int4: MatMulNBits accuracy level, 0 float activations, "
+        "4 int8 (default 4)",
     )
     return parser.parse_args(argv)
 
@@ -98,7 +105,9 @@ def summary(manifest: dict, out_dir: str) -> str:
 def _export_hf_llama(args: argparse.Namespace) -> int:
     """A Llama / Qwen2 checkpoint: the lean graph, torch-free (export/hf_llama.py)."""
     from .hf_llama import export_hf_llama, summary
+    from .lean_llama import ACCURACY_LEVEL
 
+    level = ACCURACY_LEVEL if args.accuracy_level is None else args.accuracy_level
     try:
         if args.controls:
             raise ValueError("`--controls` is not supported for llama / qwen2 checkpoints")
@@ -106,6 +115,7 @@ def _export_hf_llama(args: argparse.Namespace) -> int:
             args.model_dir,
             args.out_dir,
             precision=args.precision,
+            accuracy_level=level,
             name=args.name,
             keep_lm_head=args.keep_lm_head,
         )
@@ -129,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if is_hf_llama(args.model_dir):
         return _export_hf_llama(args)
+    if args.accuracy_level is not None:
+        print(
+            "scriptorium export: error: `--accuracy-level` is only supported for llama / qwen2 "
+            f"checkpoints, got {args.model_dir}",
+            file=sys.stderr,
+        )
+        return 1
     from .exporter import ParityError, export_bundle  # torch and transformers
 
     if is_masked_lm(args.model_dir):

@@ -352,3 +352,35 @@ def test_pickled_weights_and_other_models_are_refused(tmp_path, capsys):
         export_hf_llama(checkpoint, tmp_path / "out")
     with pytest.raises(ValueError, match="`precision` must be one of fp32, int8, int4"):
         export_hf_llama(checkpoint, tmp_path / "out", "int2")
+
+
+def test_cli_accuracy_level(tmp_path, capsys):
+    """`--accuracy-level` reaches every MatMulNBits node and the manifest; out-of-range levels,
+    and the option on a checkpoint of another model type, are refused with one line."""
+    import onnx
+
+    checkpoint = make_checkpoint(tmp_path / "checkpoint", "qwen2", tied=True)
+    for level, expected in ((None, 4), (0, 0)):
+        bundle = tmp_path / f"bundle-{level}"
+        extra = [] if level is None else ["--accuracy-level", str(level)]
+        assert main([str(checkpoint), str(bundle), "--precision", "int4", *extra]) == 0
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        assert manifest["export"]["quantization"]["accuracy_level"] == expected
+        graph = onnx.load(str(bundle / "model.onnx"), load_external_data=False).graph
+        levels = {
+            attribute.i
+            for node in graph.node
+            if node.op_type == "MatMulNBits"
+            for attribute in node.attribute
+            if attribute.name == "accuracy_level"
+        }
+        assert levels == {expected}
+    capsys.readouterr()
+    args = [str(checkpoint), str(tmp_path / "bad"), "--precision", "int4", "--accuracy-level"]
+    assert main([*args, "7"]) == 1
+    assert "`accuracy_level` must be one of 0-4, got 7" in capsys.readouterr().err
+    other = tmp_path / "gpt2"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    assert main([str(other), str(tmp_path / "out"), "--accuracy-level", "0"]) == 1
+    assert "`--accuracy-level` is only supported for llama / qwen2" in capsys.readouterr().err
