@@ -79,6 +79,12 @@ def make_recipe(args) -> tuple[Recipe, Path]:
         if args.steps < 1:
             raise ValueError(f"`--steps` must be at least 1, got {args.steps}")
         extra["steps"] = args.steps
+    if args.init is not None:
+        if not args.recipe.startswith("masked-lm-"):
+            raise ValueError(f"`--init` must go with a masked-lm recipe, got {args.recipe!r}")
+        if not (args.init / common.CHECKPOINT).exists():
+            raise ValueError(f"`--init` must be a run with a {common.CHECKPOINT}, got {args.init}")
+        extra["init"] = args.init
     recipe = recipe_class(args.recipe)(
         args.tiny, Path(verses), args.tokenizers, out, args.seed, **extra
     )
@@ -240,6 +246,9 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--steps", type=int, help="masked-lm: optimizer steps of the schedule (default per size)"
+    )
+    parser.add_argument(
+        "--init", type=Path, help="masked-lm: start from this run's weights (e.g. one on --corpus)"
     )
     parser.add_argument(
         "--tokenizers",

@@ -254,6 +254,20 @@ def library_description(path: Path) -> dict:
     }
 
 
+def init_description(run: Path) -> dict:
+    """What the run a model starts from trained on (its card's training_data, written when the
+    run was evaluated) and for how many steps."""
+    card = run / common.MODEL_DIR / "scriptorium_card.json"
+    if not card.exists():
+        raise FileNotFoundError(f"{card} not found: evaluate {run} first (--eval-only)")
+    training = common.read_json(run / "training.json")
+    return {
+        "run": str(run),
+        "steps": training["steps"],
+        "training_data": common.read_json(card)["training_data"],
+    }
+
+
 class MaskedLM(Recipe):
     """The recipe (train/cli.py's interface): data, model, task, evaluation, card sections."""
 
@@ -269,9 +283,11 @@ class MaskedLM(Recipe):
         seed: int,
         library: Path | None = None,
         steps: int | None = None,
+        init: Path | None = None,
     ):
         self.name = name
         self.library = library  # train on train/library.py's corpus instead of the WEB
+        self.init = init  # a run whose weights training starts from (e.g. one on the library)
         self.tiny = tiny
         self.size = (TINY if tiny else SIZES)[name]
         if steps is not None:  # another budget, e.g. for a larger corpus on a fixed time
@@ -313,6 +329,10 @@ class MaskedLM(Recipe):
         model = build_model(
             self.size, self.tokenizer.get_vocab_size(), self.fast.pad_token_id, self.seed
         )
+        if self.init is not None:  # its weights only: the optimizer and schedule start afresh
+            path = self.init / common.CHECKPOINT
+            saved = torch.load(path, map_location="cpu", weights_only=False)
+            model.load_state_dict(saved["model"])
         return model, task, config
 
     def generation(self) -> dict:
@@ -323,24 +343,38 @@ class MaskedLM(Recipe):
 
     def training_data(self) -> dict:
         if self.library is not None:
-            return library_description(self.library)
-        train_rows = [r for r in self.rows if r["split"] == "train" and r["web"]]
+            own = library_description(self.library)
+        else:
+            train_rows = [r for r in self.rows if r["split"] == "train" and r["web"]]
+            own = {
+                "corpus": "World English Bible (SWORD module engWEB2015eb), training books "
+                "including the deuterocanon",
+                "verses": len(train_rows),
+                "split": common.split_description(),
+                "licence": "public domain",
+            }
+        if self.init is None:
+            return own
+        before = init_description(self.init)
         return {
-            "corpus": "World English Bible (SWORD module engWEB2015eb), training books including "
-            "the deuterocanon",
-            "verses": len(train_rows),
-            "split": common.split_description(),
-            "licence": "public domain",
+            "corpus": f"first {before['steps']:,} steps on {before['training_data']['corpus']}; "
+            f"then {self.size.steps:,} steps on {own['corpus']}",
+            "pretraining": before,
+            "fine_tuning": own,
+            "split": own["split"],
+            "licence": before["training_data"]["licence"],
         }
 
     def description(self) -> str:
         size = self.size
-        corpus_name = (
-            "the World English Bible"
-            if self.library is None
-            else "train/library.py's English library (Bible training books, commentaries, "
+        library = (
+            "train/library.py's English library (Bible training books, commentaries, "
             "dictionaries, WordNet glosses)"
         )
+        if self.init is not None:
+            corpus_name = f"{library}, then on the World English Bible"
+        else:
+            corpus_name = "the World English Bible" if self.library is None else library
         return (
             f"BERT masked language model ({size.layers} layers, width {size.width}, "
             f"{size.heads} heads, context {size.context}) trained from scratch on {corpus_name} "
