@@ -223,6 +223,29 @@ def test_library_run_evaluates_and_ships_with_its_own_card(tmp_path):
     assert "## Masking-ratio study" in readme and "on one book" not in readme
     assert json.loads((out / "training.json").read_text())["planned_steps"] == 2
 
+    # then on the WEB, starting from the library run's weights (--init)
+    import torch
+
+    web_run = tmp_path / "web-run"
+    on_web = ["masked-lm-base", "--tiny", "--init", str(out), "--steps", "2", "--out", str(web_run)]
+    recipe, _ = cli.make_recipe(cli._parser("train", ship_only=False).parse_args(on_web))
+    model, _, _ = recipe.setup()
+    saved = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)["model"]
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+    assert cli.main([*on_web, "--quiet"]) == 0
+    assert cli.main(["ship", *on_web, "--models-dir", str(tmp_path / "m2"), "--quiet"]) == 0
+    manifest = runtime.load(tmp_path / "m2" / "masked-lm-base" / "int8").manifest
+    data = manifest["training_data"]
+    assert data["pretraining"]["steps"] == 2 and data["pretraining"]["run"] == str(out)
+    assert data["fine_tuning"]["licence"] == "public domain"
+    assert data["corpus"].startswith("first 2 steps on train/library.py")
+    assert "gcide: GPL-2.0-or-later" in manifest["license"]
+    assert "then on the World English Bible" in manifest["export"]["description"]
+    with pytest.raises(ValueError, match="`--init` must be a run with a checkpoint.pt"):
+        cli.make_recipe(
+            cli._parser("train", ship_only=False).parse_args([*on_web[:3], str(tmp_path)])
+        )
+
 
 def test_runtime_stays_torch_free_with_the_new_tasks(tiny_mlm):
     code = (
