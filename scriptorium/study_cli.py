@@ -2,7 +2,7 @@
 001's studies on shipped bundles, printed as tables (and, for `masking`, written as JSON + PNG).
 
     scriptorium study masking [--models models/masked-lm-base models/masked-lm-large]
-                              [--sentences 300] [--repetitions 3] [--out study-out]
+                              [--sentences 300 | --everyday] [--repetitions 3] [--out study-out]
                               [--wordnet /usr/share/wordnet]
     scriptorium study probes [--models …]
     scriptorium study generate --prompt TEXT [--right TEXT] [--tokens 12] [--lm models/bible-lm]
@@ -38,8 +38,13 @@ def masking(args) -> int:
     from study.content_words import ContentWords
 
     words = ContentWords.from_wordnet(args.wordnet)
-    rows = corpus.load_verses(args.verses)
-    sentences = study.masking.held_out_sentences(rows, args.sentences, args.seed)
+    if args.everyday:  # unseen everyday English (study/everyday_sentences.txt), not verses
+        from study.paraphrase_quality import everyday_sentences
+
+        sentences = everyday_sentences()
+    else:
+        rows = corpus.load_verses(args.verses)
+        sentences = study.masking.held_out_sentences(rows, args.sentences, args.seed)
     results = {
         name: study.masking.masking_study(
             gen, sentences, repetitions=args.repetitions, seed=args.seed, content_words=words
@@ -170,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         commands[name].add_argument("--models", type=Path, nargs="+", default=MASKED)
     commands["masking"].add_argument("--verses", type=Path, default=Path("data/verses.tsv"))
     commands["masking"].add_argument("--sentences", type=int, default=300)
+    commands["masking"].add_argument(
+        "--everyday",
+        action="store_true",
+        help="study/everyday_sentences.txt's 60 everyday sentences instead of held-out verses",
+    )
     commands["masking"].add_argument("--repetitions", type=int, default=3)
     commands["masking"].add_argument("--seed", type=int, default=0)
     commands["masking"].add_argument("--out", type=Path)

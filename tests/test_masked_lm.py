@@ -379,3 +379,13 @@ def test_module_doctests():
 
     for module in (served, trained):
         assert doctest.testmod(module).failed == 0
+
+
+def test_study_masking_on_everyday_sentences(tiny_mlm, capsys):
+    """`scriptorium study masking --everyday` studies the 60 everyday sentences, not verses."""
+    from scriptorium import study_cli
+    from study.content_words import FIXTURE_DIR
+
+    argv = ["masking", "--everyday", "--repetitions", "1", "--models", str(tiny_mlm[1])]
+    assert study_cli.main([*argv, "--wordnet", str(FIXTURE_DIR)]) == 0
+    assert ": 60 sentences × 1 repetitions" in capsys.readouterr().out
