@@ -189,10 +189,16 @@ def run(args) -> int:
 def training_section(evaluation: dict) -> str:
     t = evaluation["training"]
     minutes = t["train_seconds"] / 60
+    # a run of a few steps can take less than the log's 0.1 s resolution: no rate then
+    rates = (
+        f"{t['steps_per_second']:.3f} steps/s, {t['tokens_per_second']:.0f} tokens/s"
+        if t["steps_per_second"] and t["tokens_per_second"]
+        else "too short to time"
+    )
     return (
         f"{t['parameters']:,} parameters; {t['steps']} steps ({t['epochs']} epoch(s), "
         f"{t['tokens']:,} target tokens) in {minutes:.0f} minutes of training on a 2-core CPU "
-        f"({t['steps_per_second']:.3f} steps/s, {t['tokens_per_second']:.0f} tokens/s; time "
+        f"({rates}; time "
         "during which the run was paused is not counted). Seed "
         f"{t['config']['seed']}; AdamW, peak lr {t['config']['lr']}, {t['config']['warmup']} "
         "warm-up steps, cosine decay. Metrics above were measured on the "
