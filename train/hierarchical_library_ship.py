@@ -24,7 +24,6 @@ Does not cover: the WEB ship (train/hierarchical_ship.py), the measures themselv
 
 from __future__ import annotations
 
-import collections
 import shutil
 import tempfile
 from pathlib import Path
@@ -42,7 +41,7 @@ from train.hierarchical_ship import (
     check_shared_weights,
     reconstruction_quality,
 )
-from train.library import SOURCES, load_library
+from train.library import SOURCES, library_counts
 
 WEB_JUDGED = paraphrase_quality.JUDGEMENTS_DIR / "paraphraser-web.tsv"
 CARRIED_FIGURES = (
@@ -52,17 +51,6 @@ CARRIED_FIGURES = (
     "loss-sarah.png",
 )
 EVERYDAY_EXAMPLES = 8  # (source, closest changed candidate) rows shown on the card
-
-
-def library_counts(path: Path) -> dict[str, dict[str, int]]:
-    """Paragraphs, sentences and words (whitespace tokens) per source of a library file."""
-    counts = collections.defaultdict(lambda: {"paragraphs": 0, "sentences": 0, "words": 0})
-    for record in load_library(path):
-        count = counts[record["source"]]
-        count["paragraphs"] += 1
-        count["sentences"] += len(record["sentences"])
-        count["words"] += sum(len(s.split()) for s in record["sentences"])
-    return dict(counts)
 
 
 def previous_bundle(models_dir: Path, previous: Path | None) -> Path:

@@ -587,6 +587,18 @@ def load_library(path: Path, sources: Iterable[str] | None = None) -> list[dict]
     return [r for r in records if wanted is None or r["source"] in wanted]
 
 
+def library_counts(path: Path) -> dict[str, dict[str, int]]:
+    """Paragraphs, sentences and words (whitespace tokens) per source of a library file, in the
+    order the sources first appear."""
+    counts: dict[str, dict[str, int]] = {}
+    for record in load_library(path):
+        count = counts.setdefault(record["source"], {"paragraphs": 0, "sentences": 0, "words": 0})
+        count["paragraphs"] += 1
+        count["sentences"] += len(record["sentences"])
+        count["words"] += sum(len(s.split()) for s in record["sentences"])
+    return counts
+
+
 def summarize(result: dict) -> str:
     """The data card's table (markdown) and the dropped counts per source."""
     from train.common import markdown_table

@@ -239,11 +239,9 @@ def library_chapters(path: Path) -> list[corpus.Chapter]:
 
 def library_description(path: Path) -> dict:
     """The manifest's training_data for a run on the library: sources, sentences, licences."""
-    from train.library import SOURCES, load_library
+    from train.library import SOURCES, library_counts
 
-    counts = {}
-    for record in load_library(path):
-        counts[record["source"]] = counts.get(record["source"], 0) + len(record["sentences"])
+    counts = {source: c["sentences"] for source, c in library_counts(path).items()}
     return {
         "corpus": f"train/library.py ({path.name}): "
         + ", ".join(f"{SOURCES[s][0]} ({n:,} sentences)" for s, n in counts.items()),
