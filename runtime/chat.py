@@ -536,20 +536,24 @@ class ChatMixin:
             )
         return ids
 
-    def _chat_events(self, messages, config, controls, alternatives):
-        """(prompt tokens, the reply's events); every check runs before this returns."""
+    def _chat_events(self, messages, config, controls, alternatives, live=True):
+        """(prompt tokens, the reply's events, step by step when `live`); every check runs
+        before this returns."""
         config = self._settings(config)
         if config.num_beams > 1:
             raise ValueError(f"`num_beams` must be 1 for chat, got {config.num_beams}")
         ids = self.encode_chat(messages, controls)
         plan = self._plan([ids], config, controls)
-        return len(ids), self._token_events(plan, alternatives, self.end_of_turn_token_ids)
+        events = self._token_events(plan, alternatives, self.end_of_turn_token_ids, live)
+        return len(ids), events
 
     def chat(self, messages, config=None, controls=None) -> list[GenerationOutput]:
         """The assistant's reply to `messages` (`num_return_sequences` of them), ending at the
         end of its turn; `text` holds no template tokens. Raises `ValueError` for a model without
         a chat template, a malformed conversation or one that fills the context."""
-        prompt_tokens, events = self._chat_events(messages, config, controls, alternatives=0)
+        prompt_tokens, events = self._chat_events(
+            messages, config, controls, alternatives=0, live=False
+        )
         outputs: dict[int, GenerationOutput] = {}
         for event in events:
             out = outputs.setdefault(

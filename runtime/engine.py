@@ -9,8 +9,8 @@ unbatched, on the caller's thread, beside the loop.
 
 The loop, on its own thread:
 1. admit waiting requests (up to `max_rows` rows in all) whose prompt length is in phase with
-   the batch's cache width (modulo `PAD_ALIGN`; the others wait a step or three): each prompt
-   is prefilled alone, at batch 1, then its cache joins the batch (`CausalLM.join`: rows
+   the batch's cache width (modulo `PAD_ALIGN`; the others wait a step or three): prompts of
+   the same length are prefilled together, without padding, then their cache joins the batch (`CausalLM.join`: rows
    left-padded to the longest by a multiple of `PAD_ALIGN`, per-row positions and attention
    mask; a lean Llama graph's rows keep their own cache slots instead);
 2. each request picks its tokens from its rows of the batch's logits with its own `TokenSearch`
@@ -74,12 +74,16 @@ def uses_engine(manifest: dict, batching: bool | None) -> bool:
 class _Request:
     """One prompt's rows in the engine: its search, texts and where its events go."""
 
-    def __init__(self, plan, search, texts, offset: int, inbox: queue.SimpleQueue):
+    def __init__(self, plan, search, texts, offset: int, inbox: queue.SimpleQueue, live: bool):
         self.plan = plan  # the prompt's DecodingPlan (batch of one prompt)
         self.search = search  # TokenSearch over its rows, with its own random generator
         self.texts = texts  # RowTexts of its rows
         self.offset = offset  # index of its first row in the caller's numbering
         self.inbox = inbox  # lists of events for the caller, then _DONE (or an exception)
+        # A live caller (a stream) gets each step's events as they come; otherwise they are held
+        # and handed over once, at the end, so a waiting caller does not wake (and take the
+        # interpreter lock from the loop) at every step.
+        self.held: list[StreamEvent] | None = None if live else []
         self.rows = len(search.done)
         self.index = 0  # the next step's index
         self.cancelled = False  # set by the caller when it stops reading
@@ -106,9 +110,12 @@ class Engine:
         self.steps = 0  # batched model steps run, and rows stepped: for benchmarks and tests
         self.rows_stepped = 0
 
-    def events(self, plan, alternatives: int, end_ids=None) -> Iterator[StreamEvent]:
-        """The plan's events (as `Generator._token_events` yields them), computed in the loop.
-        Stopping the iteration cancels the plan's requests."""
+    def events(
+        self, plan, alternatives: int, end_ids=None, live: bool = True
+    ) -> Iterator[StreamEvent]:
+        """The plan's events (as `Generator._token_events` yields them), computed in the loop:
+        step by step when `live`, else all of a request's at its end. Stopping the iteration
+        cancels the plan's requests."""
         gen, copies = self.gen, plan.config.num_return_sequences
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         requests = []
@@ -116,7 +123,7 @@ class Engine:
             own = plan if len(plan.encoded) == 1 else gen._plan([ids], plan.config, None)
             search = gen.token_search(own, alternatives, end_ids)
             texts = RowTexts(gen.tokenizer, own, copies, gen.end_ids(end_ids))
-            requests.append(_Request(own, search, texts, prompt * copies, inbox))
+            requests.append(_Request(own, search, texts, prompt * copies, inbox, live))
         with self._wake:
             self._waiting.extend(requests)
             if self._thread is None:
@@ -162,14 +169,31 @@ class Engine:
             self._waiting = waiting
         return new
 
-    def _prefill(self, request: _Request):
-        """The request's first logits (rows, V) and cache, its prompt run alone."""
-        plan, model = request.plan, self.model
-        logits, state = model.start(plan.input_ids, plan.mask)
-        if request.rows > 1:  # samples of one prompt share its prefill, as unbatched
-            repeat = np.zeros(request.rows, dtype=np.int64)
+    def _prefill(self, requests: list[_Request]):
+        """The first logits (rows, V) and cache of requests whose prompts have the same length,
+        their prompts run as one batch (no padding, so each row is what it is alone)."""
+        model = self.model
+        ids = np.concatenate([r.plan.input_ids for r in requests])  # (n, T)
+        logits, state = model.start(ids, np.concatenate([r.plan.mask for r in requests]))
+        rows = [r.rows for r in requests]
+        if sum(rows) > len(requests):  # samples of one prompt share its prefill, as unbatched
+            repeat = np.repeat(np.arange(len(requests)), rows)
             logits, state = logits[repeat], model.select(state, repeat)
         return logits, state
+
+    def _prefill_all(self, requests: list[_Request]) -> tuple[list[_Request], list, list]:
+        """`requests` reordered so that equal prompt lengths are adjacent, with the first logits
+        and cache of each such group."""
+        groups: dict[int, list[_Request]] = {}
+        for request in requests:
+            groups.setdefault(request.plan.input_ids.shape[1], []).append(request)
+        ordered, logits, states = [], [], []
+        for group in groups.values():
+            group_logits, state = self._prefill(group)
+            ordered += group
+            logits.append(group_logits)
+            states.append(state)
+        return ordered, logits, states
 
     def _loop(self) -> None:
         active: list[_Request] = []
@@ -178,11 +202,9 @@ class Engine:
             new = self._admit(active, state.attention_mask.shape[1] if active else None)
             try:
                 if new:
-                    prefills = [self._prefill(r) for r in new]
-                    states = ([state] if active else []) + [s for _, s in prefills]
-                    logits = np.concatenate(
-                        ([logits] if active else []) + [lg for lg, _ in prefills]
-                    )
+                    new, new_logits, new_states = self._prefill_all(new)
+                    states = ([state] if active else []) + new_states
+                    logits = np.concatenate(([logits] if active else []) + new_logits)
                     state = self.model.join(states, self.align)
                     active = active + new
                 normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
@@ -198,9 +220,14 @@ class Engine:
                     events = request.texts.events(step, request.search)
                     for event in events:
                         event.index += request.offset
-                    request.inbox.put(events)  # one hand-over per step, not per row
+                    if request.held is None:
+                        request.inbox.put(events)  # one hand-over per step, not per row
+                    else:
+                        request.held.extend(events)
                     request.tokens = step.tokens
                     if request.search.ended(request.index):
+                        if request.held is not None:
+                            request.inbox.put(request.held)
                         request.inbox.put(_DONE)
                         ended.append(request)
                     else:

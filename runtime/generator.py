@@ -69,7 +69,7 @@ class Generator(ChatMixin, ScoringMixin):
         providers=None,
         threads=None,
         io_binding=None,
-        spinning=False,
+        spinning=None,
         batching=None,
         adapter_directory: Path | None = None,
     ):
@@ -79,6 +79,10 @@ class Generator(ChatMixin, ScoringMixin):
         self.providers = available_providers(providers)
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         graphs = manifest["graphs"]
+        batched = uses_engine(manifest, batching)
+        # An engine loop is the only caller of its session, one call at a time, so its worker
+        # threads may spin between operators (docs/RUNTIME.md, "Spinning").
+        spinning = batched if spinning is None else spinning
         adapter = None
         if adapter_directory is not None:
             spec = manifest["adapter"]
@@ -104,7 +108,7 @@ class Generator(ChatMixin, ScoringMixin):
         self._ngram_index: np.ndarray | None = None  # loaded on the first `memorised` call
         # With batching, greedy and sampled generations of a causal LM run in one engine loop
         # (runtime/engine.py) that batches concurrent calls step by step.
-        self.engine = Engine(self) if uses_engine(manifest, batching) else None
+        self.engine = Engine(self) if batched else None
 
     @property
     def name(self) -> str:
@@ -256,7 +260,7 @@ class Generator(ChatMixin, ScoringMixin):
             index: GenerationOutput("", [], [], "", index // copies, len(encoded[index // copies]))
             for index in range(len(encoded) * copies)
         }
-        for event in self._token_events(plan, alternatives=0):
+        for event in self._token_events(plan, alternatives=0, live=False):
             out = outputs[event.index]
             if event.token_id is not None:
                 out.token_ids.append(event.token_id)
@@ -283,12 +287,13 @@ class Generator(ChatMixin, ScoringMixin):
         yield from self._token_events(self._plan([prompt], config, controls), alternatives=5)
 
     def _token_events(
-        self, plan: DecodingPlan, alternatives, end_ids=None
+        self, plan: DecodingPlan, alternatives, end_ids=None, live: bool = True
     ) -> Iterator[StreamEvent]:
         """Events of the plan's rows; a row ends on EOS, or on any of `end_ids` when given (a
-        chat's end-of-turn tokens). With batching on, the engine's loop runs them."""
+        chat's end-of-turn tokens). With batching on, the engine's loop runs them, and hands
+        them over step by step only when `live` (a caller that waits for the end passes False)."""
         if self.engine is not None:
-            yield from self.engine.events(plan, alternatives, end_ids)
+            yield from self.engine.events(plan, alternatives, end_ids, live)
             return
         search = self.token_search(plan, alternatives, end_ids)
         texts = RowTexts(self.tokenizer, plan, len(search.done), self.end_ids(end_ids))

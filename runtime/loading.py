@@ -29,7 +29,7 @@ def load(
     providers: list[str] | None = None,
     threads: int | None = None,
     io_binding: bool | None = None,
-    spinning: bool = False,
+    spinning: bool | None = None,
     batching: bool | None = None,
     base: str | os.PathLike | None = None,
 ) -> Generator | HierarchicalGenerator | MaskedLM | WordVectors:
@@ -48,9 +48,9 @@ def load(
     the KV cache on the device between steps and brings only the logits back to the host
     (default: on with CUDA, off on CPU where numpy arrays are already in place; docs/GPU.md).
     `spinning` lets onnxruntime's worker threads spin between operators instead of sleeping:
-    about 8 % faster batch-1 decoding on 2 cores when this process has the cores to itself (a
-    script, a benchmark), but it burns the cores that concurrent generations need, so the app
-    leaves it off. `batching` runs a causal LM's greedy and sampled generations (`generate`,
+    faster decoding when one loop has the cores to itself, but spinning threads burn the cores
+    that concurrent loops need. None (default): on exactly when an engine loop (`batching`) is
+    the session's one caller, off otherwise (docs/RUNTIME.md, "Spinning"). `batching` runs a causal LM's greedy and sampled generations (`generate`,
     `stream`, `chat`, `stream_chat`) in one engine loop that batches concurrent calls step by step
     (runtime/engine.py); each call's output is what it would be alone. None (default): on exactly
     for causal LMs whose manifest says `batch_invariant`; True: on, `ValueError` for a graph that

@@ -319,12 +319,15 @@ class CausalLM:
             return CausalState(past, mask, positions)
         layers = []
         for layer in range(len(self.past_names)):
-            parts = []
+            first = self.runner.to_host(states[0].past[layer])
+            shape = (len(mask), first.shape[1], width, first.shape[3])  # (N, H, width, D)
+            joined = np.zeros(shape, dtype=first.dtype)
+            row = 0
             for s, w in zip(states, widths):
                 value = self.runner.to_host(s.past[layer])  # (n, H, T, D)
-                value = value[:, :, value.shape[2] - w :]
-                parts.append(np.pad(value, ((0, 0), (0, 0), (width - w, 0), (0, 0))))
-            layers.append(self.runner.to_device(np.concatenate(parts)))  # (N, H, width, D)
+                joined[row : row + len(value), :, width - w :] = value[:, :, value.shape[2] - w :]
+                row += len(value)
+            layers.append(self.runner.to_device(joined))
         return CausalState(tuple(layers), mask, positions)
 
     def _join_slots(self, states: list[CausalState]) -> CausalState:
@@ -347,11 +350,13 @@ class CausalLM:
             return CausalState(past, mask, positions)
         layers = []
         for layer in range(len(self.past_names)):
-            parts = []
-            for s in states:
+            first = self.runner.to_host(states[0].past[layer])
+            shape = (len(mask), first.shape[1], width, first.shape[3])  # (N, H, width, D)
+            joined = np.zeros(shape, dtype=first.dtype)
+            for s, row, size in zip(states, starts, sizes):
                 value = self.runner.to_host(s.past[layer])[:, :, :width]  # (n, H, <= width, D)
-                parts.append(np.pad(value, ((0, 0), (0, 0), (0, width - value.shape[2]), (0, 0))))
-            layers.append(self.runner.to_device(np.concatenate(parts)))  # (N, H, width, D)
+                joined[row : row + size, :, : value.shape[2]] = value
+            layers.append(self.runner.to_device(joined))
         return CausalState(tuple(layers), mask, positions)
 
 
