@@ -10,9 +10,9 @@ unbatched, on the caller's thread, beside the loop.
 The loop, on its own thread:
 1. admit waiting requests (up to `max_rows` rows in all) whose prompt length is in phase with
    the batch's cache width (modulo `PAD_ALIGN`; the others wait a step or three): prompts of
-   the same length are prefilled together, without padding, then their cache joins the batch (`CausalLM.join`: rows
-   left-padded to the longest by a multiple of `PAD_ALIGN`, per-row positions and attention
-   mask; a lean Llama graph's rows keep their own cache slots instead);
+   the same length are prefilled together, without padding, then their cache joins the batch
+   (`CausalLM.join`: rows left-padded to the longest by a multiple of `PAD_ALIGN`, per-row
+   positions and attention mask; a lean Llama graph's rows keep their own cache slots instead);
 2. each request picks its tokens from its rows of the batch's logits with its own `TokenSearch`
    (its own `GenerationConfig`, processors, stop strings and `np.random.Generator` seeded from its
    own seed) and its own `RowTexts`, exactly as the unbatched loop does;
