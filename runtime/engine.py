@@ -107,8 +107,10 @@ class Engine:
         self._waiting: deque[_Request] = deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
-        self.steps = 0  # batched model steps run, and rows stepped: for benchmarks and tests
+        # batched model steps run, rows stepped, prefill calls: for benchmarks and tests
+        self.steps = 0
         self.rows_stepped = 0
+        self.prefills = 0
 
     def events(
         self, plan, alternatives: int, end_ids=None, live: bool = True
@@ -175,6 +177,7 @@ class Engine:
         model = self.model
         ids = np.concatenate([r.plan.input_ids for r in requests])  # (n, T)
         logits, state = model.start(ids, np.concatenate([r.plan.mask for r in requests]))
+        self.prefills += 1
         rows = [r.rows for r in requests]
         if sum(rows) > len(requests):  # samples of one prompt share its prefill, as unbatched
             repeat = np.repeat(np.arange(len(requests)), rows)

@@ -155,6 +155,42 @@ def test_each_prompt_of_a_call_gets_what_it_gets_alone(generators):
     assert [o.prompt_index for o in together] == [0, 0, 1, 1, 2, 2]
 
 
+def _same_length_prompts(gen, prompts: list[str], count: int) -> list[str]:
+    """`count` different prompts (prefixes of `prompts`) that encode to the same length."""
+    by_length: dict[int, set[str]] = {}
+    for prompt in prompts:
+        words = prompt.split()
+        for end in range(1, len(words) + 1):
+            text = " ".join(words[:end])
+            by_length.setdefault(len(gen.encode_prompt(text)), set()).add(text)
+    group = max(by_length.values(), key=len)
+    assert len(group) >= count
+    return sorted(group)[:count]
+
+
+def test_prompts_of_one_length_prefill_together_and_get_what_they_get_alone(generators):
+    plain, batched, prompts = generators
+    same = _same_length_prompts(plain, prompts, 3)
+    for config in CONFIGS.values():
+        prefills = batched.engine.prefills
+        together = batched.generate(same, config)  # admitted at once: one prefill call
+        assert batched.engine.prefills == prefills + 1
+        _same_tokens(together, [out for p in same for out in plain.generate(p, config)])
+
+
+def test_the_loop_spins_and_a_loop_per_request_does_not(generators):
+    plain, batched, _ = generators
+
+    def spins(gen) -> str:
+        options = gen.model.runner.session.get_session_options()
+        return options.get_session_config_entry("session.intra_op.allow_spinning")
+
+    assert (spins(batched), spins(plain)) == ("1", "0")
+    path = batched.directory
+    assert spins(runtime.load(path, threads=1, spinning=False)) == "0"
+    assert spins(runtime.load(path, threads=1, batching=False, spinning=True)) == "1"
+
+
 def test_stop_strings_streams_and_cancel(generators):
     plain, batched, prompts = generators
     config = runtime.GenerationConfig(max_new_tokens=30, stop=[" the", "."], do_sample=True, seed=2)
