@@ -17,6 +17,11 @@ two paths over the same bundle and thread count:
 - `on`: `runtime.load(..., batching=True)`, every request submitted to the engine loop
   (runtime/engine.py), which steps all of them as one batch (the default for these bundles).
 
+A third column bounds what batching can reach: `ceiling`, the tokens/s of the batched model
+steps alone at S rows (the `on` path's session, `--max-tokens` steps from an 8-token prompt,
+nothing else: no prefill, sampling, text or hand-over), so `ceiling / off` is the most `on / off`
+could be with every cost outside the model removed.
+
 It also counts the requests whose text is the same on both paths: the same seed must give the
 same text, whatever the batch-mates (the bundles are batch-invariant: fp32, weight-only
 MatMulNBits). Rounds interleave the paths so a slow spell on a shared host falls on both.
@@ -80,6 +85,22 @@ def run_level(gen, streams: int, per_stream: int, max_tokens: int):
     return wall, latencies, sum(r[2] for r in results), {r[0]: r[3] for r in results}
 
 
+def model_ceiling(gen, rows: int, steps: int) -> float:
+    """Tokens/s of `steps` batched model steps at `rows` rows, alone (see the module docstring):
+    the median of three runs, each from a fresh 8-token prefill (not timed)."""
+    import numpy as np
+
+    model, rates = gen.model, []
+    prompt = np.array([gen.encode_prompt(PROMPTS[0])[:8]] * rows, dtype=np.int64)  # (rows, 8)
+    for _ in range(3):
+        logits, state = model.start(prompt, np.ones_like(prompt))
+        start = time.perf_counter()
+        for _ in range(steps):
+            logits, state = model.step(np.argmax(logits, axis=1), state)
+        rates.append(rows * steps / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
 def bundle_path(name: str) -> Path:
     """The directory of a `--bundles` name."""
     if name == "smollm2":
@@ -137,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                     "p95_s": _percentile(latencies, 0.95),
                 }
             entry["speedup"] = entry["on"]["tokens_per_s"] / entry["off"]["tokens_per_s"]
+            entry["ceiling_tokens_per_s"] = model_ceiling(paths["on"], streams, args.max_tokens)
+            entry["ceiling_speedup"] = entry["ceiling_tokens_per_s"] / entry["off"]["tokens_per_s"]
             results.append(entry)
             rows.append(
                 [
@@ -145,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                     entry["off"]["tokens_per_s"],
                     entry["on"]["tokens_per_s"],
                     entry["speedup"],
+                    entry["ceiling_tokens_per_s"],
+                    entry["ceiling_speedup"],
                     entry["off"]["p50_s"],
                     entry["on"]["p50_s"],
                     entry["off"]["p95_s"],
@@ -159,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         "off tok/s",
         "on tok/s",
         "on/off",
+        "ceiling tok/s",
+        "ceiling/off",
         "off p50 s",
         "on p50 s",
         "off p95 s",
