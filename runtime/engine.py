@@ -206,9 +206,8 @@ class Engine:
             try:
                 if new:
                     new, new_logits, new_states = self._prefill_all(new)
-                    states = ([state] if active else []) + new_states
                     logits = np.concatenate(([logits] if active else []) + new_logits)
-                    state = self.model.join(states, self.align)
+                    state = self.model.admit(state if active else None, new_states, self.align)
                     active = active + new
                 normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
                 keep, ended = [], []
@@ -239,8 +238,7 @@ class Engine:
                 if ended:
                     active = [r for r in active if r not in ended]
                     if active:
-                        rows = self.model.select(state, np.concatenate(keep))
-                        state = self.model.join([rows], self.align)
+                        state = self.model.retain(state, np.concatenate(keep), self.align)
                 if not active:
                     logits = state = None
                     continue

@@ -43,9 +43,14 @@ class SharedCache:
     its three small inputs. Logits land in a preallocated buffer too.
     """
 
-    def __init__(self, session, past_names, present_names, buffers, vocab: int, adapter=None):
+    def __init__(
+        self, session, past_names, present_names, buffers, vocab: int, adapter=None, pool=None
+    ):
         self.session = session
         self.buffers = buffers  # per layer key, value: (N, H, capacity, D)
+        # The arrays (R >= N, H, capacity, D) whose first N rows `buffers` are, when rows may be
+        # added in place (`CausalLM.admit`); else None.
+        self.pool = pool
         self.vocab = vocab
         self.binding = session.io_binding()
         for name, value in (adapter.parameters if adapter else {}).items():  # LoRA factors
@@ -230,10 +235,16 @@ class CausalLM:
             return (np.zeros(shape, dtype=self.dtype),) * len(self.past_names)
         return self._shared(tuple(np.zeros(shape, dtype=self.dtype) for _ in self.past_names))
 
-    def _shared(self, buffers: tuple[np.ndarray, ...]) -> SharedCache:
+    def _shared(self, buffers: tuple[np.ndarray, ...], pool=None) -> SharedCache:
         session = self.runner.session
         return SharedCache(
-            session, self.past_names, self.present_names, buffers, self.vocab_size, self.adapter
+            session,
+            self.past_names,
+            self.present_names,
+            buffers,
+            self.vocab_size,
+            self.adapter,
+            pool,
         )
 
     def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
@@ -330,6 +341,56 @@ class CausalLM:
             layers.append(self.runner.to_device(joined))
         return CausalState(tuple(layers), mask, positions)
 
+    def admit(self, state: CausalState | None, new: list[CausalState], align: int = 1):
+        """`join([state, *new], align)` (just `new` when `state` is None), for runtime/engine.py.
+
+        A graph whose rows keep their slots, with its cache in shared buffers, joins in place:
+        the batch lives in the first rows of a pool of buffers with spare rows and slots (what
+        `join` makes for it), and only the new rows are copied in (a row's slots after its last
+        are never read, so they need no clearing). Other graphs, or a pool without room, copy
+        every row (`join`)."""
+        if state is None or not self._pooled(state):
+            return self.join([state, *new] if state is not None else new, align)
+        width = max(int(_slots_used(s.attention_mask).max()) for s in [state, *new])
+        cache, rows = state.past, len(state.attention_mask)
+        total = rows + sum(len(s.attention_mask) for s in new)
+        if total > cache.pool[0].shape[0] or width >= cache.capacity:
+            return self.join([state, *new], align)
+        mask = np.zeros((total, width), dtype=np.int64)  # (N, width)
+        mask[:rows, : min(width, state.attention_mask.shape[1])] = state.attention_mask[:, :width]
+        for s in new:
+            used = s.attention_mask.shape[1]
+            mask[rows : rows + len(s.attention_mask), :used] = s.attention_mask
+            for pool, old in zip(cache.pool, s.past.buffers):
+                pool[rows : rows + len(old), :, :used] = old[:, :, :used]
+            rows += len(s.attention_mask)
+        positions = np.concatenate([state.next_position, *(s.next_position for s in new)])
+        past = self._shared(tuple(b[:total] for b in cache.pool), cache.pool)
+        return CausalState(past, mask, positions)
+
+    def retain(self, state: CausalState, rows: np.ndarray, align: int = 1) -> CausalState:
+        """`join([select(state, rows)], align)`, for runtime/engine.py; `rows` increasing. A
+        pooled cache (`admit`) moves the kept rows down in place, copying only the rows that
+        move and only their used slots."""
+        if not self._pooled(state):
+            return self.join([self.select(state, rows)], align)
+        mask = state.attention_mask[rows]  # (N', T)
+        width = int(_slots_used(mask).max())
+        pool = state.past.pool
+        for target, source in enumerate(rows):
+            if target != source:
+                for buffer in pool:
+                    buffer[target, :, :width] = buffer[source, :, :width]
+        past = self._shared(tuple(b[: len(rows)] for b in pool), pool)
+        return CausalState(past, mask[:, :width], state.next_position[rows])
+
+    def _pooled(self, state: CausalState) -> bool:
+        return (
+            self.feeds_seqlens
+            and isinstance(state.past, SharedCache)
+            and (state.past.pool is not None)
+        )
+
     def _join_slots(self, states: list[CausalState]) -> CausalState:
         """`join` for rows that keep their slots: each row's slots [0, used) stay where they
         are, zeros after them, up to the longest row."""
@@ -341,12 +402,14 @@ class CausalLM:
             kept = min(width, s.attention_mask.shape[1])
             mask[row : row + len(s.attention_mask), :kept] = s.attention_mask[:, :kept]
         positions = np.concatenate([s.next_position for s in states])  # (N,)
-        if self.shared_cache:
-            past = self._empty_past(len(mask), width + _CACHE_HEADROOM)
+        if self.shared_cache:  # into a pool with as many spare rows, for `admit`
+            shape = (2 * len(mask), self.num_heads, width + _CACHE_HEADROOM, self.head_size)
+            pool = tuple(np.zeros(shape, dtype=self.dtype) for _ in self.past_names)
             for s, row, size in zip(states, starts, sizes):
-                for new, old in zip(past.buffers, s.past.buffers):
+                for new, old in zip(pool, s.past.buffers):
                     kept = min(width, old.shape[2])
                     new[row : row + size, :, :kept] = old[:, :, :kept]
+            past = self._shared(tuple(b[: len(mask)] for b in pool), pool)
             return CausalState(past, mask, positions)
         layers = []
         for layer in range(len(self.past_names)):
