@@ -178,6 +178,26 @@ def test_prompts_of_one_length_prefill_together_and_get_what_they_get_alone(gene
         _same_tokens(together, [out for p in same for out in plain.generate(p, config)])
 
 
+def test_a_request_joining_a_running_batch_gets_what_it_gets_alone(generators, monkeypatch):
+    plain, batched, prompts = generators
+    first, second = prompts[2], prompts[0]
+    long = runtime.GenerationConfig(max_new_tokens=28, do_sample=True, top_k=40, seed=3)
+    short = runtime.GenerationConfig(max_new_tokens=6, do_sample=True, seed=8)
+    joins = []
+    join = type(batched.model).join
+    monkeypatch.setattr(
+        type(batched.model), "join", lambda self, *a, **k: joins.append(1) or join(self, *a, **k)
+    )
+    stream = batched.stream(first, long)
+    head = [next(stream) for _ in range(3)]  # the first request is in the batch now
+    _same_tokens(batched.generate(second, short), plain.generate(second, short))
+    events = head + list(stream)
+    assert [e.token_id for e in events] == plain.generate(first, long)[0].token_ids
+    if batched.model.feeds_seqlens and batched.model.shared_cache:
+        # rows keeping their slots in a pool: the second request was copied in, nothing else
+        assert len(joins) == 1  # the first request's own admission only
+
+
 def test_the_loop_spins_and_a_loop_per_request_does_not(generators):
     plain, batched, _ = generators
 
