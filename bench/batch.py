@@ -86,12 +86,14 @@ def run_level(gen, streams: int, per_stream: int, max_tokens: int):
 
 
 def model_ceiling(gen, rows: int, steps: int) -> float:
-    """Tokens/s of `steps` batched model steps at `rows` rows, alone (see the module docstring):
-    the median of three runs, each from a fresh 8-token prefill (not timed)."""
+    """Tokens/s of `steps` batched model steps at `rows` rows (fewer if the context ends first),
+    alone (see the module docstring): the median of three runs, each from a fresh 8-token
+    prefill (not timed)."""
     import numpy as np
 
     model, rates = gen.model, []
     prompt = np.array([gen.encode_prompt(PROMPTS[0])[:8]] * rows, dtype=np.int64)  # (rows, 8)
+    steps = min(steps, gen.context_length - prompt.shape[1])  # as generation stops at the context
     for _ in range(3):
         logits, state = model.start(prompt, np.ones_like(prompt))
         start = time.perf_counter()
