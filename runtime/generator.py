@@ -80,9 +80,11 @@ class Generator(ChatMixin, ScoringMixin):
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         graphs = manifest["graphs"]
         batched = uses_engine(manifest, batching)
-        # An engine loop is the only caller of its session, one call at a time, so its worker
-        # threads may spin between operators (docs/RUNTIME.md, "Spinning").
-        spinning = batched if spinning is None else spinning
+        if spinning is None:
+            # An engine loop is its session's only caller, one call at a time, so the session's
+            # worker threads may spin between operators (docs/RUNTIME.md, "Spinning"); the
+            # adapters of one base share a session, and their loops could call it at once.
+            spinning = batched and adapter_directory is None
         adapter = None
         if adapter_directory is not None:
             spec = manifest["adapter"]

@@ -50,12 +50,12 @@ def load(
     `spinning` lets onnxruntime's worker threads spin between operators instead of sleeping:
     faster decoding when one loop has the cores to itself, but spinning threads burn the cores
     that concurrent loops need. None (default): on exactly when an engine loop (`batching`) is
-    the session's one caller, off otherwise (docs/RUNTIME.md, "Spinning"). `batching` runs a
-    causal LM's greedy and sampled generations (`generate`, `stream`, `chat`, `stream_chat`) in
-    one engine loop that batches concurrent calls step by step (runtime/engine.py); each call's
-    output is what it would be alone. None (default): on exactly
-    for causal LMs whose manifest says `batch_invariant`; True: on, `ValueError` for a graph that
-    is not batch-invariant (dynamic int8); False: off.
+    the session's one caller (not for adapters, which share their base's session), off
+    otherwise (docs/RUNTIME.md, "Spinning"). `batching` runs a causal LM's greedy and sampled
+    generations (`generate`, `stream`, `chat`, `stream_chat`) in one engine loop that batches
+    concurrent calls step by step (runtime/engine.py); each call's output is what it would be
+    alone. None (default): on exactly for causal LMs whose manifest says `batch_invariant`; True:
+    on, `ValueError` for a graph that is not batch-invariant (dynamic int8); False: off.
 
     An adapter bundle (LoRA, docs/bundle.md "Adapter bundles") runs on its base: the bundle
     converted from the GGUF whose sha256 it names, found in the converted-GGUF cache, or `base`

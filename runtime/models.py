@@ -385,11 +385,8 @@ class CausalLM:
         return CausalState(past, mask[:, :width], state.next_position[rows])
 
     def _pooled(self, state: CausalState) -> bool:
-        return (
-            self.feeds_seqlens
-            and isinstance(state.past, SharedCache)
-            and (state.past.pool is not None)
-        )
+        past = state.past
+        return self.feeds_seqlens and isinstance(past, SharedCache) and past.pool is not None
 
     def _join_slots(self, states: list[CausalState]) -> CausalState:
         """`join` for rows that keep their slots: each row's slots [0, used) stay where they

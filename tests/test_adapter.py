@@ -163,6 +163,9 @@ def test_two_adapters_share_one_base_session(tiny):
     one, two = runtime.load(first, threads=1), runtime.load(second, threads=1)
     assert one.directory == two.directory
     assert one.model.runner.session is two.model.runner.session
+    # Both adapters' loops may call the shared session at once: it does not spin.
+    options = one.model.runner.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     ids = one.encode_prompt(PROMPTS[1])
     for gen, peft_dir in ((one, first_peft), (two, second_peft)):
         with torch.no_grad():
