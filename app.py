@@ -99,6 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         help="one decode loop per generation (default: batch-invariant causal LMs batch "
         "concurrent generations step by step, runtime/engine.py)",
     )
+    parser.add_argument(
+        "--no-spinning",
+        dest="spinning",
+        action="store_false",
+        help="no onnxruntime thread spins between operators (default: the sessions that an "
+        "engine loop alone calls do; docs/RUNTIME.md, Spinning)",
+    )
     # None: Gradio's default (127.0.0.1:7860) unless GRADIO_SERVER_NAME/PORT say otherwise, as
     # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
     parser.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
@@ -127,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
 
         roots = [HERE / "models", *model_roots(args.models)]
         registry = ModelRegistry.discover(
-            roots, providers, batching=None if args.batching else False
+            roots,
+            providers,
+            batching=None if args.batching else False,
+            spinning=None if args.spinning else False,
         )
     demo = build(registry).queue(**queue_settings())
     demo.launch(

@@ -82,6 +82,9 @@ def session_options(threads: int | None = None, spinning: bool = False) -> ort.S
     options.intra_op_num_threads = threads or os.cpu_count() or 1
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
+    # Spinning threads wait for the next operator of a call, not for the next call: they stop
+    # when a call returns, and leave the cores to whatever runs between calls.
+    options.add_session_config_entry("session.force_spinning_stop", "1" if spinning else "0")
     return options
 
 

@@ -198,17 +198,20 @@ def test_a_request_joining_a_running_batch_gets_what_it_gets_alone(generators, m
         assert len(joins) == 1  # the first request's own admission only
 
 
+def _spins(gen) -> str:
+    """ "1" when the model's session spins during a call (and stops when it returns), else "0"."""
+    options = gen.model.runner.session.get_session_options()
+    spinning = options.get_session_config_entry("session.intra_op.allow_spinning")
+    assert options.get_session_config_entry("session.force_spinning_stop") == spinning
+    return spinning
+
+
 def test_the_loop_spins_and_a_loop_per_request_does_not(generators):
     plain, batched, _ = generators
-
-    def spins(gen) -> str:
-        options = gen.model.runner.session.get_session_options()
-        return options.get_session_config_entry("session.intra_op.allow_spinning")
-
-    assert (spins(batched), spins(plain)) == ("1", "0")
+    assert (_spins(batched), _spins(plain)) == ("1", "0")
     path = batched.directory
-    assert spins(runtime.load(path, threads=1, spinning=False)) == "0"
-    assert spins(runtime.load(path, threads=1, batching=False, spinning=True)) == "1"
+    assert _spins(runtime.load(path, threads=1, spinning=False)) == "0"
+    assert _spins(runtime.load(path, threads=1, batching=False, spinning=True)) == "1"
 
 
 def test_stop_strings_streams_and_cancel(generators):
@@ -252,7 +255,12 @@ def test_app_and_serve_batch_by_default_and_take_no_batching():
         assert spec.concurrency == 4 and spec.loader(spec.path, threads=1).engine is None
     registry = ModelRegistry.discover([MODELS / "bible-lm"])
     assert all(registry.get(name).engine is not None for name in ("fp32", "int8"))
+    assert _spins(registry.get("int8")) == "1"
     assert ModelRegistry.discover([MODELS / "bible-lm"], batching=False).get("int8").engine is None
+    still = ModelRegistry.discover([MODELS / "bible-lm"], spinning=False).get(
+        "int8"
+    )  # --no-spinning
+    assert still.engine is not None and _spins(still) == "0"
 
 
 def test_dynamic_int8_is_refused_for_batching(tmp_path):

@@ -99,12 +99,16 @@ class ModelRegistry:
         paths: dict[str, Path],
         providers: list[str] | None = None,
         batching: bool | None = None,
+        spinning: bool | None = None,
     ):
         # onnxruntime execution providers every model is loaded with (None: runtime.load's default)
         self.providers = providers
         # runtime.load's `batching`: None batches concurrent requests of batch-invariant causal
         # LMs (runtime/engine.py), False never
         self.batching = batching
+        # runtime.load's `spinning`: None spins the sessions that an engine loop alone calls,
+        # False none (docs/RUNTIME.md, "Spinning")
+        self.spinning = spinning
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
         self.problems: dict[str, str] = {}  # display name -> why its manifest is unreadable
         self._manifests: dict[str, dict] = {}
@@ -119,8 +123,11 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     @classmethod
-    def discover(cls, roots, providers=None, batching: bool | None = None) -> ModelRegistry:
-        return cls({name: path for name, _, path in find_bundles(roots)}, providers, batching)
+    def discover(
+        cls, roots, providers=None, batching: bool | None = None, spinning: bool | None = None
+    ) -> ModelRegistry:
+        paths = {name: path for name, _, path in find_bundles(roots)}
+        return cls(paths, providers, batching, spinning)
 
     def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
         """Offer the bundle at `path` as `name`, optionally with a generator already loaded
@@ -240,7 +247,12 @@ class ModelRegistry:
             return self._loaded[name]
 
     def _load(self, name: str) -> runtime.Generator:
-        return runtime.load(self.paths[name], providers=self.providers, batching=self.batching)
+        return runtime.load(
+            self.paths[name],
+            providers=self.providers,
+            batching=self.batching,
+            spinning=self.spinning,
+        )
 
     def _embedding_matrix(self, name: str, gen) -> np.ndarray:
         return load_matrix(self.paths[name], gen.manifest)
