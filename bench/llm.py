@@ -108,6 +108,37 @@ def missing_peer(engine: str) -> str | None:
     return None if found else f"{package[1]} is not installed"
 
 
+def llama_cpp_crash(gguf: Path, threads: int) -> str | None:
+    """Why llama.cpp cannot run `gguf` here, if a child process that loads it and decodes two
+    tokens dies (llama-cpp-python 0.3.36 segfaults in `decode` on some CPUs), or None."""
+    probe = (
+        "import sys\n"
+        "from llama_cpp import Llama\n"
+        "model = Llama(sys.argv[1], n_ctx=16, n_threads=int(sys.argv[2]), verbose=False)\n"
+        "model.eval([1, 2])\n"
+    )
+    return child_crash([probe, str(gguf), str(threads)], "llama-cpp-python")
+
+
+def child_crash(code_and_args: list[str], what: str, timeout: float = 120) -> str | None:
+    """Why `python -c code args…` failed, naming `what`, or None when it exits cleanly."""
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", *code_and_args], capture_output=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return f"{what} did not finish a 2-token probe in {timeout:g} s"
+    if done.returncode == 0:
+        return None
+    if done.returncode < 0:
+        return f"{what} crashed in a 2-token probe (signal {-done.returncode}) on this machine"
+    last = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no message"]
+    return f"{what} failed a 2-token probe (exit code {done.returncode}: {last[0][:200]})"
+
+
 # ---- prompts ---------------------------------------------------------------------------------
 
 
@@ -381,7 +412,10 @@ def main(argv: list[str] | None = None) -> int:
     check_and_convert(parser, args)
     skipped = {}
     for engine in args.engines:
-        if reason := missing_peer(engine):
+        reason = missing_peer(engine)
+        if reason is None and engine == "llama.cpp":
+            reason = llama_cpp_crash(args.gguf, args.threads)
+        if reason:
             skipped[engine] = reason
             print(f"skipped {engine}: {reason}")
     args.engines = [e for e in args.engines if e not in skipped]

@@ -106,3 +106,20 @@ def test_default_bundle_is_the_gguf_converted_into_the_cache(run, tmp_path, monk
     (engine,) = result["results"]
     assert engine == "scriptorium/int4"  # the Q4_1 weights carried over to 4-bit MatMulNBits
     assert not (tmp_path / "work").exists()  # no peer needed a dequantized checkpoint
+
+
+CRASHES = [
+    (
+        "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)",
+        "peer crashed in a 2-token probe (signal 11) on this machine",
+    ),
+    ("raise SystemExit('no model')", "peer failed a 2-token probe (exit code 1: no model)"),
+    ("pass", None),
+]
+
+
+@pytest.mark.parametrize("code,reason", CRASHES)
+def test_a_peer_that_crashes_in_a_child_is_skipped_with_the_reason(code, reason):
+    """llama-cpp-python 0.3.36 segfaults in `decode` on some CPUs: the benchmark probes it in a
+    child process and skips it with the reason, instead of dying with it."""
+    assert llm.child_crash([code], "peer") == reason
