@@ -16,7 +16,9 @@ fixture (tests/fixtures/verses.tsv) at a word boundary.
 For each prompt, an engine is timed generating 1 token (prefill and one step: the time to first
 token, TTFT) and generating all N; decode speed is (N − 1) / (T_N − T_1), so it is not diluted
 by prefill. Times are medians of `--repeats` interleaved rounds (bench/common.py), every engine
-with `--threads` threads. A peer that is not installed is skipped with a line saying so.
+with `--threads` threads. A peer that is not installed, or that dies in a 2-token probe in a
+child process (llama-cpp-python 0.3.36 segfaults in `decode` on some CPUs), is skipped with a
+line saying why.
 
 Roofline: decoding one token at batch 1 reads every weight once (an embedding table only used by
 a Gather: one row) plus the KV cache so far. Bytes are counted from the decoder graph's
