@@ -110,6 +110,15 @@ def missing_peer(engine: str) -> str | None:
     return None if found else f"{package[1]} is not installed"
 
 
+def unavailable_peer(engine: str, gguf: Path, threads: int) -> str | None:
+    """Why `engine` cannot run `gguf` here: it is not installed, or (llama.cpp) it dies in a
+    probe; None when it can."""
+    reason = missing_peer(engine)
+    if reason is None and engine == "llama.cpp":
+        reason = llama_cpp_crash(gguf, threads)
+    return reason
+
+
 def llama_cpp_crash(gguf: Path, threads: int) -> str | None:
     """Why llama.cpp cannot run `gguf` here, if a child process that loads it and decodes two
     tokens dies (llama-cpp-python 0.3.36 segfaults in `decode` on some CPUs), or None."""
@@ -414,10 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     check_and_convert(parser, args)
     skipped = {}
     for engine in args.engines:
-        reason = missing_peer(engine)
-        if reason is None and engine == "llama.cpp":
-            reason = llama_cpp_crash(args.gguf, args.threads)
-        if reason:
+        if reason := unavailable_peer(engine, args.gguf, args.threads):
             skipped[engine] = reason
             print(f"skipped {engine}: {reason}")
     args.engines = [e for e in args.engines if e not in skipped]

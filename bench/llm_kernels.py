@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     text, ids = llm.make_prompt(gen, PROMPT_TOKENS)
     del gen
     engines = {"scriptorium": llm.scriptorium_runner(args.bundle, args.threads, [text])}
-    skipped = llm.missing_peer("llama.cpp")
+    skipped = llm.unavailable_peer("llama.cpp", args.gguf, args.threads)
     if skipped:
         print(f"skipped llama.cpp: {skipped}")
     else:
