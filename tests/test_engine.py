@@ -198,6 +198,17 @@ def test_a_request_joining_a_running_batch_gets_what_it_gets_alone(generators, m
         assert len(joins) == 1  # the first request's own admission only
 
 
+def test_caches_that_grow_while_requests_join_and_leave_change_nothing(generators, monkeypatch):
+    import runtime.models
+
+    plain, batched, prompts = generators
+    monkeypatch.setattr(runtime.models, "_CACHE_HEADROOM", 3)  # shared buffers grow often
+    rng = np.random.default_rng(7)
+    jobs = _random_mates(rng, prompts, 8)
+    for (prompt, config), outputs in zip(jobs, _concurrently(batched, jobs)):
+        _same_tokens(outputs, plain.generate(prompt, config))
+
+
 def _spins(gen) -> str:
     """ "1" when the model's session spins during a call (and stops when it returns), else "0"."""
     options = gen.model.runner.session.get_session_options()
