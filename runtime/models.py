@@ -330,15 +330,9 @@ class CausalLM:
             return CausalState(past, mask, positions)
         layers = []
         for layer in range(len(self.past_names)):
-            first = self.runner.to_host(states[0].past[layer])
-            shape = (len(mask), first.shape[1], width, first.shape[3])  # (N, H, width, D)
-            joined = np.zeros(shape, dtype=first.dtype)
-            row = 0
-            for s, w in zip(states, widths):
-                value = self.runner.to_host(s.past[layer])  # (n, H, T, D)
-                joined[row : row + len(value), :, width - w :] = value[:, :, value.shape[2] - w :]
-                row += len(value)
-            layers.append(self.runner.to_device(joined))
+            values = [self.runner.to_host(s.past[layer]) for s in states]  # (n, H, T, D) each
+            parts = [v[:, :, v.shape[2] - w :] for v, w in zip(values, widths)]
+            layers.append(self.runner.to_device(_stacked(parts, width, left_padded=True)))
         return CausalState(tuple(layers), mask, positions)
 
     def admit(self, state: CausalState | None, new: list[CausalState], align: int = 1):
@@ -385,8 +379,8 @@ class CausalLM:
         return CausalState(past, mask[:, :width], state.next_position[rows])
 
     def _pooled(self, state: CausalState) -> bool:
-        past = state.past
-        return self.feeds_seqlens and isinstance(past, SharedCache) and past.pool is not None
+        """Whether `state`'s cache is a pool, which `join` makes only where rows keep slots."""
+        return isinstance(state.past, SharedCache) and state.past.pool is not None
 
     def _join_slots(self, states: list[CausalState]) -> CausalState:
         """`join` for rows that keep their slots: each row's slots [0, used) stay where they
@@ -410,14 +404,23 @@ class CausalLM:
             return CausalState(past, mask, positions)
         layers = []
         for layer in range(len(self.past_names)):
-            first = self.runner.to_host(states[0].past[layer])
-            shape = (len(mask), first.shape[1], width, first.shape[3])  # (N, H, width, D)
-            joined = np.zeros(shape, dtype=first.dtype)
-            for s, row, size in zip(states, starts, sizes):
-                value = self.runner.to_host(s.past[layer])[:, :, :width]  # (n, H, <= width, D)
-                joined[row : row + size, :, : value.shape[2]] = value
-            layers.append(self.runner.to_device(joined))
+            parts = [self.runner.to_host(s.past[layer])[:, :, :width] for s in states]
+            layers.append(self.runner.to_device(_stacked(parts, width, left_padded=False)))
         return CausalState(tuple(layers), mask, positions)
+
+
+def _stacked(parts: list[np.ndarray], width: int, left_padded: bool) -> np.ndarray:
+    """Caches (n_i, H, w_i <= width, D) stacked by rows into one (N, H, width, D), each padded
+    with zeros to `width` on the left (`left_padded`) or on the right, in one copy."""
+    first = parts[0]
+    shape = (sum(len(p) for p in parts), first.shape[1], width, first.shape[3])  # (N, H, width, D)
+    stacked = np.zeros(shape, dtype=first.dtype)
+    row = 0
+    for part in parts:
+        columns = slice(width - part.shape[2], width) if left_padded else slice(0, part.shape[2])
+        stacked[row : row + len(part), :, columns] = part
+        row += len(part)
+    return stacked
 
 
 def _slots_used(mask: np.ndarray) -> np.ndarray:
