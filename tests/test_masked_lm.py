@@ -215,12 +215,18 @@ def test_library_run_evaluates_and_ships_with_its_own_card(tmp_path):
     gen = runtime.load(models / "masked-lm-base" / "int8")
     manifest = gen.manifest
     assert "content-word top-5 accuracy at 15 % (held-out verses)" in manifest["metrics"]
+    everyday = json.loads((out / "evaluation.json").read_text())["everyday_study"]
+    assert everyday["sentences"] == 60 and everyday["ratios"] == [0.15]
+    assert 0 < everyday["content"]["predictions"][0] < everyday["predictions"][0]
+    top5 = manifest["metrics"]["content-word top-5 accuracy at 15 % (everyday sentences)"]
+    assert top5 == round(everyday["content"]["accuracy"]["5"][0], 3)
     assert "English library" in manifest["export"]["description"]
     assert "gcide: GPL-2.0-or-later" in manifest["license"]
     assert manifest["training_data"]["sentences"] > 0
     readme = (models / "masked-lm-base" / "int8" / "README.md").read_text()
     assert "| content top 1 | content top 5 | content predictions |" in readme
     assert "## Masking-ratio study" in readme and "on one book" not in readme
+    assert "On 60 unseen everyday sentences (study/everyday_sentences.txt), 1 random" in readme
     assert json.loads((out / "training.json").read_text())["planned_steps"] == 2
 
     # then on the WEB, starting from the library run's weights (--init)
@@ -389,3 +395,24 @@ def test_study_masking_on_everyday_sentences(tiny_mlm, capsys):
     argv = ["masking", "--everyday", "--repetitions", "1", "--models", str(tiny_mlm[1])]
     assert study_cli.main([*argv, "--wordnet", str(FIXTURE_DIR)]) == 0
     assert ": 60 sentences × 1 repetitions" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "run, size",
+    [
+        ("checkpoints/masked-lm-base", "masked-lm-base"),
+        ("checkpoints/masked-lm-large-library-web", "masked-lm-large"),
+        ("checkpoints/masked-lm-base-library", "masked-lm-base"),
+    ],
+)
+def test_a_runs_size_comes_from_its_name(run, size):
+    from train.masked_lm import size_of
+
+    assert size_of(Path(run)) == size
+
+
+def test_a_run_named_after_no_size_is_refused():
+    from train.masked_lm import size_of
+
+    with pytest.raises(ValueError, match="run name must start with one of"):
+        size_of(Path("checkpoints/masked-lm-largest"))

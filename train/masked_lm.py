@@ -67,6 +67,7 @@ class MLMSize:
     bf16: bool = False  # bfloat16 autocast in training (fast on CPUs with AVX512-BF16)
     study_sentences: int = 300  # held-out verses of the masking-ratio study in the card
     study_repetitions: int = 3  # random maskings per verse and ratio
+    everyday_repetitions: int = 10  # random maskings per unseen everyday sentence, at 15 % only
     vocab_size: int = EN_VOCAB_SIZE  # tokenizer size when the recipe trains its own (tiny)
 
 
@@ -89,11 +90,11 @@ SIZES = {
 TINY = {
     "masked-lm-base": MLMSize(
         layers=1, width=32, heads=2, context=128, batch_size=8, steps=4, lr=3e-3, warmup=1,
-        study_sentences=6, study_repetitions=1, vocab_size=400,
+        study_sentences=6, study_repetitions=1, everyday_repetitions=1, vocab_size=400,
     ),
     "masked-lm-large": MLMSize(
         layers=2, width=64, heads=2, context=128, batch_size=8, steps=4, lr=3e-3, warmup=1,
-        study_sentences=6, study_repetitions=1, vocab_size=400,
+        study_sentences=6, study_repetitions=1, everyday_repetitions=1, vocab_size=400,
     ),
 }  # fmt: skip
 
@@ -398,11 +399,13 @@ class MaskedLM(Recipe):
 
     def evaluate(self, model, bundle_dir: Path, progress: bool = True) -> dict:
         """Through the runtime on the int8 bundle: the masking-ratio study on held-out verses,
-        the token-vector probes and BERT-as-generator samples."""
+        the same scoring at 15 % on study/everyday_sentences.txt (unseen everyday English), the
+        token-vector probes and BERT-as-generator samples."""
         import runtime
         from study import bert_generation, masking, probes
         from study.content_words import FIXTURE_DIR, WORDNET_DIR, ContentWords
         from study.figures import masking_plot
+        from study.paraphrase_quality import everyday_sentences
 
         gen = runtime.load(bundle_dir)
         sentences = masking.held_out_sentences(self.rows, self.size.study_sentences, self.seed)
@@ -411,6 +414,13 @@ class MaskedLM(Recipe):
             gen, sentences, repetitions=self.size.study_repetitions, content_words=words
         )
         masking_plot({self.name: study}).savefig(self.out_dir / MASKING_PNG, dpi=100)
+        everyday = masking.masking_study(
+            gen,
+            everyday_sentences(),
+            ratios=(MLM_PROBABILITY,),
+            repetitions=self.size.everyday_repetitions,
+            content_words=words,
+        )
         pair = ("the king was tired so he went to sleep", "the queen was tired so he went to sleep")
         try:
             influence = probes.influence(gen, *pair)
@@ -418,6 +428,7 @@ class MaskedLM(Recipe):
             influence = {"ais": None, "average_similarity": None}
         return {
             "masking_study": study,
+            "everyday_study": everyday,
             "probes": {
                 "analogy": probes.analogy_table(gen),
                 "word_order": probes.word_order(gen),
@@ -439,19 +450,22 @@ class MaskedLM(Recipe):
 
     def metrics(self, evaluation: dict) -> dict:
         """Top-1 / top-5 at the 15 % row of the masking study: all masked words, then (for an
-        evaluation that scored them) the content words among them."""
-        study = evaluation["masking_study"]
-        at = study["ratios"].index(MLM_PROBABILITY)
-        parts = [("masked-word", study)]
-        if "content" in study:
-            parts.append(("content-word", study["content"]))
-        return {
-            f"{label} top-{k} accuracy at 15 % (held-out verses)": round(
-                part["accuracy"][str(k)][at], 3
-            )
-            for label, part in parts
-            for k in (1, 5)
-        }
+        evaluation that scored them) the content words among them; the same on everyday
+        sentences for an evaluation that has them."""
+        texts = [("held-out verses", evaluation["masking_study"])]
+        if "everyday_study" in evaluation:
+            texts.append(("everyday sentences", evaluation["everyday_study"]))
+        metrics = {}
+        for text, study in texts:
+            at = study["ratios"].index(MLM_PROBABILITY)
+            parts = [("masked-word", study)]
+            if "content" in study:
+                parts.append(("content-word", study["content"]))
+            for label, part in parts:
+                for k in (1, 5):
+                    key = f"{label} top-{k} accuracy at 15 % ({text})"
+                    metrics[key] = round(part["accuracy"][str(k)][at], 3)
+        return metrics
 
     def card_files(self, out: Path) -> list[Path]:
         return [out / MASKING_PNG]
@@ -485,6 +499,7 @@ class MaskedLM(Recipe):
             + "\n\n"
             + common.markdown_table(header, rows)
             + f"\n\n![masking study]({MASKING_PNG})"
+            + everyday_text(evaluation.get("everyday_study"))
         )
         probe = evaluation["probes"]
         comparisons = list(next(iter(probe["analogy"].values())))
@@ -530,16 +545,45 @@ class MaskedLM(Recipe):
         ]
 
 
+def everyday_text(everyday: dict | None) -> str:
+    """The card's paragraph on study/everyday_sentences.txt (empty for evaluations without it)."""
+    if everyday is None:
+        return ""
+    parts = [("all masked words", everyday)]
+    if "content" in everyday:
+        parts.append(("content words", everyday["content"]))
+    cells = "; ".join(
+        f"{label}: top 1 {100 * part['accuracy']['1'][0]:.1f} %, top 5 "
+        f"{100 * part['accuracy']['5'][0]:.1f} % ({part['predictions'][0]:,} predictions)"
+        for label, part in parts
+    )
+    return (
+        f"\n\nOn {everyday['sentences']} unseen everyday sentences "
+        f"(study/everyday_sentences.txt), {everyday['repetitions']} random maskings each at "
+        f"15 %: {cells}."
+    )
+
+
+def size_of(run: Path) -> str:
+    """The size a run trained, from its directory name: `checkpoints/masked-lm-large-library-web`
+    is masked-lm-large."""
+    sizes = [name for name in SIZES if run.name == name or run.name.startswith(name + "-")]
+    if not sizes:
+        raise ValueError(f"run name must start with one of {sorted(SIZES)}, got {run.name!r}")
+    return sizes[0]
+
+
 def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
-    """Draw every run's masking study (its evaluation.json) in one figure and put it, as
-    masking.png, into each shipped bundle (its card shows that file), updating the checksums."""
+    """Draw every run's masking study (its evaluation.json) in one figure, labelled by size, and
+    put it, as masking.png, into each shipped bundle (its card shows that file), updating the
+    checksums."""
     from export.manifest import seal
     from study.figures import masking_plot
 
     results = {}
     for run in runs:
         evaluation = common.read_json(run / common.EVALUATION)
-        results[run.name] = evaluation["masking_study"]
+        results[size_of(run)] = evaluation["masking_study"]
     figure = masking_plot(results)
     for bundle in bundles:
         figure.savefig(bundle / MASKING_PNG, dpi=100)
@@ -547,7 +591,8 @@ def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m train.masked_lm plots`: both shipped cards get the two models' study plot."""
+    """`python -m train.masked_lm plots [--runs RUN …]`: both shipped cards get the two models'
+    study plot (runs named after their size, e.g. checkpoints/masked-lm-base-library-web)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m train.masked_lm", description=main.__doc__)
@@ -557,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--models-dir", type=Path, default=Path("models"))
     args = parser.parse_args(argv)
-    bundles = [args.models_dir / run.name / "int8" for run in args.runs]
+    bundles = [args.models_dir / size_of(run) / "int8" for run in args.runs]
     refresh_study_plots(args.runs, bundles)
     for bundle in bundles:
         print(f"updated {bundle / MASKING_PNG}")
