@@ -208,6 +208,9 @@ def test_library_run_evaluates_and_ships_with_its_own_card(tmp_path):
     base = ["masked-lm-base", "--tiny", "--corpus", str(corpus), "--steps", "2", "--out", str(out)]
     assert cli.main([*base, "--no-eval", "--quiet"]) == 0
     assert not (out / "evaluation.json").exists()
+    too_early = ["masked-lm-base", "--tiny", "--init", str(out), "--out", str(tmp_path / "early")]
+    with pytest.raises(ValueError, match="`--init` must be an evaluated run"):
+        cli.make_recipe(cli._parser("train", ship_only=False).parse_args(too_early))
     assert cli.main([*base, "--eval-only", "--quiet"]) == 0
     study = json.loads((out / "evaluation.json").read_text())["masking_study"]
     assert study["content"]["predictions"][2] <= study["predictions"][2]

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from export import corpus
+from export.manifest import CARD_FILE
 from train import common, data, lm
 from train.recipe import Recipe
 from train.tokenizer import BOS, EN_VOCAB_SIZE, EOS, as_transformers
@@ -256,7 +257,7 @@ def library_description(path: Path) -> dict:
 def init_description(run: Path) -> dict:
     """What the run a model starts from trained on (its card's training_data, written when the
     run was evaluated) and for how many steps."""
-    card = run / common.MODEL_DIR / "scriptorium_card.json"
+    card = run / common.MODEL_DIR / CARD_FILE
     if not card.exists():
         raise FileNotFoundError(f"{card} not found: evaluate {run} first (--eval-only)")
     training = common.read_json(run / "training.json")
