@@ -218,8 +218,23 @@ def write_bundle_metadata(directory: Path, manifest: dict) -> dict:
 
 
 def _fmt(value) -> str:
+    """A card table cell: floats to 4 significant digits, a dict as `key: value; …` (a nested
+    dict in parentheses), a list comma-separated, and `|` escaped so the cell stays one cell.
+
+    >>> print(_fmt({"run": "a|b", "data": {"loss": 0.123456, "books": ["Mark", "John"]}}))
+    run: a\\|b; data: (loss: 0.1235; books: Mark, John)
+    """
+    return _plain(value).replace("|", "\\|")
+
+
+def _plain(value, nested: bool = False) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, dict):
+        text = "; ".join(f"{key}: {_plain(item, nested=True)}" for key, item in value.items())
+        return f"({text})" if nested else text
+    if isinstance(value, list | tuple):
+        return ", ".join(_plain(item, nested=True) for item in value)
     return str(value)
 
 

@@ -246,6 +246,9 @@ def test_library_run_evaluates_and_ships_with_its_own_card(tmp_path):
     manifest = runtime.load(tmp_path / "m2" / "masked-lm-base" / "int8").manifest
     data = manifest["training_data"]
     assert data["pretraining"]["steps"] == 2 and data["pretraining"]["run"] == str(out)
+    readme = (tmp_path / "m2" / "masked-lm-base" / "int8" / "README.md").read_text()
+    assert f"| pretraining | run: {out}; steps: 2; training_data: (corpus: " in readme
+    assert "{'" not in readme  # nested records read as text, not as Python dicts
     assert data["fine_tuning"]["licence"] == "public domain"
     assert data["corpus"].startswith("first 2 steps on train/library.py")
     assert "gcide: GPL-2.0-or-later" in manifest["license"]
@@ -383,10 +386,11 @@ def test_shipped_masked_lms_verify_and_match_pytorch(name):
 def test_module_doctests():
     import doctest
 
+    from export import manifest
     from runtime import word_vectors as served
     from train import word_vectors as trained
 
-    for module in (served, trained):
+    for module in (served, trained, manifest):
         assert doctest.testmod(module).failed == 0
 
 
