@@ -250,7 +250,7 @@ def test_library_run_evaluates_and_ships_with_its_own_card(tmp_path):
     assert f"| pretraining | run: {out}; steps: 2; training_data: (corpus: " in readme
     assert "{'" not in readme  # nested records read as text, not as Python dicts
     assert data["fine_tuning"]["licence"] == "public domain"
-    assert data["corpus"].startswith("first 2 steps on train/library.py")
+    assert data["corpus"] == "the library, then World English Bible (2 steps, then 2)"
     assert "gcide: GPL-2.0-or-later" in manifest["license"]
     assert "then on the World English Bible" in manifest["export"]["description"]
     with pytest.raises(ValueError, match="`--init` must be a run with a checkpoint.pt"):
@@ -388,9 +388,10 @@ def test_module_doctests():
 
     from export import manifest
     from runtime import word_vectors as served
+    from train import masked_lm
     from train import word_vectors as trained
 
-    for module in (served, trained, manifest):
+    for module in (served, trained, manifest, masked_lm):
         assert doctest.testmod(module).failed == 0
 
 

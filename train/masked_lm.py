@@ -245,13 +245,22 @@ def library_description(path: Path) -> dict:
 
     counts = {source: c["sentences"] for source, c in library_counts(path).items()}
     return {
-        "corpus": f"train/library.py ({path.name}): "
+        "corpus": f"the library (train/library.py, {path.name}): "
         + ", ".join(f"{SOURCES[s][0]} ({n:,} sentences)" for s, n in counts.items()),
         "sentences": sum(counts.values()),
         "split": common.split_description()
         + "; held-out books, Psalms and verses removed from every source",
         "licence": "; ".join(f"{s}: {SOURCES[s][1]}" for s in counts),
     }
+
+
+def short_name(corpus: str) -> str:
+    """A corpus description without its provenance.
+
+    >>> short_name("the library (train/library.py, library.jsonl): World English Bible, …")
+    'the library'
+    """
+    return corpus.split(" (")[0]
 
 
 def init_description(run: Path) -> dict:
@@ -357,8 +366,9 @@ class MaskedLM(Recipe):
             return own
         before = init_description(self.init)
         return {
-            "corpus": f"first {before['steps']:,} steps on {before['training_data']['corpus']}; "
-            f"then {self.size.steps:,} steps on {own['corpus']}",
+            # the pretraining and fine_tuning rows carry each stage's full description
+            "corpus": f"{short_name(before['training_data']['corpus'])}, then "
+            f"{short_name(own['corpus'])} ({before['steps']:,} steps, then {self.size.steps:,})",
             "pretraining": before,
             "fine_tuning": own,
             "split": own["split"],

@@ -86,9 +86,9 @@ def build(registry) -> None:
         if not names:
             gr.Markdown("No masked LM installed (a bundle with manifest task `fill-mask`).")
         gr.Markdown(
-            "Seed 000's BERT-Base vs BERT-Large, scaled down: BERT masked LMs trained here on "
-            "the World English Bible. The mask token is `<|mask|>` and takes the space before "
-            "it (`the <|mask|> of God`)."
+            "Seed 000's BERT-Base vs BERT-Large, scaled down: BERT masked LMs trained here on a "
+            "library of Bible commentaries and dictionaries, then the World English Bible. The "
+            "mask token is `<|mask|>` and takes the space before it (`the <|mask|> of God`)."
         )
         gr.Markdown(
             "\n\n".join(expectations.summary(n, registry.manifest(n)) for n in names),
