@@ -111,3 +111,12 @@ def test_library_ship_carries_the_web_model_and_measures_everyday_sentences(tmp_
     assert "| 3% (1 of 30) | 0% (0 of 30) |" in hierarchical_library_ship.comparison_table(
         metrics, web
     )
+
+    # --name ships the library model beside the WEB one instead of in its place
+    beside = [*ship, "--previous", str(WEB_BUNDLE), "--name", "paraphraser-library"]
+    assert hierarchical_cli.main(beside) == 0
+    (other,) = [p.parent for p in (models / "paraphraser-library").glob("*/manifest.json")]
+    assert runtime.load(other).manifest["name"] == "paraphraser-library"
+    assert (other / "README.md").read_text().startswith("# paraphraser-library\n")
+    assert "It ships beside the WEB-trained paraphraser" in (other / "README.md").read_text()
+    assert (bundle / "manifest.json").exists()  # the first ship is left as it was

@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         help="ship: instead of --runs, export the library runs <dir>/<--lm> + <dir>/<--ae> "
         "(train/hierarchical_library_ship.py; needs --library)",
     )
+    parser.add_argument(
+        "--name",
+        default="paraphraser",
+        help="ship --library-runs: the bundle's name (default paraphraser: replaces the WEB "
+        "model; another name, e.g. paraphraser-library, ships it beside)",
+    )
     parser.add_argument("--lm", default="lm-library", help="ship --library-runs: the LM run")
     parser.add_argument("--ae", default="ae-library", help="ship --library-runs: its autoencoder")
     parser.add_argument(

@@ -1,6 +1,7 @@
 """Shipping the paraphraser trained on the library (issue 24): `ship --library-runs DIR` exports
 DIR/<lm> (next sentence on train/library.py's paragraphs) and its autoencoder DIR/<ae> to
-models/paraphraser/<precision>, int8 when it is within 1 % of fp32 (train/hierarchical_ship.py's
+models/<--name>/<precision> (default models/paraphraser: it replaces the WEB model; another name
+ships it beside), int8 when it is within 1 % of fp32 (train/hierarchical_ship.py's
 rule), with a model card that sets its measures beside the WEB-trained paraphraser's.
 
 The WEB-era results whose runs are gone (the sentence-encoder comparison, the Spurgeon style runs,
@@ -178,7 +179,7 @@ def license_text(counts: dict) -> str:
 
 
 def ship_library(args) -> int:
-    """Export args.library_runs/<lm> + <ae> to models/paraphraser/<precision> with its card."""
+    """Export args.library_runs/<lm> + <ae> to models/<args.name>/<precision> with its card."""
     if args.library is None:
         raise ValueError("`--library` must name the library the runs trained on, got None")
     runs = args.library_runs
@@ -193,11 +194,11 @@ def ship_library(args) -> int:
         for figure in CARRIED_FIGURES:
             if (previous / figure).exists():
                 shutil.copy(previous / figure, Path(carried) / figure)
-        out = args.models_dir / "paraphraser" / "fp32"
+        out = args.models_dir / args.name / "fp32"
         manifest = hierarchical_export.export_bundle(
             lm_run,
             out,
-            "paraphraser",
+            args.name,
             ae_run,
             card={
                 "metrics": {
@@ -262,15 +263,27 @@ def card(args, lm, autoencoder, web, new, counts, generator, everyday_pairs) -> 
     ]
     manifest = generator.manifest
     greedy = manifest["parity"].get("fp32_greedy", manifest["parity"]["greedy"])
+    noise = lm.get("sentence_noise") or 0
+    wdn = (
+        f" with seed 003's WDN noise (std {noise} × the sentence vector's RMS, in training)"
+        if noise
+        else ""
+    )
+    web_model = f"the WEB-trained paraphraser ({web['steps']} steps on WEB verses)"
+    relation = (
+        f"It replaces {web_model}"
+        if args.name == "paraphraser"
+        else f"It ships beside {web_model}, models/paraphraser"
+    )
     return (
-        f"# paraphraser\n\nSeed 003's hierarchical character-level model with a **{lm['kind']}** "
-        f"sentence encoder and decoder ({lm['steps']} steps), trained to predict the next "
-        "sentence of a paragraph of **the library** (train/library.py: Bibles, commentaries, "
-        "dictionaries; about ten times the WEB), plus its autoencoder (the sentence decoder "
-        f"fine-tuned {autoencoder['steps']} steps to reconstruct its input, everything else "
-        "frozen) for unsupervised paraphrase. Task `hierarchical-lm`, run by "
-        "`runtime/hierarchical.py` (numpy + onnxruntime). It replaces the WEB-trained paraphraser "
-        f"({web['steps']} steps on WEB verses), whose measures stand beside its own below.\n\n"
+        f"# {args.name}\n\nSeed 003's hierarchical character-level model with a "
+        f"**{lm['kind']}** sentence encoder and decoder ({lm['steps']} steps), trained{wdn} to "
+        "predict the next sentence of a paragraph of **the library** (train/library.py: Bibles, "
+        "commentaries, dictionaries; about ten times the WEB), plus its autoencoder (the sentence "
+        f"decoder fine-tuned {autoencoder['steps']} steps to reconstruct its input, everything "
+        "else frozen) for unsupervised paraphrase. Task `hierarchical-lm`, run by "
+        f"`runtime/hierarchical.py` (numpy + onnxruntime). {relation}; the measures of both stand "
+        "side by side below.\n\n"
         f"Test nits/char (next WEB verse): **{lm['test_nits_per_char']}**; autoencoder "
         f"(reconstruction) test nits/char: **{autoencoder['test_nits_per_char']}**.\n\n"
         "## Measures, beside the WEB model\n\n"
