@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from export.manifest import CARD_FILE
 from train import common, data
 from train.recipe import Recipe
 
@@ -85,13 +84,6 @@ def make_recipe(args) -> tuple[Recipe, Path]:
             raise ValueError(f"`--init` must go with a masked-lm recipe, got {args.recipe!r}")
         if not (args.init / common.CHECKPOINT).exists():
             raise ValueError(f"`--init` must be a run with a {common.CHECKPOINT}, got {args.init}")
-        if not (args.init / common.MODEL_DIR / CARD_FILE).exists():
-            # the card names what the run started from (the evaluation writes it); refusing now
-            # saves a training run that would fail when it exports
-            raise ValueError(
-                f"`--init` must be an evaluated run (evaluate it with --eval-only first), got "
-                f"{args.init}"
-            )
         extra["init"] = args.init
     recipe = recipe_class(args.recipe)(
         args.tiny, Path(verses), args.tokenizers, out, args.seed, **extra

@@ -268,7 +268,9 @@ def init_description(run: Path) -> dict:
     run was evaluated) and for how many steps."""
     card = run / common.MODEL_DIR / CARD_FILE
     if not card.exists():
-        raise FileNotFoundError(f"{card} not found: evaluate {run} first (--eval-only)")
+        raise ValueError(
+            f"`--init` must be an evaluated run (evaluate it with --eval-only first), got {run}"
+        )
     training = common.read_json(run / "training.json")
     return {
         "run": str(run),
@@ -297,6 +299,9 @@ class MaskedLM(Recipe):
         self.name = name
         self.library = library  # train on train/library.py's corpus instead of the WEB
         self.init = init  # a run whose weights training starts from (e.g. one on the library)
+        # what that run trained on, read now so that an unevaluated run is refused before
+        # training rather than at export
+        self.pretraining = init_description(init) if init is not None else None
         self.tiny = tiny
         self.size = (TINY if tiny else SIZES)[name]
         if steps is not None:  # another budget, e.g. for a larger corpus on a fixed time
@@ -364,7 +369,7 @@ class MaskedLM(Recipe):
             }
         if self.init is None:
             return own
-        before = init_description(self.init)
+        before = self.pretraining
         return {
             # the pretraining and fine_tuning rows carry each stage's full description
             "corpus": f"{short_name(before['training_data']['corpus'])}, then "
