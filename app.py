@@ -4,23 +4,28 @@ It finds every bundle under models/, the flagship SmolLM2-135M-Instruct (export/
 any `--models` directories or GGUF files (converted once into a cache), or with `--backend` the
 models of a `scriptorium serve` server, which then runs every generation (ui/remote.py). It
 assembles the tabs, which live in ui/ (one module each), and serves them with a bounded queue,
-behind a request-body limit, from a temporary folder of its own (ui/server.py). docs/APP.md
+behind a request-body limit, from a temporary folder of its own (ui/server.py). A file that
+cannot be used (a model's manifest, a GGUF that does not convert, the votes database) never stops
+it: each is logged in one line and listed on the Models tab, and the rest works. docs/APP.md
 describes the tabs, their API endpoints and limits."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
 import runtime
-from ui.registry import ModelRegistry
+from ui.registry import ModelRegistry, reason
 
 HERE = Path(__file__).resolve().parent
 TITLE = "# Scriptorium\nTransformer text generators, exported to ONNX, served without torch."
 
 
-def build(registry: ModelRegistry):
+def build(registry: ModelRegistry, store=None):
+    """The app's page for `registry`'s models; `store`: the arena's ui.votes.VoteStore (default:
+    the one at `votes.default_path()`, opened and checked now)."""
     import gradio as gr
 
     from ui import (
@@ -35,8 +40,14 @@ def build(registry: ModelRegistry):
         paraphrase_tab,
         rewrite_tab,
         translate_tab,
+        votes,
         widgets,
     )
+
+    store = store or votes.VoteStore()
+    problems = {**registry.problems}
+    if store.problem:
+        problems[f"votes database {store.path}"] = store.problem
 
     with gr.Blocks(title="Scriptorium") as demo:
         gr.Markdown(TITLE, elem_id="title")
@@ -46,13 +57,13 @@ def build(registry: ModelRegistry):
         with gr.Tabs() as tabs:
             chat_tab.build(registry)  # first, when there is a chat model
             generate_tab.build(registry)
-            compare_tab.build(registry, sections=[arena.build])
+            compare_tab.build(registry, sections=[functools.partial(arena.build, store=store)])
             rewrite_tab.build(registry)
             translate_tab.build(registry)
             paraphrase_tab.build(registry)
             embeddings_tab.build(registry)
             masked_lm_tab.build(registry)
-            models_tab.build(registry, HERE / "bench" / "results")
+            models_tab.build(registry, HERE / "bench" / "results", problems)
         links.attach(demo, tabs)
         demo.load(None, js=widgets.LIMIT_NOTES, api_visibility="private")  # runs in the page only
     return demo
@@ -74,6 +85,21 @@ def quiet_upstream_warnings() -> None:
 
     for message in UPSTREAM_WARNINGS:
         warnings.filterwarnings("ignore", message=message, module="gradio")
+
+
+def usable_roots(models: list[str]) -> tuple[list[Path], dict[str, str]]:
+    """The model directories to look in: the flagship's and each `--models` entry's (a GGUF is
+    converted once into the cache, export/flagship.py), and {entry: why} for each entry that
+    could not be used, whatever it holds (one line each)."""
+    from export.flagship import model_roots
+
+    roots, unusable = [], {}
+    for entry in [None, *models]:  # None: the flagship alone
+        try:
+            roots += model_roots([] if entry is None else [entry], flagship=entry is None)
+        except Exception as error:  # a bad file must not stop the app: the Models tab says why
+            unusable[entry or "the flagship"] = reason(error, entry)
+    return roots, unusable
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,15 +156,15 @@ def main(argv: list[str] | None = None) -> int:
             providers = runtime.providers_for(args.device)  # docs/GPU.md
         except ValueError as error:
             parser.error(str(error))
-        from export.flagship import model_roots  # SmolLM2 and `--models` GGUFs, converted once
-
-        roots = [HERE / "models", *model_roots(args.models)]
+        roots, unusable = usable_roots(args.models)
         registry = ModelRegistry.discover(
-            roots,
+            [HERE / "models", *roots],
             providers,
             batching=None if args.batching else False,
             spinning=None if args.spinning else False,
         )
+        for name, why in unusable.items():
+            registry.skip(name, why)
     demo = build(registry).queue(**queue_settings())
     demo.launch(
         server_name=args.host,

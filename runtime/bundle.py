@@ -160,6 +160,8 @@ def merge_adapter(base: dict, adapter: dict) -> dict:
 
 
 def _check_manifest(manifest: dict, path: Path) -> None:
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{path}: must hold a JSON object, got {type(manifest).__name__}")
     version = manifest.get("schema_version")
     if version != SCHEMA_VERSION:
         raise BundleError(f"{path}: `schema_version` must be {SCHEMA_VERSION}, got {version!r}")
@@ -170,10 +172,18 @@ def _check_manifest(manifest: dict, path: Path) -> None:
             raise BundleError(
                 f"{path}: an adapter's `task` must be causal-lm, got {manifest['task']!r}"
             )
+        adapter = manifest["adapter"]
+        if not isinstance(adapter, dict):
+            raise BundleError(f"{path}: `adapter` must be an object, got {adapter!r:.80}")
         missing = [key for key in ("name", "files") if key not in manifest]
-        missing += [f"adapter.{key}" for key in ("base", "file") if key not in manifest["adapter"]]
+        missing += [f"adapter.{key}" for key in ("base", "file") if key not in adapter]
         if missing:
             raise BundleError(f"{path}: missing keys {missing}")
+        if not isinstance(adapter["base"], dict) or "sha256" not in adapter["base"]:
+            raise BundleError(
+                f"{path}: `adapter.base` must be an object with a `sha256`, "
+                f"got {adapter['base']!r:.80}"
+            )
         return
     if manifest["task"] == "word-vectors":
         required = ("name", "task", "files", "vectors", "vocab")

@@ -8,8 +8,9 @@ repetition rate, mean log p). A contestant is "model · preset"; two columns mus
 round the visitor picks the better reply (or a tie), once per round; the vote goes to the SQLite
 store (ui/votes.py: committed per vote, kept across restarts), and the tally per pair of
 contestants is shown. Endpoint `/arena` streams the replies and the metrics; voting is a page
-action only (no API endpoint). The tally is read when the page is built and after every round and
-vote, so a page load does no work.
+action only (no API endpoint). The tally is read from the database on every page load, for every
+visitor, and after every round and vote. When the votes file could not be used (the store kept it
+aside, or refuses votes), the section says so above the tally.
 """
 
 from __future__ import annotations
@@ -84,11 +85,9 @@ def run_arena(registry, conversation, columns, max_new_tokens, seed):
             stream.close()
 
 
-def tally_rows(path) -> list[list]:
+def tally_rows(store: votes.VoteStore) -> list[list]:
     """The tally as table rows (none before the first vote: the file is made by the first)."""
-    if not path.exists():
-        return []
-    return [[t.a, t.b, t.a_wins, t.b_wins, t.ties, t.votes] for t in votes.VoteStore(path).tally()]
+    return [[t.a, t.b, t.a_wins, t.b_wins, t.ties, t.votes] for t in store.tally()]
 
 
 def vote_choices(contestants: list[str]) -> list[str]:
@@ -108,17 +107,19 @@ def winner_of(choice: str, contestants: list[str]) -> int | None:
     return None if choice == TIE else options.index(choice)
 
 
-def build(registry, votes_path=None) -> None:
+def build(registry, store: votes.VoteStore | None = None) -> None:
     """The arena section (inside the Compare tab); nothing without a chat model.
-    `votes_path`: the SQLite file (default `votes.default_path()`, read when the page is built)."""
+    `store`: where votes go (default: a `votes.VoteStore` at `votes.default_path()`)."""
     names = registry.chat_models()
     if not names:
         return
-    path = votes_path or votes.default_path()
+    store = store or votes.VoteStore()
     gr.Markdown(
         "## Arena\nThe same message to 2–4 chat models or decoding presets; vote for the better "
         "reply. Votes are kept on this machine and tallied per pair."
     )
+    if store.notice:
+        gr.Markdown(store.notice, elem_classes="notice", elem_id="arena-notice")
     with gr.Row():
         message = gr.Textbox(
             "Name three rivers.",
@@ -168,7 +169,7 @@ def build(registry, votes_path=None) -> None:
         vote = gr.Button("Vote", scale=1, interactive=False, elem_id="arena-vote")
     said = gr.Markdown(elem_id="arena-said")
     tally = gr.Dataframe(
-        value=tally_rows(path) or None,
+        value=None,  # read on page load, below
         headers=TALLY_HEADERS,
         label="Tally per pair",
         interactive=False,
@@ -230,19 +231,26 @@ def build(registry, votes_path=None) -> None:
         api_name="arena",
         concurrency_id=limits.CONCURRENCY_ID,
     )
-    # Other visitors' votes since the page was built show after each round.
-    event.then(lambda: tally_rows(path), None, tally, queue=False, api_visibility="private")
     stop.click(None, cancels=[event])
+
+    @limits.shown_to_user
+    def read_tally():
+        return tally_rows(store) or gr.skip()  # none yet: the empty table stays
+
+    # On every page load (no triggers, no inputs: the page's load event) and after each round,
+    # so every visitor sees every vote kept so far.
+    gr.on(None, read_tally, None, tally, queue=False, api_visibility="private")
+    event.then(read_tally, None, tally, queue=False, api_visibility="private")
 
     @limits.shown_to_user
     def cast(chosen, current):
         if not current or current["voted"]:
             raise ValueError("there is no round to vote on: ask every column first")
         winner = winner_of(chosen, current["contestants"])
-        votes.VoteStore(path).add(current["contestants"], winner)
+        store.add(current["contestants"], winner)
         thanks = "Vote recorded: " + ("a tie." if winner is None else f"reply {winner + 1}.")
         voted = {**current, "voted": True}
-        return tally_rows(path), voted, thanks, gr.Button(interactive=False)
+        return tally_rows(store), voted, thanks, gr.Button(interactive=False)
 
     vote.click(
         cast,

@@ -215,12 +215,27 @@ def benchmark_summary(results_dir: Path) -> str:
     return "\n\n".join(parts)
 
 
-def build(registry, results_dir: Path) -> None:
+def problems_markdown(problems: dict[str, str]) -> str:
+    """The files the app could not use ({name: why}) as a Markdown list, "" when there are none.
+
+    >>> print(problems_markdown({"m": "`task` must be one of …"}))
+    **Files the app could not use** (everything else works):
+    - `m`: `task` must be one of …
+    """
+    if not problems:
+        return ""
+    rows = "\n".join(f"- `{name}`: {why}" for name, why in problems.items())
+    return f"**Files the app could not use** (everything else works):\n{rows}"
+
+
+def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -> None:
+    """The tab; `problems`: files other than models that the app could not use ({name: why}),
+    listed with the registry's."""
     names = registry.names
     with gr.Tab("Models", id="models"):
-        if registry.problems:
-            problems = "\n".join(f"- `{name}`: {why}" for name, why in registry.problems.items())
-            gr.Markdown(f"**Unreadable model folders:**\n{problems}", elem_classes="notice")
+        listed = problems_markdown({**registry.problems, **(problems or {})})
+        if listed:
+            gr.Markdown(listed, elem_classes="notice", elem_id="models-problems")
         model = widgets.model_picker(names, value=default_model(registry))
         with gr.Row():
             with gr.Column(scale=3):

@@ -17,12 +17,16 @@ never from its name (docs/APP.md, "How models are chosen"):
 - chat: causal LMs whose manifest has a chat template (`runtime.chat.is_chat_manifest`, what
   `Generator.is_chat_model` says), for the Chat tab, the arena and the Paraphrase tab's row.
 Within a kind, int8 comes before fp32 before int4 (fast first). Generators are loaded once and
-shared by all users (sessions are thread-safe). This module builds no UI.
+shared by all users (sessions are thread-safe). A model whose manifest cannot be read or holds
+fields of the wrong kind, whatever the file holds, is left out and kept in `problems` with the
+reason (the Models tab lists them; `skip` also logs one line), so one bad file never stops the
+app. This module builds no UI.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import mimetypes
 import re
 import threading
@@ -42,6 +46,45 @@ PRECISION_ORDER = ("int8", "fp32", "int4")
 PAIR = re.compile(r"^\s*([A-Za-z_]+)\s*(?:-|→|->|_|2)\s*([A-Za-z_]+)\s*$")
 LENGTH_CONTROLS = ("length_ratio", "length")
 GENERATION_TASKS = ("causal-lm", "seq2seq", "hierarchical-lm")
+# manifest fields the app reads as objects ({…}) when present
+OBJECT_FIELDS = ("files", "graphs", "controls", "training_data", "export", "parity")
+LOG = logging.getLogger("scriptorium.app")
+
+
+def check_fields(manifest: dict) -> None:
+    """ValueError unless the fields the app reads have the kinds it reads them as.
+
+    >>> check_fields({"controls": {"section": {"values": {"law": "<|law|>"}}}})
+    >>> check_fields({"controls": [5]})
+    Traceback (most recent call last):
+    ...
+    ValueError: `controls` must be an object, got list
+    """
+    for key in OBJECT_FIELDS:
+        if manifest.get(key) is not None and not isinstance(manifest[key], dict):
+            raise ValueError(f"`{key}` must be an object, got {type(manifest[key]).__name__}")
+    for name, spec in (manifest.get("controls") or {}).items():
+        values = spec.get("values") if isinstance(spec, dict) else None
+        if not isinstance(values, dict):
+            raise ValueError(f"`controls.{name}.values` must be an object, got {values!r:.80}")
+    for name, entry in (manifest.get("files") or {}).items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"`files.{name}` must be an object, got {entry!r:.80}")
+
+
+def reason(error: BaseException, path=None, limit: int = 300) -> str:
+    """Why a file could not be used, on one line of at most `limit` characters, starting with
+    `path` unless the message names it.
+
+    >>> reason(TypeError("bad  thing"), "/m")
+    '/m: TypeError: bad thing'
+    """
+    text = " ".join(str(error).split())
+    if not isinstance(error, (ValueError, OSError)) or not text:
+        text = f"{type(error).__name__}: {text}".rstrip(": ")
+    if path is not None and str(path) not in text:
+        text = f"{path}: {text}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def languages(manifest: dict) -> tuple[str, str] | None:
@@ -110,14 +153,17 @@ class ModelRegistry:
         # False none (docs/RUNTIME.md, "Spinning")
         self.spinning = spinning
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
-        self.problems: dict[str, str] = {}  # display name -> why its manifest is unreadable
+        self.problems: dict[str, str] = {}  # display name (or file) -> why it is not offered
         self._manifests: dict[str, dict] = {}
         for name, path in paths.items():
             try:
-                self._manifests[name] = read_manifest(path, verify=False)
-                self.paths[name] = path
-            except (ValueError, FileNotFoundError, KeyError) as error:
-                self.problems[name] = f"{path}: {error}"
+                manifest = read_manifest(path, verify=False)
+                check_fields(manifest)
+            except Exception as error:  # whatever a file holds, the others are offered
+                self.skip(name, reason(error, path))
+                continue
+            self._manifests[name] = manifest
+            self.paths[name] = path
         self._loaded: dict[str, runtime.Generator] = {}
         self._spaces: dict[tuple, object] = {}  # EmbeddingSpace or WordVectors per key
         self._lock = threading.Lock()
@@ -128,6 +174,11 @@ class ModelRegistry:
     ) -> ModelRegistry:
         paths = {name: path for name, _, path in find_bundles(roots)}
         return cls(paths, providers, batching, spinning)
+
+    def skip(self, name: str, why: str) -> None:
+        """Leave `name` out, listed in `problems` with `why` (one line), and log that line."""
+        self.problems[name] = why
+        LOG.warning("model %s not offered: %s", name, why)
 
     def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
         """Offer the bundle at `path` as `name`, optionally with a generator already loaded

@@ -1,0 +1,199 @@
+"""`python app.py` started beside bad files (issue 37, item 5): it starts whatever one file holds.
+
+Each test starts the app as a process on 127.0.0.1 (the shipped models, the flagship, and
+`--models` pointing at the bad files) with a votes file that cannot be read, and checks that it
+serves `/gradio_api/info`, lists every bad file with what is wrong on the Models tab (read from
+the page's config), logs one line per bad file and no traceback, tells the Arena's visitors what
+happened to the votes file (kept aside, a fresh one in use), and still generates with the good
+models. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.app_fixtures import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = ROOT / "models" / "bible-lm" / "int8"
+START_S = 240  # the longest the app may take to serve its page on a loaded 2-core machine
+ANSWER_S = 180  # the longest one generation may take (the app preloads every model meanwhile)
+
+# folder name under --models DIR -> (manifest.json text, a piece of the reason shown for it)
+BAD_MANIFESTS = {
+    "manifest-list": ("[]", "JSON object"),
+    "manifest-adapter-only": ('{"adapter": 5}', "schema_version"),
+    "manifest-adapter-int": (
+        {"schema_version": 1, "task": "causal-lm", "name": "a", "files": {}, "adapter": 5},
+        "`adapter` must be",
+    ),
+    "manifest-controls-int": (
+        {
+            "schema_version": 1,
+            "task": "causal-lm",
+            "name": "c",
+            "files": {},
+            "graphs": {"decoder": {"file": "model.onnx"}},
+            "num_layers": 1,
+            "num_heads": 1,
+            "head_size": 1,
+            "controls": 5,
+        },
+        "`controls` must be",
+    ),
+    "manifest-base-x": (
+        {
+            "schema_version": 1,
+            "task": "causal-lm",
+            "name": "b",
+            "files": {},
+            "adapter": {"base": "x", "file": "adapter.onnx"},
+        },
+        "`adapter.base` must be",
+    ),
+}
+# GGUF file name -> (its bytes, a piece of the reason shown for it)
+BAD_GGUFS = {
+    "garbage.gguf": (bytes(range(256)) * 20, "not a readable GGUF"),
+    "truncated.gguf": (b"GGUF\x03\x00\x00\x00" + b"\x07" * 3000, "not a readable GGUF"),
+}
+
+
+def bad_models(folder: Path) -> list[str]:
+    """Write the bad manifests (beside a good bundle, linked as `good-lm`) and bad GGUFs under
+    `folder`; the `--models` arguments that name them."""
+    models = folder / "models"
+    models.mkdir()
+    (models / "good-lm").symlink_to(GOOD, target_is_directory=True)
+    for name, (manifest, _) in BAD_MANIFESTS.items():
+        (models / name).mkdir()
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        (models / name / "manifest.json").write_text(text)
+    arguments = ["--models", str(models)]
+    for name, (data, _) in BAD_GGUFS.items():
+        (folder / name).write_bytes(data)
+        arguments += ["--models", str(folder / name)]
+    return arguments
+
+
+@contextmanager
+def running_app(folder: Path, votes: Path, arguments: list[str]):
+    """(URL, stderr path) of `python app.py ARGUMENTS` on a free port once it serves its API;
+    stopped on exit. Fails with the log's tail if the process ends or is not up in time."""
+    port = free_port()
+    log = folder / "stderr.txt"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "SCRIPTORIUM_VOTES": str(votes),
+    }
+    command = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port)]
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            command + arguments, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"the app exited ({process.returncode}):\n{log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"the app did not start in {START_S} s:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/gradio_api/info", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        yield url, log
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(30)
+
+
+def shown_text(url: str, elem_id: str) -> str:
+    """The value of the page's Markdown with `elem_id` (from /config), "" when there is none."""
+    config = httpx.get(f"{url}/config", timeout=30).json()
+    for component in config["components"]:
+        props = component.get("props", {})
+        if props.get("elem_id") == elem_id:
+            return str(props.get("value") or "")
+    return ""
+
+
+def generates(url: str, model: str) -> str:
+    from gradio_client import Client
+
+    client = Client(url, verbose=False, httpx_kwargs={"timeout": ANSWER_S})
+    text, *_ = client.predict(
+        model=model,
+        prompt="In the beginning",
+        mode="greedy",
+        max_new_tokens=8,
+        api_name="/generate",
+    )
+    return text
+
+
+def one_line_each(log: str, reasons: dict[str, str]) -> None:
+    """Each bad item (name -> a piece of its reason) is on exactly one line of `log`, and the log
+    holds no traceback."""
+    assert "Traceback" not in log, log[-3000:]
+    for name, reason in reasons.items():
+        lines = [line for line in log.splitlines() if name in line and reason in line]
+        assert len(lines) == 1, (name, reason, log[-3000:])
+
+
+def test_the_app_starts_beside_bad_models_and_a_garbage_votes_file(tmp_path):
+    votes = tmp_path / "votes.sqlite"
+    garbage = b"this is not a database\n" * 100
+    votes.write_bytes(garbage)
+    with running_app(tmp_path, votes, bad_models(tmp_path)) as (url, log):
+        listed = shown_text(url, "models-problems")
+        reasons = {name: reason for name, (_, reason) in {**BAD_MANIFESTS, **BAD_GGUFS}.items()}
+        for name, reason in reasons.items():
+            row = [line for line in listed.splitlines() if name in line]
+            assert len(row) == 1 and reason in row[0], (name, listed)
+        assert "votes.sqlite" in listed and "not a database" in listed, listed
+        notice = shown_text(url, "arena-notice")
+        (aside,) = tmp_path.glob("votes.sqlite.corrupt-*")
+        assert aside.read_bytes() == garbage  # kept, renamed
+        assert aside.name in notice and "new" in notice, notice
+        with sqlite3.connect(votes) as db:  # a fresh, readable votes database in its place
+            assert db.execute("SELECT COUNT(*) FROM votes").fetchone() == (0,)
+        assert generates(url, "good-lm")  # a good model beside the bad ones
+        assert generates(url, "bible-lm (int8)")
+        one_line_each(log.read_text(), {**reasons, "votes.sqlite": "not a database"})
+
+
+def test_the_app_starts_with_a_folder_at_the_votes_path(tmp_path):
+    votes = tmp_path / "votes.sqlite"
+    votes.mkdir()
+    (votes / "kept.txt").write_text("mine")
+    with running_app(tmp_path, votes, []) as (url, log):
+        (aside,) = tmp_path.glob("votes.sqlite.corrupt-*")
+        assert (aside / "kept.txt").read_text() == "mine"
+        notice = shown_text(url, "arena-notice")
+        assert "folder" in notice and aside.name in notice, notice
+        assert "folder" in shown_text(url, "models-problems")
+        with sqlite3.connect(votes) as db:
+            assert db.execute("SELECT COUNT(*) FROM votes").fetchone() == (0,)
+        assert generates(url, "bible-lm (int8)")
+        one_line_each(log.read_text(), {"votes.sqlite": "folder"})
