@@ -1,16 +1,15 @@
 """The arena, a section of the Compare tab: one message to 2–4 chat models (or one model with
 different decoding presets) side by side, and a vote on which reply is better.
 
-Shown only when a chat model is installed. The columns' `stream_chat` streams advance in turn,
-one token each, so the replies grow together; each column's clock runs only while its own model
-works (compare_tab.BusyClock), and the metrics table is the Compare tab's (tokens/s, distinct-n,
-repetition rate, mean log p). A contestant is "model · preset"; two columns must differ. After a
-round the visitor picks the better reply (or a tie), once per round; the vote goes to the SQLite
-store (ui/votes.py: committed per vote, kept across restarts), and the tally per pair of
-contestants is shown. Endpoint `/arena` streams the replies and the metrics; voting is a page
-action only (no API endpoint). The tally is read from the database on every page load, for every
-visitor, and after every round and vote. When the votes file could not be used (the store kept it
-aside, or refuses votes), the section says so above the tally.
+Shown only when a chat model is installed. The columns' `stream_chat` streams advance in turn, one
+token each, so the replies grow together; each column is timed on the wall clock, and the metrics
+table is the Compare tab's (tokens/s, distinct-n, repetition rate, mean log p). A contestant is
+"model · preset"; two columns must differ. After a round the visitor picks the better reply (or a
+tie), once per round; the vote goes to the SQLite store (ui/votes.py: committed per vote, kept
+across restarts), and the tally per pair of contestants is shown. Endpoint `/arena` streams the
+replies and the metrics; voting is a page action only (no API endpoint). The tally is read from the
+database on every page load, for every visitor, and after every round and vote. When the votes file
+could not be used (the store kept it aside, or refuses votes), the section says so above the tally.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import time
 import gradio as gr
 
 from . import limits, votes, widgets
-from .compare_tab import METRIC_HEADERS, PRESETS, BusyClock, metric_row, preset_config
+from .compare_tab import METRIC_HEADERS, PRESETS, metric_row, preset_config
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
@@ -55,20 +54,18 @@ def check_distinct(labels: list[str]) -> None:
 
 def run_arena(registry, conversation, columns, max_new_tokens, seed):
     """Yield ([reply per column], metrics rows) while every column's reply streams."""
-    streams, collectors, clocks = [], [], []
+    streams, collectors = [], []
     try:
         for model, preset in columns:
             gen = registry.get(model)
             config = preset_config(preset, max_new_tokens, 1, seed)
-            clock = BusyClock()
             end = gen.end_of_turn_token_ids[0]
-            collectors.append(StreamCollector(1, gen.tokenizer, end, clock=clock))
-            streams.append(clock.run(lambda gen=gen, c=config: gen.stream_chat(conversation, c)))
-            clocks.append(clock)
+            collectors.append(StreamCollector(1, gen.tokenizer, end))
+            streams.append(gen.stream_chat(conversation, config))
         running, shown = set(range(len(streams))), 0.0
         while running:
             for i in sorted(running):
-                event = clocks[i].run(lambda i=i: next(streams[i], None))
+                event = next(streams[i], None)
                 if event is None:
                     running.discard(i)
                 else:

@@ -1,8 +1,8 @@
 """The Compare tab: 2–4 columns, each a model and a decoding preset, one prompt and seed.
 
 Endpoint `/compare` streams every column's text and a metrics table. The columns' streams are
-advanced in turn, one token each, so they all grow at once on one worker; each column's clock
-runs only while its own model works, so its time to first token and tokens/s are its own.
+advanced in turn, one token each, so they all grow at once on one worker; each column's time to
+first token and tokens/s are on the wall clock (ui/streaming.py), as a stopwatch would time it.
 Metrics per column (ui/metrics.py): tokens/s, distinct-1/2, repetition rate, mean token
 logprob, with two or more samples Self-BLEU and UNGC-1..4, and once a column is done, for a
 causal LM with the training 8-gram index, the memorisation meter (share of copied 8-grams and
@@ -64,23 +64,6 @@ METRIC_HEADERS = [
 ]
 
 
-class BusyClock:
-    """A clock that advances only inside `run`: one column's own working time."""
-
-    def __init__(self):
-        self.total = 0.0
-
-    def __call__(self) -> float:
-        return self.total
-
-    def run(self, fn):
-        started = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            self.total += time.perf_counter() - started
-
-
 def preset_config(preset: str, max_new_tokens: int, samples: int, seed: int):
     """The GenerationConfig of a preset; samples are capped where the preset cannot give more."""
     limits.choice("preset", preset, PRESETS)
@@ -119,24 +102,22 @@ def metric_row(
 def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, seed):
     """Yield ([text per column], metrics rows, [collector per column]) while all columns
     stream."""
-    streams, collectors, clocks = [], [], []
+    streams, collectors = [], []
     try:
         for model, preset in columns:
             gen = registry.get(model)
             config = preset_config(preset, max_new_tokens, samples, seed)
             own = {k: v for k, v in controls.items() if k in registry.controls_of(model)}
-            clock = BusyClock()
             collector = StreamCollector(
-                config.num_return_sequences, gen.tokenizer, gen.eos_token_id, clock=clock
+                config.num_return_sequences, gen.tokenizer, gen.eos_token_id
             )
             streams.append(gen.stream(prompt, config, controls=own))
             collectors.append(collector)
-            clocks.append(clock)
         running, shown = set(range(len(streams))), 0.0
         meters = [None] * len(streams)
         while running:
             for i in sorted(running):
-                event = clocks[i].run(lambda i=i: next(streams[i], None))
+                event = next(streams[i], None)
                 if event is None:
                     running.discard(i)
                     meters[i] = memorisation(registry.get(columns[i][0]), collectors[i].texts)

@@ -2,9 +2,13 @@
 
 `StreamCollector` takes `runtime.StreamEvent`s as they arrive (samples interleaved, as
 `Generator.stream` yields them) and keeps each sample's text, its tokens with probabilities and
-top-5 alternatives, and the timing: time to first token (from the request until the first
-token), and tokens/s (tokens after the first over the time since the first; all tokens over the
-whole time when there is only one, or for beam search, which delivers whole sequences at once).
+top-5 alternatives, and the timing, on the caller's wall clock: time to first token (from the
+request until the first token arrived) and tokens/s (every token of every sample over the wall
+time from the request to the last token's arrival, the time a stopwatch beside the page
+measures). Arrival, not production, is what a caller can time: the engine may hand a request's
+events over late (a batch-mate's step, or all at once at the end for a caller that does not
+stream), and beam search delivers whole sequences at once, so only the last arrival and the
+request's start bound the wall time a request spent being generated, whatever ran beside it.
 `token_view_html` colours every token by its probability in five bands and puts the
 alternatives in a tooltip. This module runs no model and builds no components.
 """
@@ -79,7 +83,7 @@ class StreamCollector:
     """Accumulates the events of one `Generator.stream` call with `samples` sequences."""
 
     def __init__(self, samples: int, tokenizer, eos_token_id=None, clock=time.perf_counter):
-        self.clock = clock
+        self.clock = clock  # a wall clock (seconds); the request starts now
         self.start = clock()
         self.first: float | None = None  # when the first token arrived
         self.last: float | None = None  # when the latest token arrived
@@ -120,11 +124,9 @@ class StreamCollector:
 
     @property
     def tokens_per_second(self) -> float | None:
+        """Tokens over the wall time from the request to the last token; None before one."""
         if self.first is None:
             return None
-        token_by_token = any(self.logprobs)  # beam search delivers sequences, not tokens
-        if token_by_token and self.count > 1 and self.last > self.first:
-            return (self.count - 1) / (self.last - self.first)
         elapsed = self.last - self.start
         return self.count / elapsed if elapsed > 0 else None
 
