@@ -76,6 +76,10 @@ def read_peft(peft_dir: str | Path) -> tuple[dict, dict]:
         if match is None or match[2] not in MODULES:
             raise ValueError(f"adapter weight {key!r} is not a LoRA factor of {list(MODULES)}")
         layer, module, side = int(match[1]), match[2], match[3]
+        if not np.issubdtype(value.dtype, np.floating) or not np.isfinite(value).all():
+            raise ValueError(
+                f"adapter weight {key!r} holds non-finite values or is not float, got {value.dtype}"
+            )
         factors.setdefault((layer, module), {})[side] = value.astype(np.float32)
     return config, {key: (pair["A"], pair["B"]) for key, pair in factors.items()}
 
@@ -437,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (FileNotFoundError, ValueError) as error:
         print(f"python -m export.adapter: error: {error}", file=sys.stderr)
-        return 1
+        return 2
     parity = manifest["parity"]
     size = sum(entry["size"] for entry in manifest["files"].values())
     print(

@@ -8,7 +8,7 @@ torch: export/hf_llama.py), `export_bundle` (another text generator) or, for a c
 config names a `…ForMaskedLM` architecture, `export_fill_mask_bundle` (fp32 or int8), and prints
 a short summary of the bundle and its parity report. Errors in the inputs (missing directory,
 config, weights or tokenizer; an unsupported architecture; a failed fp32 parity check) print one
-line and return exit code 1.
+line and return exit code 1 (`export gguf` and `export adapter`: 2, and 1 for a failing disk).
 """
 
 from __future__ import annotations

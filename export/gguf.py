@@ -10,6 +10,9 @@ The parity report is torch-free: the bundle's graph against an fp32 graph of the
 (for a quantized bundle; what quantized activations cost) and against its own full-sequence pass
 (the KV cache path), on a few prompts: max |Δlogit|, teacher-forced top-1 agreement, greedy
 continuations. Parity against transformers loading the same GGUF lives in tests/test_gguf.py.
+
+`main` prints one line for every refused input (the field, tensor or path and what was expected;
+export/gguf_check.py) and exits with 2, or 1 when the disk fails (full, read-only).
 """
 
 from __future__ import annotations
@@ -251,6 +254,12 @@ def model_card(manifest: dict) -> str:
     return "\n".join(lines)
 
 
+def os_error_line(error: OSError) -> str:
+    """One line for a failed read or write: the path and what the system said."""
+    reason = error.strerror or str(error)
+    return f"{error.filename}: {reason}" if error.filename else reason
+
+
 def _prepare(out_dir: Path) -> None:
     if out_dir.exists():
         if not out_dir.is_dir():
@@ -263,7 +272,12 @@ def _prepare(out_dir: Path) -> None:
             )
         for path in existing:
             path.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:  # a file on the way
+        raise ValueError(
+            f"`out_dir` must be a directory we can create, got {out_dir}: {error.strerror}"
+        ) from None
 
 
 def export_gguf(
@@ -414,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (FileNotFoundError, ValueError) as error:
         print(f"scriptorium export gguf: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # the disk, not the input: full, read-only, failing
+        print(f"scriptorium export gguf: error: {os_error_line(error)}", file=sys.stderr)
         return 1
     print(summary(manifest, args.out_dir))
     return 0

@@ -32,6 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
+from .gguf_check import (
+    GGUFError,
+    check_hyperparameters,
+    check_positive,
+    check_tensors,
+    check_tokenizer_fields,
+    prescan,
+)
+
 ARCHITECTURES = ("llama", "qwen2")
 BLOCK = 32  # weights per MatMulNBits block (and per GGUF block of the carried-over types)
 CARRIED = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")  # quantized types mapped onto MatMulNBits as they are
@@ -223,42 +232,47 @@ def _field_value(reader_field):
 
 
 def read_gguf(path: str | Path) -> GGUFModel:
-    """Parse `path` (never executed). Raises ValueError for a file that is not a readable GGUF,
-    an architecture other than llama / qwen2, or missing hyper-parameters."""
+    """Parse `path` (never executed). Raises GGUFError (a ValueError) naming the field or tensor
+    for a file that is not a readable GGUF, is over a limit (export/gguf_check.py), has an
+    architecture other than llama / qwen2, or whose hyper-parameters, tensors and tokenizer
+    fields do not agree."""
     from gguf import GGUFReader
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path}")
+    prescan(path)  # before the reader, which trusts every count in the file
     try:
         reader = GGUFReader(str(path))
         fields = {name: _field_value(f) for name, f in reader.fields.items()}
     except (ValueError, IndexError, KeyError, TypeError, OSError) as error:
-        raise ValueError(f"{path} is not a readable GGUF file: {error}") from error
+        raise GGUFError(f"{path} is not a readable GGUF file: {error}") from error
     arch = fields.get("general.architecture")
     if arch not in ARCHITECTURES:
-        raise ValueError(f"GGUF architecture must be one of {list(ARCHITECTURES)}, got {arch!r}")
-
-    def need(key: str):
-        if f"{arch}.{key}" not in fields:
-            raise ValueError(f"{path} lacks the metadata key '{arch}.{key}'")
-        return fields[f"{arch}.{key}"]
-
+        raise GGUFError(f"GGUF architecture must be one of {list(ARCHITECTURES)}, got {arch!r}")
     tensors = {t.name: t for t in reader.tensors}
+    try:
+        return _model(path, arch, fields, tensors)
+    except GGUFError as error:
+        raise GGUFError(f"{path}: {error}") from None
+
+
+def _model(path: Path, arch: str, fields: dict, tensors: dict) -> GGUFModel:
     if "token_embd.weight" not in tensors:
-        raise ValueError(f"{path} lacks the tensor 'token_embd.weight'")
-    hidden, heads = int(need("embedding_length")), int(need("attention.head_count"))
-    head_size = int(fields.get(f"{arch}.attention.key_length", hidden // heads))
-    rotary = int(fields.get(f"{arch}.rope.dimension_count", head_size))
-    if rotary != head_size:
-        raise ValueError(f"rotary dimension must equal the head size {head_size}, got {rotary}")
+        raise GGUFError("the file lacks the tensor 'token_embd.weight'")
+    hp = check_hyperparameters(fields, arch)
+    check_tensors(tensors, arch, hp, f"{arch}.block_count")
+    vocab = int(tensors["token_embd.weight"].shape[1])
+    check_tokenizer_fields(fields, vocab)
     scaling = fields.get(f"{arch}.rope.scaling.type", "none")
     if scaling not in ("none", "linear"):
-        raise ValueError(f"rope scaling must be 'none' or 'linear', got {scaling!r}")
+        raise GGUFError(f"`{arch}.rope.scaling.type` must be 'none' or 'linear', got {scaling!r}")
+    rope_scale = 1.0
+    if scaling == "linear":
+        rope_scale = check_positive(fields, f"{arch}.rope.scaling.factor", 1.0)
     factors = None
     if "rope_freqs.weight" in tensors:
         factors = np.asarray(tensors["rope_freqs.weight"].data, dtype=np.float32).reshape(-1)
-    vocab_tensor = tensors["token_embd.weight"]
     metadata = {
         name: value
         for name, value in fields.items()
@@ -274,19 +288,9 @@ def read_gguf(path: str | Path) -> GGUFModel:
         path=path,
         architecture=arch,
         metadata=metadata,
-        layers=int(need("block_count")),
-        hidden=hidden,
-        intermediate=int(need("feed_forward_length")),
-        heads=heads,
-        kv_heads=int(fields.get(f"{arch}.attention.head_count_kv", heads)),
-        head_size=head_size,
-        vocab=int(vocab_tensor.shape[1]),
-        context=int(need("context_length")),
-        rms_eps=float(need("attention.layer_norm_rms_epsilon")),
-        rope_base=float(fields.get(f"{arch}.rope.freq_base", 10000.0)),
-        rope_scale=float(fields.get(f"{arch}.rope.scaling.factor", 1.0))
-        if scaling == "linear"
-        else 1.0,
+        **hp,
+        vocab=vocab,
+        rope_scale=rope_scale,
         rope_factors=factors,
         tokenizer=tokenizer,
         tensors=tensors,

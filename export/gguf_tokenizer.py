@@ -112,17 +112,21 @@ def _sentencepiece_bpe(fields: dict) -> Tokenizer:
 
 
 def build_tokenizer(fields: dict) -> Tokenizer:
-    """The tokenizer of a GGUF file's `tokenizer.ggml.*` fields (lists as read by `gguf`).
-    Raises ValueError for other vocabulary kinds or an unknown pre-tokenizer name."""
+    """The tokenizer of a GGUF file's `tokenizer.ggml.*` fields (lists as read by `gguf`, checked
+    by export/gguf_check.py). Raises ValueError for other vocabulary kinds, an unknown
+    pre-tokenizer name, or a vocabulary that `tokenizers` refuses."""
     kind = fields.get("tokenizer.ggml.model")
     if "tokenizer.ggml.tokens" not in fields:
         raise ValueError("the GGUF file has no `tokenizer.ggml.tokens`: no tokenizer to build")
-    if kind == "gpt2":
-        tokenizer = _byte_level_bpe(fields)
-    elif kind == "llama":
-        tokenizer = _sentencepiece_bpe(fields)
-    else:
+    builders = {"gpt2": _byte_level_bpe, "llama": _sentencepiece_bpe}
+    if kind not in builders:
         raise ValueError(f"`tokenizer.ggml.model` must be 'gpt2' or 'llama', got {kind!r}")
+    try:
+        tokenizer = builders[kind](fields)
+    except ValueError:
+        raise
+    except Exception as error:  # tokenizers raises plain Exception for a vocabulary it refuses
+        raise ValueError(f"the GGUF's `{kind}` tokenizer cannot be built: {error}") from None
     tokens = fields["tokenizer.ggml.tokens"]
     types = fields.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     specials = [

@@ -4,7 +4,8 @@ against the base's LoRA slots and ready to feed.
 An adapter bundle holds `adapter.onnx_adapter`, onnxruntime's adapter format (a flatbuffer that
 onnxruntime parses; nothing in it runs). Its parameters are named after the slot inputs of the
 base's `model_lora.onnx` (export/lean_llama.py): `lora.{layer}.{modules}.A` (K, r) and `.B`
-(r, N), the scaling already folded into B. `Adapter` loads them once and offers them both ways
+(r, N), the scaling already folded into B. `Adapter` loads them once, refuses any that is not
+finite float32 or does not fit its slot (`BundleError` naming it), and offers them both ways
 onnxruntime takes them: `run_options` with the adapter active (`session.run`), and the
 parameters as OrtValues to bind (IO binding, which does not apply active adapters in
 onnxruntime 1.32). Every call of a model with an adapter feeds them; the slot graph's own
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
 
 from .bundle import BundleError
@@ -43,11 +45,17 @@ class Adapter:
 
 
 def _check_parameters(path: Path, parameters: dict, slots: dict) -> None:
-    """Every parameter fills one side of a slot with the slot's width, A and B of one rank."""
+    """Every parameter fills one side of a slot with the slot's width, A and B of one rank, as
+    finite float32 (the slot inputs' type; NaN would make every generation junk)."""
     sides = {slot[side]: (name, side) for name, slot in slots.items() for side in ("A", "B")}
     for param, value in parameters.items():
         if param not in sides:
             raise BundleError(f"{path}: parameter {param!r} is not a LoRA slot of the base graph")
+        if value.data_type() != "tensor(float)":
+            dtype = value.data_type().removeprefix("tensor(").removesuffix(")")
+            raise BundleError(f"{path}: {param!r} must be float32, got {dtype}")
+        if not np.isfinite(value.numpy()).all():
+            raise BundleError(f"{path}: {param!r} holds non-finite values (NaN or infinity)")
         name, side = sides[param]
         slot, shape = slots[name], value.shape()
         width = slot["k"] if side == "A" else sum(rows for _, rows in slot["parts"])

@@ -60,9 +60,12 @@ def _q4_k_blocks(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     return blocks.reshape(rows, -1)
 
 
-def _add(writer, name: str, weight: np.ndarray, quant: str, rng) -> None:
-    """Add an (N, K) float32 weight as `quant`."""
+def _add(writer, name: str, weight: np.ndarray, quant: str, rng, drop=()) -> None:
+    """Add an (N, K) float32 weight as `quant` (nothing when `name` is in `drop`)."""
     from gguf import GGMLQuantizationType, quants
+
+    if name in drop:
+        return
 
     if quant == "F32" or weight.ndim == 1:
         writer.add_tensor(name, weight.astype(np.float32))
@@ -90,9 +93,13 @@ def write_tiny_gguf(
     pre: str | None = None,
     tokenizer_model: str = "gpt2",
     overrides: dict[str, str] | None = None,
+    metadata: dict | None = None,
+    drop: tuple[str, ...] = (),
 ) -> Path:
     """Write a tiny random model; returns `path`. `overrides` gives some projections another type
-    (e.g. {"attn_v": "Q8_0"}, as llama.cpp's mixed "_M" files do)."""
+    (e.g. {"attn_v": "Q8_0"}, as llama.cpp's mixed "_M" files do). `metadata` sets keys over the
+    usual ones ({key: value}, or {key: (value, gguf.GGUFValueType)} to choose the stored type)
+    and `drop` leaves tensors out, for hostile files (tests/test_hostile_gguf.py)."""
     overrides = overrides or {}
 
     def kind(projection: str) -> str:
@@ -128,27 +135,39 @@ def write_tiny_gguf(
     def normal(*shape, scale=0.08):
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
+    for key, value in (metadata or {}).items():
+        value, vtype = (
+            value if isinstance(value, tuple) else (value, gguf.GGUFValueType.get_type(value))
+        )
+        sub = gguf.GGUFValueType.get_type(value[0]) if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(key, value, vtype, sub_type=sub)
+
     head = WIDTH // HEADS
-    _add(writer, "token_embd.weight", normal(vocab, WIDTH, scale=0.5), quant, rng)
+    _add(writer, "token_embd.weight", normal(vocab, WIDTH, scale=0.5), quant, rng, drop)
     for i in range(LAYERS):
         p = f"blk.{i}."
-        _add(writer, p + "attn_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng)
-        _add(writer, p + "attn_q.weight", normal(HEADS * head, WIDTH), kind("attn_q"), rng)
-        _add(writer, p + "attn_k.weight", normal(KV_HEADS * head, WIDTH), kind("attn_k"), rng)
-        _add(writer, p + "attn_v.weight", normal(KV_HEADS * head, WIDTH), kind("attn_v"), rng)
+        _add(writer, p + "attn_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng, drop)
+        _add(writer, p + "attn_q.weight", normal(HEADS * head, WIDTH), kind("attn_q"), rng, drop)
+        _add(writer, p + "attn_k.weight", normal(KV_HEADS * head, WIDTH), kind("attn_k"), rng, drop)
+        _add(writer, p + "attn_v.weight", normal(KV_HEADS * head, WIDTH), kind("attn_v"), rng, drop)
         if architecture == "qwen2":
             for n, rows in (("q", HEADS), ("k", KV_HEADS), ("v", KV_HEADS)):
-                _add(writer, p + f"attn_{n}.bias", normal(rows * head, scale=0.5), quant, rng)
+                _add(writer, p + f"attn_{n}.bias", normal(rows * head, scale=0.5), quant, rng, drop)
         _add(
-            writer, p + "attn_output.weight", normal(WIDTH, HEADS * head), kind("attn_output"), rng
+            writer,
+            p + "attn_output.weight",
+            normal(WIDTH, HEADS * head),
+            kind("attn_output"),
+            rng,
+            drop,
         )
-        _add(writer, p + "ffn_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng)
-        _add(writer, p + "ffn_gate.weight", normal(INNER, WIDTH), kind("ffn_gate"), rng)
-        _add(writer, p + "ffn_up.weight", normal(INNER, WIDTH), kind("ffn_up"), rng)
-        _add(writer, p + "ffn_down.weight", normal(WIDTH, INNER), kind("ffn_down"), rng)
-    _add(writer, "output_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng)
+        _add(writer, p + "ffn_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng, drop)
+        _add(writer, p + "ffn_gate.weight", normal(INNER, WIDTH), kind("ffn_gate"), rng, drop)
+        _add(writer, p + "ffn_up.weight", normal(INNER, WIDTH), kind("ffn_up"), rng, drop)
+        _add(writer, p + "ffn_down.weight", normal(WIDTH, INNER), kind("ffn_down"), rng, drop)
+    _add(writer, "output_norm.weight", 1 + normal(WIDTH, scale=0.1), quant, rng, drop)
     if not tied:
-        _add(writer, "output.weight", normal(vocab, WIDTH, scale=0.5), quant, rng)
+        _add(writer, "output.weight", normal(vocab, WIDTH, scale=0.5), quant, rng, drop)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

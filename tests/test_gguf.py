@@ -262,7 +262,7 @@ def test_unsupported_architecture(tmp_path):
     writer.close()
     with pytest.raises(ValueError, match="phi2"):
         export_gguf(path, tmp_path / "bundle")
-    assert main(["gguf", str(path), str(tmp_path / "bundle")]) == 1
+    assert main(["gguf", str(path), str(tmp_path / "bundle")]) == 2
 
 
 def test_unsupported_tensor_type(tmp_path):
