@@ -12,57 +12,45 @@ The Jinja environment is transformers' one: `ImmutableSandboxedEnvironment` with
 `tools` (None), `documents` (None), `add_generation_prompt` and the tokenizer's special tokens
 (`bos_token`, `eos_token`, …).
 
-Templates are untrusted code: a GGUF file or a downloaded folder carries them. Beyond what the
-Jinja sandbox does, a render here is bounded, and every breach is a `ValueError` naming it:
-- an attribute the sandbox refuses (`''.__class__`, `cycler.__init__.__globals__`) raises at once
-  (the plain sandbox renders it as an empty string and carries on);
-- at most `MAX_STEPS` template lines run and the render lasts at most `MAX_SECONDS` (a tracer
-  counts the lines of the template's own code; `range` holds at most 100,000 items, as in the
-  sandbox);
-- no text or list longer than `MAX_CHARS` is built: `*`, `+`, `%`, `**` and `~` check sizes before
-  they run, as do the filters and string methods that grow text (`join`, `replace`, `indent`,
-  `center`, `format`, `tojson`, …), and the output stops at `MAX_CHARS` characters;
+Templates are untrusted code: a GGUF file or a downloaded folder carries them. So a template is
+never compiled or run in this process: a sandbox process (runtime/template_sandbox.py, kept warm
+by runtime/template_pool.py) does both, and this process waits on a pipe, so a render never
+holds up another request. Its budgets, each breach a `ValueError` naming it:
+- time: `MAX_SECONDS` (5 s) per compile or render; the process is killed at the deadline, even
+  in the middle of one long call (a sort or a comparison of huge lists);
+- memory: the sandbox process's address space is capped at `MAX_MEMORY` (256 MiB, Linux);
+- steps: at most `MAX_STEPS` template lines; `range` holds at most 100,000 items;
+- sizes, checked before the operation that would break them: no text or list longer than
+  `MAX_CHARS` (1,000,000; `*`, `+`, `%`, `~` and the filters and string methods that grow text:
+  `join`, `replace`, `indent`, `wordwrap`, `center`, `format`, `tojson`, …), no integer over
+  `MAX_INT_BITS` (256 bits: `*`, `**`, `+`, `-` and every filter's or call's result), and the
+  output stops at `MAX_CHARS` characters; the template's source is at most `MAX_CHARS` too;
+- nesting: a template nested too deeply to compile (thousands of brackets, hundreds of blocks)
+  is refused as such, and so is recursion past Python's limit while rendering;
+- an attribute the sandbox refuses (`''.__class__`, `cycler.__init__.__globals__`) raises at
+  once (the plain sandbox renders it as an empty string and carries on);
 - `raise_exception(...)` in the template and syntax errors become `ValueError` with the message.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
-import string
-import sys
-import time
 from collections.abc import Iterator
-from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 
-import jinja2
-import jinja2.ext
-import jinja2.nodes
-from jinja2.compiler import CodeGenerator
-from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
+from . import template_pool
 from .outputs import GenerationOutput, StreamEvent
+from .template_sandbox import MAX_CHARS, MAX_INT_BITS, MAX_MEMORY, MAX_STEPS
 from .text import control_prefix
 
+__all__ = ["MAX_CHARS", "MAX_INT_BITS", "MAX_MEMORY", "MAX_SECONDS", "MAX_STEPS", "ChatTemplate"]
+__all__ += ["ChatMixin", "check_messages", "hf_chat_fields", "is_chat_manifest"]
+
 ROLES = ("system", "user", "assistant")
-MAX_CHARS = 1_000_000  # longest text (or list) a template may build, and its longest output
-MAX_STEPS = 1_000_000  # template lines one render may run
-MAX_SECONDS = 5.0  # longest render
-TEMPLATE_FILE = "<chat template>"  # the file name of a compiled template's code
+MAX_SECONDS = 5.0  # longest render (compiling included); the sandbox process is killed then
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token")
 SPECIAL_TOKEN_NAMES += ("cls_token", "mask_token")
-
-
-class TemplateBreach(Exception):
-    """A template went past a bound; `ChatTemplate.render` turns it into a `ValueError`."""
-
-
-class TemplateRefusal(TemplateError):
-    """`raise_exception(message)` in a template: it refuses the conversation."""
 
 
 # ---- conversations ---------------------------------------------------------------------------
@@ -108,242 +96,12 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else f"{text[:60]}… ({len(text)} characters)"
 
 
-# ---- the bounded sandbox ---------------------------------------------------------------------
-
-
-def _size(value) -> int:
-    """Length of a string or container, else 0."""
-    return len(value) if isinstance(value, str | list | tuple | dict) else 0
-
-
-def _check_size(size: int, what: str) -> None:
-    if size > MAX_CHARS:
-        raise TemplateBreach(f"it builds {what} of {size:,} items (the limit is {MAX_CHARS:,})")
-
-
-def _check_ints(args, kwargs, what: str) -> None:
-    """Refuse an int argument larger than MAX_CHARS (widths, counts, repeat sizes)."""
-    for value in (*args, *kwargs.values()):
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_CHARS:
-            raise TemplateBreach(f"it passes {value:,} to {what} (the limit is {MAX_CHARS:,})")
-
-
-_PERCENT_WIDTHS = re.compile(r"%[-#0 +]*(\d*)(?:\.(\d+))?")
-_SPEC_WIDTHS = re.compile(r"(\d+)")
-
-
-def _check_format(template: str) -> None:
-    """Refuse a %-format or str.format template whose widths or precisions exceed MAX_CHARS."""
-    numbers = [n for match in _PERCENT_WIDTHS.finditer(template) for n in match.groups() if n]
-    try:
-        for _, _, spec, _ in string.Formatter().parse(template):
-            numbers += _SPEC_WIDTHS.findall(spec or "")
-    except ValueError:
-        pass  # not a valid str.format template: str.format itself will say so
-    for number in numbers:
-        _check_ints((int(number),), {}, "a format width")
-
-
-def _json_size(value, indent: int, depth: int = 0, budget: int = MAX_CHARS) -> int:
-    """An upper bound of len(json.dumps(value, indent=indent)), stopping once over `budget`."""
-    if isinstance(value, str):
-        return 6 * len(value) + 2
-    if isinstance(value, dict | list | tuple):
-        items = value.items() if isinstance(value, dict) else ((None, v) for v in value)
-        total = 2
-        for key, item in items:
-            total += 4 + (indent or 0) * (depth + 1) + (6 * len(str(key)) + 2 if key else 0)
-            total += _json_size(item, indent, depth + 1, budget - total)
-            if total > budget:
-                return total
-        return total
-    return 32
-
-
-class _Generation(jinja2.ext.Extension):
-    """`{% generation %}…{% endgeneration %}`: transformers marks assistant text with it; here
-    the body renders unchanged, as transformers renders it without an assistant mask."""
-
-    tags = {"generation"}
-
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
-
-    def _render(self, caller):
-        return caller()
-
-
-class _CheckedConcat(CodeGenerator):
-    """Compiles `a ~ b` so that the joined text's length is checked."""
-
-    def visit_Concat(self, node, frame):
-        self.write("environment.checked_text(")
-        super().visit_Concat(node, frame)
-        self.write(")")
-
-
-_PASSED = (jinja2.Environment, jinja2.runtime.Context, jinja2.nodes.EvalContext)
-
-
-def _checked_filter(name: str, function):
-    """`function` (a Jinja filter) with sizes checked before and after it runs."""
-
-    def checked(*args, **kwargs):
-        # Filters that take the environment or context get it first: skip it when checking.
-        values = [a for a in args if not isinstance(a, _PASSED)]
-        _check_ints(values[1:], kwargs, f"the `{name}` filter")
-        _check_filter_growth(name, values, kwargs)
-        result = function(*args, **kwargs)
-        _check_size(_size(result), f"text with the `{name}` filter")
-        return result
-
-    for attribute in ("jinja_pass_arg",):  # pass_environment / pass_context / pass_eval_context
-        if hasattr(function, attribute):
-            setattr(checked, attribute, getattr(function, attribute))
-    return checked
-
-
-def _check_filter_growth(name: str, values: list, kwargs: dict) -> None:
-    """The filters whose output can be far larger than their input, estimated before they run."""
-    if not values:
-        return
-    value, rest = values[0], values[1:]
-    if name == "join" and isinstance(value, list | tuple):
-        separator = rest[0] if rest else kwargs.get("d", "")
-        size = sum(_size(v) or 20 for v in value) + _size(separator) * len(value)
-        _check_size(size, "text with the `join` filter")
-    elif name == "replace" and isinstance(value, str) and len(rest) >= 2:
-        old, new = str(rest[0]), str(rest[1])
-        count = len(value) + 1 if not old else value.count(old)
-        _check_size(len(value) + count * len(new), "text with the `replace` filter")
-    elif name == "indent" and isinstance(value, str):
-        width = rest[0] if rest else kwargs.get("width", 4)
-        width = len(width) if isinstance(width, str) else int(width)
-        _check_size(len(value) + (value.count("\n") + 1) * width, "text with the `indent` filter")
-    elif name == "format" and isinstance(value, str):
-        _check_format(value)
-    elif name == "tojson":
-        indent = rest[1] if len(rest) > 1 else kwargs.get("indent")
-        indent = len(indent) if isinstance(indent, str) else (indent or 0)
-        _check_size(_json_size(value, indent), "JSON with the `tojson` filter")
-
-
-def _check_method_growth(method, args, kwargs) -> None:
-    """The string methods whose output can be far larger than their input."""
-    owner, name = getattr(method, "__self__", None), getattr(method, "__name__", "")
-    if not isinstance(owner, str):
-        return
-    if name == "join" and args and isinstance(args[0], list | tuple):
-        size = sum(_size(v) for v in args[0]) + len(owner) * len(args[0])
-        _check_size(size, "text with str.join")
-    elif name == "replace" and len(args) >= 2 and isinstance(args[0], str):
-        count = len(owner) + 1 if not args[0] else owner.count(args[0])
-        _check_size(len(owner) + count * _size(args[1]), "text with str.replace")
-    elif name == "expandtabs":
-        size = args[0] if args else kwargs.get("tabsize", 8)
-        _check_size(len(owner) + owner.count("\t") * int(size), "text with str.expandtabs")
-
-
-class _BoundedSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox with sizes checked and unsafe attributes raising at once."""
-
-    code_generator_class = _CheckedConcat
-    intercepted_binops = frozenset({"*", "+", "%", "**"})
-
-    def unsafe_undefined(self, obj, attribute):
-        raise SecurityError(
-            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe"
-        )
-
-    def call_binop(self, context, operator, left, right):
-        if operator == "*":
-            for sized, count in ((left, right), (right, left)):
-                if _size(sized) and isinstance(count, int) and not isinstance(count, bool):
-                    _check_size(_size(sized) * count, "a repeated text or list")
-        elif operator == "+" and _size(left) and _size(right):
-            _check_size(_size(left) + _size(right), "a joined text or list")
-        elif operator == "%" and isinstance(left, str):
-            _check_format(left)
-        elif operator == "**" and isinstance(left, int) and isinstance(right, int):
-            digits = right * math.log10(abs(left)) if abs(left) > 1 and right > 0 else 0
-            _check_size(int(digits), "a number with that many digits")
-        return super().call_binop(context, operator, left, right)
-
-    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's own signature)
-        _check_ints(args, kwargs, getattr(__obj, "__name__", "a function"))
-        _check_method_growth(__obj, args, kwargs)
-        result = super().call(__context, __obj, *args, **kwargs)
-        _check_size(_size(result), f"text with {getattr(__obj, '__name__', 'a call')}")
-        return result
-
-    def wrap_str_format(self, value):
-        owner = getattr(value, "__self__", None)
-        if isinstance(owner, str) and getattr(value, "__name__", "") in ("format", "format_map"):
-            _check_format(value.__self__)
-        return super().wrap_str_format(value)
-
-    def checked_text(self, text):
-        _check_size(_size(text), "a joined text (~)")
-        return text
-
-
-def _raise_exception(message):
-    raise TemplateRefusal(message)
-
-
-def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    # transformers' filter: Jinja's own escapes HTML characters, which a prompt must keep.
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-def _strftime_now(format):
-    return datetime.now().strftime(format)
-
-
-def _environment() -> _BoundedSandbox:
-    env = _BoundedSandbox(
-        trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols]
-    )
-    env.filters["tojson"] = _tojson
-    env.filters = {name: _checked_filter(name, f) for name, f in env.filters.items()}
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    lipsum = env.globals["lipsum"]
-
-    def bounded_lipsum(n=5, html=True, min=20, max=100):  # noqa: A002 (Jinja's names)
-        _check_size(n * max, "lorem ipsum words")
-        return lipsum(n=n, html=html, min=min, max=max)
-
-    env.globals["lipsum"] = bounded_lipsum
-    return env
-
-
-class _Budget:
-    """A tracer that counts the lines the template's own code runs, and watches the clock."""
-
-    def __init__(self):
-        self.steps = 0
-        self.deadline = time.monotonic() + MAX_SECONDS
-
-    def __call__(self, frame, event, arg):
-        return self.line if frame.f_code.co_filename == TEMPLATE_FILE else None
-
-    def line(self, frame, event, arg):
-        if event == "line":
-            self.steps += 1
-            if self.steps > MAX_STEPS:
-                raise TemplateBreach(f"it runs more than {MAX_STEPS:,} steps")
-            if self.steps % 1024 == 0 and time.monotonic() > self.deadline:
-                raise TemplateBreach(f"it runs longer than {MAX_SECONDS:g} seconds")
-        return self.line
+# ---- rendering --------------------------------------------------------------------------
 
 
 class ChatTemplate:
-    """A compiled chat template and the special-token strings it sees.
+    """A chat template, checked to compile, and the special-token strings it sees; it is
+    compiled and rendered in a sandbox process (runtime/template_pool.py), never here.
 
     >>> t = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{{ eos_token }}"
     ...                  "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
@@ -355,16 +113,16 @@ class ChatTemplate:
     def __init__(self, source: str, special_tokens: dict | None = None):
         if not isinstance(source, str):
             raise ValueError(f"`chat_template` must be a str, got {_shown(source)}")
+        if len(source) > MAX_CHARS:
+            raise ValueError(
+                f"`chat_template` must be at most {MAX_CHARS:,} characters, got {len(source):,}"
+            )
         self.source = source
         self.special_tokens = dict(special_tokens or {})
-        env = _environment()
-        try:
-            code = env.compile(source, filename=TEMPLATE_FILE)
-            self.template = env.template_class.from_code(env, code, env.make_globals(None))
-        except TemplateSyntaxError as error:
-            raise ValueError(
-                f"the chat template does not parse: {error.message} (line {error.lineno})"
-            ) from None
+        for name, value in self.special_tokens.items():
+            if not isinstance(value, str | None):
+                raise ValueError(f"`{name}` must be a str, got {_shown(value)}")
+        self._ask({"op": "compile"})
 
     def render(self, messages, add_generation_prompt: bool = True) -> str:
         """The conversation as the model's prompt text; `ValueError` when the messages are not
@@ -381,42 +139,26 @@ class ChatTemplate:
             "documents": None,
             "add_generation_prompt": add_generation_prompt,
         }
-        budget, previous = _Budget(), sys.gettrace()
-        pieces, size = [], 0
-        sys.settrace(budget)
+        return self._ask({"op": "render", "variables": variables})
+
+    def _ask(self, request: dict) -> str:
+        """The sandbox's text for `request`; `ValueError` with its message, or when it ran past
+        the time budget or its process ended."""
+        request = {**request, "source": self.source, "seconds": MAX_SECONDS}
         try:
-            for piece in self.template.generate(**variables):
-                size += len(piece)
-                if size > MAX_CHARS:
-                    raise TemplateBreach(f"its output passes {MAX_CHARS:,} characters")
-                pieces.append(piece)
-        except TemplateBreach as error:
-            raise ValueError(f"the chat template was stopped: {error}") from None
-        except SecurityError as error:
+            reply = template_pool.pool().ask(request, MAX_SECONDS)
+        except TimeoutError:
             raise ValueError(
-                f"the chat template reached for Python internals, which the sandbox refuses: "
-                f"{error}"
+                f"the chat template was stopped: it runs longer than {MAX_SECONDS:g} s"
             ) from None
-        except OverflowError as error:  # the sandbox's `range` over 100,000 items
-            raise ValueError(f"the chat template was stopped: {error}") from None
-        except TemplateRefusal as error:
-            raise ValueError(f"the chat template refused the conversation: {error}") from None
-        except RecursionError:
-            raise ValueError("the chat template was stopped: it recurses too deeply") from None
-        except (
-            TemplateError,
-            TypeError,
-            ValueError,
-            AttributeError,
-            LookupError,
-            ArithmeticError,
-        ) as error:
+        except template_pool.WorkerLost as error:
             raise ValueError(
-                f"the chat template failed on this conversation: {type(error).__name__}: {error}"
+                f"the chat template was stopped: its sandbox process failed ({error}; it may "
+                f"need more than {MAX_MEMORY // 2**20} MiB of memory)"
             ) from None
-        finally:
-            sys.settrace(previous)
-        return "".join(pieces)
+        if "error" in reply:
+            raise ValueError(reply["error"])
+        return reply["text"]
 
 
 # ---- bundle fields ---------------------------------------------------------------------------

@@ -266,7 +266,7 @@ HOSTILE = {
     "long output": ("{% for i in range(100000) %}{{ 'x' * 100 }}{% endfor %}", "output passes"),
     "format width": ("{{ '{:>999999999}'.format('x') }}", "format width"),
     "percent width": ("{{ '%999999999d' % 1 }}", "format width"),
-    "huge power": ("{{ 2 ** 100000000 }}", "digits"),
+    "huge power": ("{{ 2 ** 100000000 }}", "bits"),
     "padding filter": ("{{ 'x'|center(10**8) }}", "center"),
     "join filter": ("{% set l = ['x' * 900000] * 1000 %}{{ l|join }}", "join"),
     "replace filter": ("{{ ('a' * 1000)|replace('a', 'b' * 10000) }}", "replace"),

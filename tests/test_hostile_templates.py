@@ -1,0 +1,125 @@
+"""Hostile chat templates (runtime/chat.py): each is refused with a clear `ValueError` naming the
+budget it broke, and none holds up another render.
+
+Chat templates come from untrusted GGUF files and tokenizer configs. Every case here once ran for
+minutes, held the interpreter's lock (so that no other request of the app was served) or raised a
+`RecursionError`. Size caps refuse some before they run; the clock refuses the others, so those
+run under a one-second budget (the same mechanism as the real one, only shorter). Each test has a
+pytest-timeout guard, and no test asserts a timing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import runtime.chat as chat
+from runtime.chat import ChatTemplate
+
+HI = [{"role": "user", "content": "Hi"}]
+
+SQUARINGS = "\n".join(
+    ["{% set a0 = 123456789123456789 %}"]
+    + [f"{{% set a{i + 1} = a{i} * a{i} %}}" for i in range(14)]
+    + ["{{ a14 > 0 }}"]
+)  # 16 lines: the last square would have 2^14 times the digits of the first
+
+CAPPED = {  # (template, what the refusal names): refused by a cap before the work is done
+    "big-int squaring": (SQUARINGS, "bits"),
+    "big-int squaring in a loop": (
+        "{% set ns = namespace(a=7) %}{% for i in range(40) %}{% set ns.a = ns.a * ns.a %}"
+        "{% endfor %}{{ ns.a > 0 }}",
+        "bits",
+    ),
+    "big int from text": ("{{ ('9' * 4000)|int * 2 }}", "bits"),
+    "big int by addition": (
+        "{% set ns = namespace(a=1) %}{% for i in range(5000) %}{% set ns.a = ns.a + ns.a %}"
+        "{% endfor %}{{ ns.a > 0 }}",
+        "bits",
+    ),
+    "wordwrap": ("{{ ('a' * 999999)|wordwrap(1) }}", "`wordwrap` filter"),
+    "huge string multiplication": ("{{ 'a' * 10**12 }}", "repeated text"),
+    "many big strings": (  # 4 MB each
+        "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+        "{% set ns.l = ns.l + ['🙂' * 999000 ~ i] %}{% endfor %}{{ ns.l|length }}",
+        "memory",
+    ),
+    "deep parentheses": ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "nests too deeply"),
+    "deep lists": ("{{ " + "[" * 5000 + "1" + "]" * 5000 + " }}", "nests too deeply"),
+    "deep ifs": ("{% if true %}" * 200 + "x" + "{% endif %}" * 200, "nests too deeply"),
+    "deeper ifs": ("{% if true %}" * 3000 + "x" + "{% endif %}" * 3000, "nests too deeply"),
+    "deep for loops": (
+        "{% for i in range(1) %}" * 30 + "x" + "{% endfor %}" * 30,
+        "nests too deeply",
+    ),
+    "long chain of +": ("{{ " + " + ".join(["'a'"] * 5000) + " }}", "nests too deeply"),
+    "long chain of filters": ("{{ 'a'" + "|upper" * 5000 + " }}", "nests too deeply"),
+}
+
+TIMED = {  # refused by the clock: each would run for minutes, most in one call holding the GIL
+    "sort bomb": "{{ ([[0] * 999999] * 999999)|sort }}",
+    "comparison bomb": "{{ [[0] * 999999] * 999999 == [[0] * 999999] * 999999 }}",
+    "sort loop": (
+        "{% set l = ('ab' * 499999)|list %}{% for i in range(99999) %}{% set s = l|sort %}"
+        "{% endfor %}"
+    ),
+    "slow wordwrap": "{{ ('a' * 400000)|wordwrap(1) }}",
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(CAPPED))
+def test_templates_past_a_cap_are_refused(name):
+    source, named = CAPPED[name]
+    with pytest.raises(ValueError, match="chat template") as caught:
+        ChatTemplate(source).render(HI)
+    assert named in str(caught.value)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", sorted(TIMED))
+def test_templates_past_the_time_budget_are_refused(name, monkeypatch):
+    monkeypatch.setattr(chat, "MAX_SECONDS", 1.0)
+    with pytest.raises(ValueError, match="the chat template was stopped: it runs longer than 1 s"):
+        ChatTemplate(TIMED[name]).render(HI)
+
+
+@pytest.mark.timeout(120)
+def test_a_template_refused_by_the_clock_leaves_the_next_render_whole(monkeypatch):
+    monkeypatch.setattr(chat, "MAX_SECONDS", 1.0)
+    normal = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    for _ in range(2):
+        with pytest.raises(ValueError, match="runs longer than"):
+            ChatTemplate(TIMED["comparison bomb"]).render(HI)
+        assert normal.render(HI) == "<user>Hi"
+
+
+@pytest.mark.timeout(120)
+def test_a_hostile_render_never_holds_up_another():
+    """While a template that holds the interpreter's lock renders in one thread (under the real
+    budget), a normal render in another thread finishes first."""
+    hostile = ChatTemplate(TIMED["comparison bomb"])
+    normal = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    finished, errors = [], []
+
+    def run(template, name):
+        try:
+            finished.append((name, template.render(HI)))
+        except ValueError as error:
+            errors.append(str(error))
+            finished.append((name, None))
+
+    hostile_thread = threading.Thread(target=run, args=(hostile, "hostile"), daemon=True)
+    hostile_thread.start()
+    time.sleep(0.2)  # let the hostile render begin
+    normal_thread = threading.Thread(target=run, args=(normal, "normal"), daemon=True)
+    normal_thread.start()
+    for _ in range(600):  # bounded: 60 s at most
+        if not hostile_thread.is_alive():
+            break
+        time.sleep(0.1)
+    normal_thread.join(timeout=10)
+    assert finished == [("normal", "<user>Hi"), ("hostile", None)]
+    assert errors == [f"the chat template was stopped: it runs longer than {chat.MAX_SECONDS:g} s"]
