@@ -3,12 +3,18 @@ transformers, optimum-onnx and CTranslate2, on the same weights, with a memory-b
 
     python -m bench.llm [--gguf FILE] [--bundle DIR] [--threads 2] [--repeats 5]
                         [--new-tokens 128] [--prompt-tokens 16 256] [--engines NAME …]
+                        [--contended | --loads quiet busy mixed]
 
 Every engine starts from the one GGUF file: llama.cpp (llama-cpp-python) runs that very file;
 transformers dequantizes it (`from_pretrained(dir, gguf_file=…)`, saved once as an fp32
 checkpoint) and runs PyTorch eager; optimum-onnx runs its own `text-generation-with-past` export
 of that checkpoint; CTranslate2 converts the checkpoint (int8, and float32); Scriptorium runs
 `--bundle`, by default the GGUF converted by export/flagship.py (carried-over Q4_1 weights).
+Every engine runs with its own defaults, as its users get it: ours is `runtime.load(bundle,
+threads=…)` with nothing else set (the runtime chooses spinning and batching), and a second row,
+"no spinning", shows our speed with spinning off, the floor that adaptive spinning must keep.
+`--contended` repeats every measurement under each load of bench/load.py (quiet, a busy loop, a
+mixed load of bursts and sleeps) competing for the same cores, for every engine alike.
 Batch 1, greedy, exactly `--new-tokens` new tokens (EOS never stops a run), prompts of each
 `--prompt-tokens` length: the same token ids for every engine, cut from the World English Bible
 fixture (tests/fixtures/verses.tsv) at a word boundary.
@@ -43,6 +49,7 @@ from runtime.bundle import sha256_of
 from runtime.sessions import session_options
 
 from . import common, ct2_peer
+from .load import LOADS, competing
 
 REPO = Path(__file__).resolve().parent.parent
 VERSES = REPO / "tests" / "fixtures" / "verses.tsv"
@@ -177,10 +184,11 @@ def make_prompt(gen, length: int) -> tuple[str, list[int]]:
 # ---- engines: each a function (prompt index, new tokens) -> None ------------------------------
 
 
-def scriptorium_runner(bundle: Path, threads: int, texts: list[str]):
+def scriptorium_runner(bundle: Path, threads: int, texts: list[str], spinning=None):
+    """Our runtime as users get it (`spinning=None`: the runtime's own choice) or not spinning."""
     import runtime
 
-    gen = runtime.load(bundle, threads=threads, spinning=common.RUNTIME_SPINNING)
+    gen = runtime.load(bundle, threads=threads, spinning=spinning)
 
     def run(prompt: int, new_tokens: int) -> list[int]:
         config = runtime.GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens)
@@ -252,6 +260,9 @@ def runners(args, paths: dict[str, Path], texts, prompts) -> dict:
         if engine == "scriptorium":
             precision = bundle_precision(args.bundle)
             out[(engine, precision)] = scriptorium_runner(args.bundle, args.threads, texts)
+            out[(engine, f"{precision}, no spinning")] = scriptorium_runner(
+                args.bundle, args.threads, texts, spinning=False
+            )
         elif engine == "llama.cpp":
             out[(engine, gguf_type(args.gguf))] = llama_cpp_runner(
                 args.gguf, args.threads, prompts, args.new_tokens
@@ -395,8 +406,8 @@ def bundle_precision(bundle: Path) -> str:
 
 
 def check_and_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse fewer than 2 `--new-tokens`; fill in `args.gguf` (the flagship's by default, export/fetch.py) and
-    `args.bundle` (that GGUF converted once, from the per-user cache)."""
+    """Refuse fewer than 2 `--new-tokens`; fill in `args.gguf` (the flagship's by default,
+    export/fetch.py) and `args.bundle` (that GGUF converted once, from the per-user cache)."""
     if args.new_tokens < 2:
         parser.error(f"`--new-tokens` must be at least 2, got {args.new_tokens}")
     from export import flagship
@@ -423,7 +434,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bandwidth-mb", type=int, default=BANDWIDTH_BYTES >> 20)
     parser.add_argument("--work", type=Path, default=common.DEFAULT_WORK)
     parser.add_argument("--out", type=Path, default=common.RESULTS / "llm.json")
+    parser.add_argument(
+        "--loads",
+        nargs="+",
+        choices=LOADS,
+        default=["quiet"],
+        help="competing work (bench/load.py)",
+    )
+    parser.add_argument(
+        "--contended",
+        action="store_true",
+        help="measure under every load: --loads " + " ".join(LOADS),
+    )
     args = parser.parse_args(argv)
+    if args.contended:
+        args.loads = list(LOADS)
     check_and_convert(parser, args)
     skipped = {}
     for engine in args.engines:
@@ -444,16 +469,20 @@ def main(argv: list[str] | None = None) -> int:
         for prompt in range(len(prompts))
         for new in (1, args.new_tokens)
     }
-    seconds = common.interleaved_medians(timed, repeats=args.repeats)
+    seconds = {}
+    for load in args.loads:
+        with competing(load):
+            seconds[load] = common.interleaved_medians(timed, repeats=args.repeats)
     first_tokens = {key: run(0, 8) for key, run in runs.items()}  # greedy agreement, 8 tokens
 
-    results = {}
-    for key in runs:
+    results = {load: {} for load in args.loads}
+    for load, key in ((load, key) for load in args.loads for key in runs):
         engine = "/".join(key)
-        results[engine] = {"greedy_first_8": first_tokens[key]}
+        results[load][engine] = {"greedy_first_8": first_tokens[key]}
         for prompt, n in enumerate(args.prompt_tokens):
-            t1, tn = seconds[(*key, prompt, 1)], seconds[(*key, prompt, args.new_tokens)]
-            results[engine][f"prompt_{n}"] = {
+            t1 = seconds[load][(*key, prompt, 1)]
+            tn = seconds[load][(*key, prompt, args.new_tokens)]
+            results[load][engine][f"prompt_{n}"] = {
                 "ttft_s": t1,
                 "total_s": tn,
                 # None when noise swamps a tiny run (T_N not above T_1)
@@ -477,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             roofline[engine][f"prompt_{n}_tok_per_s"] = bandwidth / per_token
 
     ours = next(("/".join(k) for k in runs if k[0] == "scriptorium"), None)
-    header = ["engine", "precision"]
+    header = ["load", "engine", "precision"]
     for n in args.prompt_tokens:
         header += [
             f"decode tok/s ({n})",
@@ -487,10 +516,11 @@ def main(argv: list[str] | None = None) -> int:
             f"of roofline ({n})",
         ]
     rows = []
-    for key in runs:
-        engine, row = "/".join(key), list(key)
+    for load, key in ((load, key) for load in args.loads for key in runs):
+        engine, row = "/".join(key), [load, *key]
         for n in args.prompt_tokens:
-            cell, mine = results[engine][f"prompt_{n}"], ours and results[ours][f"prompt_{n}"]
+            cell = results[load][engine][f"prompt_{n}"]
+            mine = ours and results[load][ours][f"prompt_{n}"]
             speed, ceiling = cell["decode_tok_per_s"], roofline.get(key[0], {})
             ceiling = ceiling.get(f"prompt_{n}_tok_per_s")
             row += [
@@ -525,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             "prompt_tokens": args.prompt_tokens,
             "new_tokens": args.new_tokens,
             "repeats": args.repeats,
+            "loads": args.loads,
             "skipped": skipped,
             "results": results,
             "roofline": roofline,

@@ -38,25 +38,32 @@ def run(tmp_path_factory):
 
 def test_every_engine_is_timed_or_skipped_with_a_reason(run):
     result, printed, _ = run
-    engines = {key.split("/")[0] for key in result["results"]}
+    assert result["loads"] == ["quiet"] and set(result["results"]) == {"quiet"}
+    engines = {key.split("/")[0] for key in result["results"]["quiet"]}
     assert engines | set(result["skipped"]) == set(llm.ENGINES)
     for engine, reason in result["skipped"].items():
         assert f"skipped {engine}: {reason}" in printed
-    assert {"scriptorium/fp32", "transformers/fp32", "optimum-onnx/fp32"} <= set(result["results"])
-    for timings in result["results"].values():
+    expected = {"scriptorium/fp32", "scriptorium/fp32, no spinning", "transformers/fp32"}
+    assert expected | {"optimum-onnx/fp32"} <= set(result["results"]["quiet"])
+    for timings in result["results"]["quiet"].values():
         for n in PROMPTS:
             cell = timings[f"prompt_{n}"]
             assert cell["ttft_s"] > 0 and cell["total_s"] > 0
             assert cell["decode_tok_per_s"] is None or cell["decode_tok_per_s"] > 0
     assert result["prompt_tokens"] == list(PROMPTS) and result["new_tokens"] == NEW_TOKENS
-    assert "| scriptorium | fp32 |" in result["table"] and result["table"] in printed
+    assert "| quiet | scriptorium | fp32 |" in result["table"] and result["table"] in printed
 
 
 def test_fp32_engines_agree_on_the_same_weights(run):
-    results = run[0]["results"]
+    results = run[0]["results"]["quiet"]
     ours = results["scriptorium/fp32"]["greedy_first_8"]
     assert len(ours) == 8
-    for peer in ("transformers/fp32", "optimum-onnx/fp32", "ctranslate2/fp32"):
+    for peer in (
+        "scriptorium/fp32, no spinning",
+        "transformers/fp32",
+        "optimum-onnx/fp32",
+        "ctranslate2/fp32",
+    ):
         if peer in results:
             assert results[peer]["greedy_first_8"] == ours, peer
 
@@ -103,8 +110,8 @@ def test_default_bundle_is_the_gguf_converted_into_the_cache(run, tmp_path, monk
     result = json.loads(out.read_text())
     assert result["bundle"] == str(flagship.ensure_bundle(gguf))
     assert result["bundle"].startswith(str(tmp_path / "cache"))
-    (engine,) = result["results"]
-    assert engine == "scriptorium/int4"  # the Q4_1 weights carried over to 4-bit MatMulNBits
+    # the Q4_1 weights carried over to 4-bit MatMulNBits, with the runtime's defaults and without
+    assert list(result["results"]["quiet"]) == ["scriptorium/int4", "scriptorium/int4, no spinning"]
     assert not (tmp_path / "work").exists()  # no peer needed a dequantized checkpoint
 
 
@@ -123,3 +130,29 @@ def test_a_peer_that_crashes_in_a_child_is_skipped_with_the_reason(code, reason)
     """llama-cpp-python 0.3.36 segfaults in `decode` on some CPUs: the benchmark probes it in a
     child process and skips it with the reason, instead of dying with it."""
     assert llm.child_crash([code], "peer") == reason
+
+
+def test_contended_runs_measure_every_engine_under_each_load(run, tmp_path, monkeypatch):
+    monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))
+    gguf = run[2]
+    out = tmp_path / "llm.json"
+    args = ["--gguf", str(gguf), "--engines", "scriptorium", "--contended", "--threads", "1"]
+    args += ["--new-tokens", "3", "--prompt-tokens", "5", "--repeats", "1", "--bandwidth-mb", "8"]
+    assert llm.main([*args, "--work", str(tmp_path / "work"), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["loads"] == ["quiet", "busy", "mixed"]
+    for load in result["loads"]:
+        assert set(result["results"][load]) == {"scriptorium/int4", "scriptorium/int4, no spinning"}
+        assert f"| {load} | scriptorium | int4 |" in result["table"]
+
+
+def test_a_competing_load_runs_only_inside_its_block():
+    from bench.load import competing
+
+    for load in ("busy", "mixed"):
+        with competing(load) as child:
+            assert child.poll() is None  # running while the block runs
+        assert child.poll() is not None  # and gone after it
+    with pytest.raises(ValueError, match="`load` must be one of quiet, busy, mixed, got 'idle'"):
+        with competing("idle"):
+            pass
