@@ -89,7 +89,8 @@ def user_turns_value(value) -> list[str]:
     ValueError: `user_turns` must be a list of strings like ["Hello"], got 'Hello'
     """
     if not isinstance(value, list) or not value:
-        raise ValueError(f'`user_turns` must be a list of strings like ["Hello"], got {value!r}')
+        got = limits.shown(value)
+        raise ValueError(f'`user_turns` must be a list of strings like ["Hello"], got {got}')
     if len(value) > MAX_REPLAY_TURNS:
         raise ValueError(
             f"`user_turns` must hold at most {MAX_REPLAY_TURNS} turns, got {len(value)}"
@@ -352,7 +353,7 @@ def build(registry) -> None:
             system_prompt = limits.text("system_prompt", system_prompt, allow_empty=True)
             config = chat_config(*values)
             if model not in names:
-                raise ValueError(f"`model` must be one of {names}, got {model!r}")
+                raise ValueError(f"`model` must be one of {names}, got {limits.shown(model)}")
             return registry.get(model), system_prompt, config, settings
 
         @limits.shown_to_user

@@ -106,9 +106,26 @@ def flag(name: str, value) -> bool:
     return value
 
 
+def shown(value, max_chars: int = 80) -> str:
+    """`repr(value)` for an error message, cut to `max_chars` characters with its length said,
+    so that a refused argument is named without being echoed back whole.
+
+    >>> shown("Hello")
+    "'Hello'"
+    >>> shown("a" * 200_061, 12)
+    "'aaaaaaaaaa… (200063 characters)"
+    """
+    text = repr(value)
+    return text if len(text) <= max_chars else f"{text[: max_chars - 1]}… ({len(text)} characters)"
+
+
 def choice(name: str, value, options) -> str:
-    if value not in options:
-        raise ValueError(f"`{name}` must be one of {list(options)}, got {value!r}")
+    try:
+        known = value in options
+    except TypeError:  # an unhashable value (a list, a dict) against a dict's keys
+        known = False
+    if not known:
+        raise ValueError(f"`{name}` must be one of {list(options)}, got {shown(value)}")
     return value
 
 
