@@ -3,6 +3,15 @@
 Names and semantics follow transformers' `GenerationConfig` wherever a name exists there; `seed`
 and `stop` are ours. `validate` turns every bad setting into a `ValueError` with one template:
 `` `top_p` must be in (0, 1], got 1.5 ``. This module does not run models or touch logits.
+
+Every setting is bounded to a range where the maths it drives is defined for any finite float32
+logits a model emits (`BOUNDS` for the real-valued ones): a repetition penalty of 1e-300 is 0 in
+float32, and dividing a logit by it gives +inf, which no sampler can draw from; a temperature of
+1e300 is +inf in float32 and turns -inf logits into NaN; `length ** length_penalty` overflows a
+float for a penalty of 1e300. Counts need only a lower bound (the maths holds for any int; the
+memory they cost is capped by the front ends' sequence cap, runtime/budget.py, and the engine's
+KV-cache budget, runtime/engine.py). Front ends (serve/, ui/) may ask for narrower ranges, never
+wider ones.
 """
 
 from __future__ import annotations
@@ -10,6 +19,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+
+# Closed ranges [low, high] of the real-valued settings: outside them the maths is undefined
+# or degenerate in float32 (1e-300 is 0 there; 100 keeps logits * penalty finite for any logit
+# below 3e36; a temperature of 0.001 is already greedy-like, 100 already near-uniform;
+# length ** 10 stays finite for any context length). top_p, min_p and typical_p are in (0, 1].
+BOUNDS = {
+    "temperature": (1e-3, 100.0),
+    "repetition_penalty": (0.01, 100.0),
+    "length_penalty": (-10.0, 10.0),
+}
 
 
 @dataclass(frozen=True)
@@ -65,22 +84,23 @@ class GenerationConfig:
         _int_at_least("no_repeat_ngram_size", self.no_repeat_ngram_size, 0)
         _int_at_least("num_beams", self.num_beams, 1)
         _int_at_least("num_return_sequences", self.num_return_sequences, 1)
+        for name in ("forced_bos_token_id", "forced_eos_token_id"):
+            if getattr(self, name) is not None:
+                _int_at_least(name, getattr(self, name), 0)
+        for token in self.suppress_tokens:
+            _int_at_least("suppress_tokens", token, 0)
         if not isinstance(self.do_sample, bool):
             raise ValueError(f"`do_sample` must be a bool, got {self.do_sample!r}")
-        if not _finite(self.temperature) or self.temperature <= 0:
-            raise ValueError(f"`temperature` must be > 0, got {self.temperature!r}")
+        for name, (low, high) in BOUNDS.items():
+            value = getattr(self, name)
+            if not _finite(value) or not low <= value <= high:
+                raise ValueError(f"`{name}` must be in [{low:g}, {high:g}], got {value!r}")
         if not _finite(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p!r}")
         if not _finite(self.min_p) or not 0 <= self.min_p <= 1:
             raise ValueError(f"`min_p` must be in [0, 1], got {self.min_p!r}")
         if not _finite(self.typical_p) or not 0 < self.typical_p <= 1:
             raise ValueError(f"`typical_p` must be in (0, 1], got {self.typical_p!r}")
-        if not _finite(self.repetition_penalty) or self.repetition_penalty <= 0:
-            raise ValueError(f"`repetition_penalty` must be > 0, got {self.repetition_penalty!r}")
-        if not _finite(self.length_penalty):
-            raise ValueError(
-                f"`length_penalty` must be a finite number, got {self.length_penalty!r}"
-            )
         if self.early_stopping not in (True, False, "never"):
             raise ValueError(
                 f"`early_stopping` must be True, False or 'never', got {self.early_stopping!r}"
@@ -95,7 +115,7 @@ class GenerationConfig:
                 "`num_return_sequences` must be 1 for greedy decoding (it would repeat one "
                 f"sequence), got {self.num_return_sequences}; set do_sample=True or num_beams"
             )
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
+        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
             raise ValueError(f"`seed` must be a non-negative int or None, got {self.seed!r}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"`stop` must be non-empty strings, got {self.stop!r}")
@@ -106,6 +126,10 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _int_at_least(name: str, value, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    if not _is_int(value) or value < low:
         raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}")

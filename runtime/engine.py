@@ -16,8 +16,35 @@ The loop, on its own thread:
 2. each request picks its tokens from its rows of the batch's logits with its own `TokenSearch`
    (its own `GenerationConfig`, processors, stop strings and `np.random.Generator` seeded from its
    own seed) and its own `RowTexts`, exactly as the unbatched loop does;
-3. requests that ended or whose caller stopped reading leave the batch (the cache is trimmed to
-   the rows that remain); the others' chosen tokens run through the model as one step.
+3. requests that ended, failed, or whose caller stopped reading or has gone leave the batch
+   (the cache is trimmed to the rows that remain); the others' chosen tokens run through the
+   model as one step.
+
+Failures. A request's own failure ends that request alone, whatever its cause: a logits
+processor, the sampler, logits that are not finite in its rows (NaN or +inf: `TokenSearch.pick`
+refuses them), its detokenizer. Its caller gets the exception (a stream after the events it
+already had); its rows leave the batch, and every other request goes on exactly as it would
+have, bit for bit (nothing a request picks with is shared). A prefill that fails fails only the
+requests it was prefilling: a group of equal-length prompts is retried one prompt at a time, so
+only a prompt that fails alone fails. Only a failure of the batched model step itself (or of
+joining or trimming the batch's cache) fails every request in the batch: there is no row of it
+to blame.
+
+Cancellation. A caller that stops reading a stream cancels its request; a caller inside
+`runtime.cancel.cancel_when(event)` (a server whose client disconnected sets `event`) has its
+request dropped at the loop's next step, and its `generate` or `chat` raises `Cancelled`.
+
+Memory budget. The batch's KV cache holds rows × positions (its width: the longest row's prompt
+and generated tokens) × `bytes_per_position` (2 × layers × KV heads × head size × 4 bytes for a
+float32 cache, from the manifest's `num_heads` and `head_size` and the graph's layers).
+`max_cache_bytes` (default `MAX_CACHE_BYTES`, 2 GiB) gives `max_cache_positions`; a request
+reserves its rows × (prompt + `max_steps`) positions, and is admitted only while every row of
+the batch times the largest reservation fits, so no mix of requests can make the batch's cache
+exceed the budget as they generate (the engine's own accounting: `cache_positions`, and its
+high-water mark `peak_cache_positions`). A request that could not fit alone is refused with a
+ValueError before it waits. Requests held back for rows or memory keep their order: later ones
+never overtake them. docs/SCALING.md ("Budgets") states the figures per model, and what the
+allocator adds on top (a step's old and new cache, shared buffers' spare room).
 
 A request's output does not depend on its batch-mates, bit for bit: nothing a row's tokens are
 chosen from is shared with another request (no shared generator, no shared filters), a
@@ -44,12 +71,21 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from . import cancel
 from .outputs import StreamEvent
 from .search import log_normalizer
 from .text import RowTexts
 
 _DONE = object()  # a request's last item in its caller's inbox
 PAD_ALIGN = 4  # left padding of a joining row is a multiple of this many positions (`Engine`)
+MAX_CACHE_BYTES = 2 * 2**30  # default KV-cache budget of one engine's batch (docs/SCALING.md)
+
+
+def cache_bytes_per_position(model) -> int:
+    """Bytes one row's KV cache takes per position: a key and a value (N, H, T, D) per layer, so
+    2 × layers × KV heads × head size × the cache's item size."""
+    itemsize = np.dtype(model.dtype).itemsize
+    return len(model.past_names) * model.num_heads * model.head_size * itemsize
 
 
 def uses_engine(manifest: dict, batching: bool | None) -> bool:
@@ -86,15 +122,28 @@ class _Request:
         # interpreter lock from the loop) at every step.
         self.held: list[StreamEvent] | None = None if live else []
         self.rows = len(search.done)
+        # Cache positions each of its rows may reach: its prompt and every token it may add.
+        self.width = plan.input_ids.shape[1] + plan.max_steps
         self.index = 0  # the next step's index
         self.cancelled = False  # set by the caller when it stops reading
+        self.stop = cancel.current_event()  # set by whoever cancels the caller (or None)
         self.tokens: np.ndarray | None = None  # (rows,) chosen at the last step
+
+    @property
+    def gone(self) -> bool:
+        """Whether its caller stopped reading or was cancelled."""
+        return self.cancelled or (self.stop is not None and self.stop.is_set())
+
+    def fail(self, error: BaseException) -> None:
+        """End the request with `error`, raised in its caller (who may have gone already)."""
+        self.inbox.put(error)
 
 
 class Engine:
-    """The batching loop of one `Generator` (a causal LM)."""
+    """The batching loop of one `Generator` (a causal LM), within `max_rows` rows and
+    `max_cache_bytes` of KV cache per batch."""
 
-    def __init__(self, gen, max_rows: int = 64):
+    def __init__(self, gen, max_rows: int = 64, max_cache_bytes: int = MAX_CACHE_BYTES):
         self.gen = gen
         self.model = gen.model
         # A row joins longer rows left-padded by a multiple of `align` positions: onnxruntime's
@@ -105,6 +154,10 @@ class Engine:
         # their own cache slots (runtime/models.py, `CausalLM.join`) need no padding.
         self.align = 1 if self.model.feeds_seqlens else PAD_ALIGN
         self.max_rows = max_rows  # rows in one batch; further requests wait to be admitted
+        self.max_cache_bytes = max_cache_bytes
+        self.bytes_per_position = cache_bytes_per_position(self.model)
+        # rows × positions the batch's cache may hold; further requests wait to be admitted
+        self.max_cache_positions = max_cache_bytes // self.bytes_per_position
         self._waiting: deque[_Request] = deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -112,13 +165,17 @@ class Engine:
         self.steps = 0
         self.rows_stepped = 0
         self.prefills = 0
+        self.cache_positions = 0  # rows × positions of the batch's cache now
+        self.peak_cache_positions = 0  # the most it has held (tests reset it)
 
     def events(
         self, plan, alternatives: int, end_ids=None, live: bool = True
     ) -> Iterator[StreamEvent]:
         """The plan's events (as `Generator._token_events` yields them), computed in the loop:
         step by step when `live`, else all of a request's at its end. Stopping the iteration
-        cancels the plan's requests."""
+        cancels the plan's requests; so does setting the event of an enclosing
+        `runtime.cancel.cancel_when` (then this raises `Cancelled`). Raises ValueError for a
+        prompt whose rows could never fit the cache budget."""
         gen, copies = self.gen, plan.config.num_return_sequences
         inbox: queue.SimpleQueue = queue.SimpleQueue()
         requests = []
@@ -127,6 +184,9 @@ class Engine:
             search = gen.token_search(own, alternatives, end_ids)
             texts = RowTexts(gen.tokenizer, own, copies, gen.end_ids(end_ids))
             requests.append(_Request(own, search, texts, prompt * copies, inbox, live))
+        for request in requests:
+            self._check_fits(request)
+        cancel.check()
         with self._wake:
             self._waiting.extend(requests)
             if self._thread is None:
@@ -147,27 +207,47 @@ class Engine:
             for request in requests:
                 request.cancelled = True
 
+    def _check_fits(self, request: _Request) -> None:
+        """ValueError when the request's rows could never fit the cache budget, even alone."""
+        need = request.rows * request.width
+        if need > self.max_cache_positions:
+            length = request.plan.input_ids.shape[1]
+            megabytes = self.max_cache_positions * self.bytes_per_position / 2**20
+            raise ValueError(
+                f"`max_new_tokens` (after the prompt's {length} tokens, for {request.rows} "
+                f"sequences) must fit the engine's KV cache of {self.max_cache_positions} "
+                f"positions ({megabytes:.0f} MB), got ({length} + {request.plan.max_steps}) × "
+                f"{request.rows} = {need}; ask for fewer tokens or sequences"
+            )
+
     # ---- the loop (engine thread) ----------------------------------------------------------------
 
     def _admit(self, active: list[_Request], width: int | None) -> list[_Request]:
         """Waiting requests that fit beside `active` (whose cache is `width` positions wide, None
-        when nothing is active) and whose prompt is in phase with it (`_in_phase`); blocks
-        while nothing is active. Requests out of phase wait (at most `align` - 1 steps)."""
+        when nothing is active), within `max_rows` and the cache budget, and whose prompt is in
+        phase with it (`_in_phase`); blocks while nothing is active. Requests out of phase
+        wait (at most `align` - 1 steps); requests that do not fit wait for rows to leave, and
+        so do all that came after them. Requests whose caller has gone are dropped."""
         rows = sum(r.rows for r in active)
-        new, waiting = [], deque()
+        reserved = max((r.width for r in active), default=0)  # positions a row may reach
+        new, waiting, blocked = [], deque(), False
         with self._wake:
             while not active and not self._waiting:
                 self._wake.wait()
             for request in self._waiting:
-                if request.cancelled:
+                if request.gone:
+                    request.fail(cancel.Cancelled("the request was cancelled while it waited"))
                     continue
                 length = request.plan.input_ids.shape[1]
-                fits = rows + request.rows <= self.max_rows or not rows
+                after = rows + request.rows
+                fits = not blocked and (after <= self.max_rows or not rows)
+                fits = fits and after * max(reserved, request.width) <= self.max_cache_positions
                 if fits and (width is None or (width - length) % self.align == 0):
                     new.append(request)
-                    rows += request.rows
+                    rows, reserved = after, max(reserved, request.width)
                     width = length if width is None else width
                 else:
+                    blocked = blocked or not fits
                     waiting.append(request)
             self._waiting = waiting
         return new
@@ -187,17 +267,62 @@ class Engine:
 
     def _prefill_all(self, requests: list[_Request]) -> tuple[list[_Request], list, list]:
         """`requests` reordered so that equal prompt lengths are adjacent, with the first logits
-        and cache of each such group."""
+        and cache of each such group; a group whose prefill fails is prefilled one request at a
+        time, and a request that fails alone fails (it is left out)."""
         groups: dict[int, list[_Request]] = {}
         for request in requests:
             groups.setdefault(request.plan.input_ids.shape[1], []).append(request)
         ordered, logits, states = [], [], []
         for group in groups.values():
-            group_logits, state = self._prefill(group)
-            ordered += group
-            logits.append(group_logits)
-            states.append(state)
+            try:
+                parts = [(group, *self._prefill(group))]
+            except Exception as error:
+                if len(group) == 1:
+                    group[0].fail(error)
+                    continue
+                parts = []
+                for request in group:
+                    try:
+                        parts.append(([request], *self._prefill([request])))
+                    except Exception as own:  # this prompt's own failure
+                        request.fail(own)
+            for members, part_logits, state in parts:
+                ordered += members
+                logits.append(part_logits)
+                states.append(state)
         return ordered, logits, states
+
+    def _pick(self, request: _Request, logits: np.ndarray, normalizer: np.ndarray) -> bool:
+        """Step `request` on its rows' logits (rows, V) and hand its events over; whether it
+        stays in the batch. Its own failure ends it alone."""
+        if request.gone:
+            request.fail(cancel.Cancelled("the request was cancelled (its caller has gone)"))
+            return False
+        try:
+            step = request.search.pick(logits, request.index, normalizer)
+            events = request.texts.events(step, request.search)
+        except Exception as error:  # this request's failure: it leaves, the batch goes on
+            request.fail(error)
+            return False
+        for event in events:
+            event.index += request.offset
+        if request.held is None:
+            request.inbox.put(events)  # one hand-over per step, not per row
+        else:
+            request.held.extend(events)
+        request.tokens = step.tokens
+        ended = request.search.ended(request.index)
+        request.index += 1
+        if ended:
+            if request.held is not None:
+                request.inbox.put(request.held)
+            request.inbox.put(_DONE)
+        return not ended
+
+    def _account(self, state) -> None:
+        """Record the rows × positions the batch's cache holds now."""
+        self.cache_positions = 0 if state is None else state.attention_mask.size  # (N, T)
+        self.peak_cache_positions = max(self.peak_cache_positions, self.cache_positions)
 
     def _loop(self) -> None:
         active: list[_Request] = []
@@ -212,47 +337,38 @@ class Engine:
             try:
                 if new:
                     new, new_logits, new_states = self._prefill_all(new)
+                if new:
                     logits = np.concatenate(([logits] if active else []) + new_logits)
                     state = self.model.admit(state if active else None, new_states, self.align)
-                    active = active + new
+                    active, new = active + new, []
+                    self._account(state)
+                if not active:
+                    continue
                 normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
-                keep, ended = [], []
+                kept, keep = [], []
                 row = 0
                 for request in active:
                     rows = slice(row, row + request.rows)
                     row += request.rows
-                    if request.cancelled:
-                        ended.append(request)
-                        continue
-                    step = request.search.pick(logits[rows], request.index, normalizer[rows])
-                    events = request.texts.events(step, request.search)
-                    for event in events:
-                        event.index += request.offset
-                    if request.held is None:
-                        request.inbox.put(events)  # one hand-over per step, not per row
-                    else:
-                        request.held.extend(events)
-                    request.tokens = step.tokens
-                    if request.search.ended(request.index):
-                        if request.held is not None:
-                            request.inbox.put(request.held)
-                        request.inbox.put(_DONE)
-                        ended.append(request)
-                    else:
+                    if self._pick(request, logits[rows], normalizer[rows]):
+                        kept.append(request)
                         keep.append(np.arange(rows.start, rows.stop))
-                    request.index += 1
-                if ended:
-                    active = [r for r in active if r not in ended]
-                    if active:
-                        state = self.model.retain(state, np.concatenate(keep), self.align)
+                if len(kept) < len(active):
+                    active = kept
+                    state = (
+                        self.model.retain(state, np.concatenate(keep), self.align) if kept else None
+                    )
                 if not active:
-                    logits = state = None
+                    logits = None
+                    self._account(None)
                     continue
                 tokens = np.concatenate([r.tokens for r in active])  # (N,)
                 logits, state = self.model.step(tokens, state)
                 self.steps += 1
                 self.rows_stepped += len(tokens)
-            except Exception as error:  # the model failed: every request in the batch fails
+                self._account(state)
+            except Exception as error:  # the batched model call failed: no row to blame
                 for request in active + new:
-                    request.inbox.put(error)
-                active, logits, state = [], None, None
+                    request.fail(error)
+                active, new, logits, state = [], [], None, None
+                self._account(None)

@@ -4,6 +4,10 @@ They drive a model from `runtime.models` (start → step → select) and keep th
 sequences, scores, which rows are finished. Picking a token from scores is delegated to pure
 functions: `runtime.processors` (history-dependent) and `runtime.sampling` (filters, draws).
 This module never decodes text; stop strings are checked by the caller through `finish()`.
+Both loops stop with `runtime.cancel.Cancelled` between steps once their caller's cancel event
+is set (`runtime.cancel.cancel_when`), and refuse scores with no finite maximum
+(`NonFiniteScores`: NaN or +inf logits, or a row with every token removed) rather than pick a
+token from them.
 
 Semantics follow transformers' `generate`: greedy applies processors to raw logits; beam search
 applies them to log-softmax scores, keeps `2 * num_beams` candidates per step, scores finished
@@ -18,10 +22,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import sampling
+from . import cancel, sampling
 from .processors import apply_processors
 
 NEG = np.float32(-1.0e9)  # transformers' "finished / impossible" score offset
+
+
+class NonFiniteScores(RuntimeError):
+    """A row's scores have no finite maximum: the model's logits or a processor failed."""
+
+
+def check_finite(scores: np.ndarray, rows: np.ndarray, index: int) -> None:
+    """Raise `NonFiniteScores` when one of `rows` (bool (N,)) of `scores` (N, V) has no finite
+    maximum (a NaN, a +inf, or every entry -inf)."""
+    best = scores.max(axis=1)  # (N,)
+    bad = np.flatnonzero(rows & ~np.isfinite(best))
+    if len(bad):
+        raise NonFiniteScores(
+            f"the scores of row {bad[0]} at step {index} are not finite (their maximum is "
+            f"{best[bad[0]]}): the model's logits or a logits processor failed"
+        )
 
 
 def log_normalizer(logits: np.ndarray) -> np.ndarray:
@@ -107,7 +127,9 @@ class TokenSearch:
         if logits.shape[0] != rows:
             repeat = np.repeat(np.arange(logits.shape[0]), rows // logits.shape[0])
             logits, state = logits[repeat], self.model.select(state, repeat)
+        stop = cancel.current_event()
         for index in range(self.max_steps):
+            cancel.check(stop)
             step = self.pick(logits, index)
             yield step
             if self.ended(index):
@@ -129,6 +151,7 @@ class TokenSearch:
         scores = apply_processors(
             logits, self.history, self.history_mask, self.config, index, self.eos
         )
+        check_finite(scores, ~self.done, index)
         if self.sampler is None:
             tokens = np.argmax(scores, axis=1)
         else:
@@ -192,11 +215,14 @@ def beam_search(
     running_scores[:, 1:] = NEG  # all beams start identical: only the first may expand
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     improvable = np.ones(batch, dtype=bool)
+    stop = cancel.current_event()
     for index in range(max_steps):
+        cancel.check(stop)
         model_logprobs = log_softmax(logits)  # (B*beams, V)
         scores = apply_processors(
             model_logprobs, history, history_mask, config, index, eos_token_id
         )
+        check_finite(scores, np.ones(len(scores), dtype=bool), index)
         if config.do_sample:
             scores = sampling.filter_logits(
                 scores,

@@ -102,7 +102,9 @@ class ChatBody(Strict):
     )
     max_completion_tokens: int | None = must("an int >= 1", ge=1, le=MAX_TOKENS)
     max_tokens: int | None = must("an int >= 1 (max_completion_tokens' older name)", ge=1)
-    temperature: float | None = must("a number in [0, 2] (0: greedy)", ge=0, le=2)
+    temperature: float | None = must(
+        f"a number in [0, 2] (0: greedy; else at least {protocol.MIN_TEMPERATURE:g})", ge=0, le=2
+    )
     top_p: float | None = must("a number in (0, 1]", gt=0, le=1)
     n: int | None = must("an int >= 1 (replies to return)", ge=1, le=MAX_TOKENS)
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)] | None = must(
@@ -122,7 +124,9 @@ class ChatBody(Strict):
     top_k: int | None = must("an int >= 0 (0: off)", ge=0, le=MAX_TOKENS)
     min_p: float | None = must("a number in [0, 1]", ge=0, le=1)
     typical_p: float | None = must("a number in (0, 1]", gt=0, le=1)
-    repetition_penalty: float | None = must("a number > 0 (1: off)", gt=0)
+    repetition_penalty: float | None = must(
+        f"a number in {protocol.runtime_range('repetition_penalty')} (1: off)"
+    )
     no_repeat_ngram_size: int | None = must("an int >= 0 (0: off)", ge=0, le=MAX_TOKENS)
     min_tokens: int | None = must("an int >= 0", ge=0, le=MAX_TOKENS)
     # OpenAI fields accepted only at the value that means "off".

@@ -20,10 +20,11 @@ Before a request body is read, the gateway checks the API key (`--api-key`: 401 
 (413 above `Limits.max_body_bytes`, from Content-Length and again while reading). Generation
 runs in the replica's pool of `concurrency` threads (later requests wait there, in arrival
 order), one prompt after another, so a prompt's output does not depend on the request's other
-prompts. A streamed request that is cancelled (the client disconnected, so Serve cancels the
-request and its child requests) sets a flag the thread checks after every token, and the
-thread then closes the runtime's stream, which ends the decoding loop; an unstreamed request
-runs to its end. `max_tokens` beyond what the context leaves after a prompt is capped, and each
+prompts. A request that is cancelled, streamed or not (the client disconnected, so Serve
+cancels the request and its child requests), sets its thread's cancel event
+(`runtime.cancel.cancel_when`): the engine drops its rows at its next step and the thread ends
+(a stream's thread also closes the runtime's stream); one cancelled while it waits for a
+thread never starts. `max_tokens` beyond what the context leaves after a prompt is capped, and each
 choice says so (`scriptorium.max_tokens`, the cap applied; finish reason "context" when it was
 reached). A prompt may be token ids, which generate as they are; `echo` puts the prompt (with
 `logprobs`, its tokens' log-probabilities) in front of each choice, streamed as each choice's
@@ -59,6 +60,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import runtime
 from runtime.bundle import read_manifest
+from runtime.cancel import Cancelled, cancel_when
 from runtime.chat import is_chat_manifest
 
 from . import api, chat, protocol, scoring
@@ -98,12 +100,44 @@ class ModelServer:
         # full replica with backoff (up to 1 s a try) and so would add seconds under load.
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="generate")
         self._lock = threading.Lock()
-        self.running = 0  # streams generating now
-        self.cancelled = 0  # streams cancelled before they finished, since the replica started
+        self.running = 0  # requests generating now, streamed or not
+        self.cancelled = 0  # requests cancelled before they finished, since the replica started
 
     def stats(self) -> dict:
+        """Requests running and cancelled, and the engine's batched steps so far (0 without
+        an engine): what tests observe of a replica."""
+        engine = getattr(self.generator, "engine", None)
         with self._lock:
-            return {"running": self.running, "cancelled": self.cancelled}
+            return {
+                "running": self.running,
+                "cancelled": self.cancelled,
+                "steps": engine.steps if engine is not None else 0,
+            }
+
+    async def _run(self, work: Callable, *args):
+        """`work(*args)` in the pool, inside a cancel scope that is set when this request is
+        cancelled (its client has gone): the generation then stops at its next step."""
+        stop = threading.Event()
+
+        def scoped():
+            with cancel_when(stop):
+                return work(*args)
+
+        with self._lock:
+            self.running += 1
+        cancelled = True  # until the work ends by itself or fails (CancelledError is neither)
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(self.pool, scoped)
+            cancelled = False
+            return result
+        except Exception:
+            cancelled = False
+            raise
+        finally:
+            stop.set()
+            with self._lock:
+                self.running -= 1
+                self.cancelled += cancelled
 
     def _room(self, prompt: str | list[int], request: api.CompletionRequest) -> tuple[int, int]:
         """(prompt tokens, tokens that can follow them): `max_tokens`, capped by what the
@@ -121,7 +155,7 @@ class ModelServer:
         """The choices and usage of a non-streamed completion, or {"error": message} for a
         setting or prompt the runtime refuses (a value, not an exception: bad input is not a
         replica failure for Serve to log)."""
-        return await asyncio.get_running_loop().run_in_executor(self.pool, self._complete, request)
+        return await self._run(self._complete, request)
 
     def _complete(self, request: api.CompletionRequest) -> dict:
         try:
@@ -162,9 +196,7 @@ class ModelServer:
         prompt_tokens = completion_tokens = 0
         try:
             if request.score_only:
-                result = await asyncio.get_running_loop().run_in_executor(
-                    self.pool, self._completion, request
-                )
+                result = await self._run(self._completion, request)
                 for choice in result["choices"]:
                     yield {"choice": choice}
                 yield {"usage": result["usage"]}
@@ -174,14 +206,8 @@ class ModelServer:
                 prompt_tokens += tokens
                 offsets = [0] * copies  # characters of each choice's text sent so far
                 if request.echo:  # the prompt (and its logprobs) first, once per choice
-                    head = await asyncio.get_running_loop().run_in_executor(
-                        self.pool,
-                        scoring.echo_choice,
-                        gen,
-                        prompt,
-                        None,
-                        request.logprobs,
-                        request.controls,
+                    head = await self._run(
+                        scoring.echo_choice, gen, prompt, None, request.logprobs, request.controls
                     )
                     for copy in range(copies):
                         offsets[copy] = len(head["text"])
@@ -212,8 +238,7 @@ class ModelServer:
 
     async def complete_chat(self, request: chat.ChatRequest) -> dict:
         """A non-streamed chat completion (serve/chat.py), or {"error": message}."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.pool, chat.replica_complete, self.generator, request)
+        return await self._run(chat.replica_complete, self.generator, request)
 
     async def stream_chat(self, request: chat.ChatRequest) -> AsyncIterator[dict]:
         """A streamed chat completion's items (serve/chat.py), or {"error": message}."""
@@ -230,12 +255,15 @@ class ModelServer:
 
         def produce():
             try:
-                if stop.is_set():  # cancelled while waiting for a free slot
-                    return
-                for event in events:
-                    if stop.is_set():
-                        break
-                    loop.call_soon_threadsafe(queue.put_nowait, event)
+                with cancel_when(stop):  # beam search, which streams only at its end, stops too
+                    if stop.is_set():  # cancelled while waiting for a free slot
+                        return
+                    for event in events:
+                        if stop.is_set():
+                            break
+                        loop.call_soon_threadsafe(queue.put_nowait, event)
+            except Cancelled:
+                pass
             except Exception as error:  # raised again in the replica's request, below
                 loop.call_soon_threadsafe(queue.put_nowait, error)
             finally:

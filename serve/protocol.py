@@ -14,7 +14,10 @@ endpoint declares its own body model and reuses `parse_body`, `RequestError` and
 
 What is checked here is the shape and each field's range; what needs the model (the prompt's
 tokens against the context, control values) is checked by the runtime, and the server's own
-configurable limits (prompt characters, total sequences) by serve/api.py.
+configurable limits (prompt characters, total sequences) by serve/api.py. A decoding setting's
+range is the runtime's (`runtime.config.BOUNDS`), never a looser one: the fields whose whole
+range the runtime declares (`repetition_penalty`, `length_penalty`, the low end of `temperature`)
+leave the check to it, so their 400 carries its message.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime.config import BOUNDS
+
 SHOWN_CHARS = 40  # characters of a bad value echoed back in an error message
 MAX_LOGPROBS = 5  # OpenAI's legacy limit, and the number of alternatives the runtime streams
 MAX_STOP_STRINGS = 4  # OpenAI's limit
@@ -33,6 +38,19 @@ MAX_NAME_CHARS = 256  # characters of a model id, a user id, a control name or v
 MAX_CONTROLS = 16  # control tokens in one request
 MAX_TEMPERATURE = 2.0  # OpenAI's range is [0, 2]
 MAX_SEED = 2**63 - 1
+
+
+def runtime_range(name: str) -> str:
+    """The runtime's range of a real-valued setting, as a rule states it.
+
+    >>> runtime_range("repetition_penalty")
+    '[0.01, 100]'
+    """
+    low, high = BOUNDS[name]
+    return f"[{low:g}, {high:g}]"
+
+
+MIN_TEMPERATURE = BOUNDS["temperature"][0]  # the runtime's: below it (but not 0) is a 400 too
 
 
 class RequestError(ValueError):
@@ -110,7 +128,9 @@ class CompletionBody(Body):
         "an int >= 1 (default 16), or 0 with `echo` (score the prompt only)", ge=0, le=2**31 - 1
     )
     temperature: float | None = must(
-        f"a number in [0, {MAX_TEMPERATURE:g}] (0: greedy)", ge=0, le=MAX_TEMPERATURE
+        f"a number in [0, {MAX_TEMPERATURE:g}] (0: greedy; else at least {MIN_TEMPERATURE:g})",
+        ge=0,
+        le=MAX_TEMPERATURE,
     )
     top_p: float | None = must("a number in (0, 1]", gt=0, le=1)
     seed: int | None = must(f"an int in [0, {MAX_SEED}]", ge=0, le=MAX_SEED)
@@ -137,11 +157,13 @@ class CompletionBody(Body):
     top_k: int | None = must("an int >= 0 (0: off)", ge=0, le=2**31 - 1)
     min_p: float | None = must("a number in [0, 1]", ge=0, le=1)
     typical_p: float | None = must("a number in (0, 1]", gt=0, le=1)
-    repetition_penalty: float | None = must("a number > 0 (1: off)", gt=0)
+    repetition_penalty: float | None = must(
+        f"a number in {runtime_range('repetition_penalty')} (1: off)"
+    )
     no_repeat_ngram_size: int | None = must("an int >= 0 (0: off)", ge=0, le=2**31 - 1)
     min_tokens: int | None = must("an int >= 0", ge=0, le=2**31 - 1)
     num_beams: int | None = must("an int >= 1 (1: no beam search)", ge=1, le=2**31 - 1)
-    length_penalty: float | None = must("a finite number")
+    length_penalty: float | None = must(f"a number in {runtime_range('length_penalty')}")
     early_stopping: bool | Literal["never"] | None = must('true, false or "never"')
     echo: bool | None = must(
         "true or false (true: the prompt comes back in front of the completion, with its "
@@ -164,7 +186,7 @@ def parse_body(model: type[Body], raw: bytes | str | dict) -> Body:
     ...     parse_body(CompletionBody, b'{"model": "m", "prompt": "In", "temperature": 5}')
     ... except RequestError as error:
     ...     print(error)
-    `temperature` must be a number in [0, 2] (0: greedy), got 5
+    `temperature` must be a number in [0, 2] (0: greedy; else at least 0.001), got 5
     """
     try:
         if isinstance(raw, dict):

@@ -174,13 +174,16 @@ def test_controls_are_prefixed_as_in_training(gen):
         (dict(top_p=1.5, do_sample=True), r"`top_p` must be in \(0, 1\], got 1.5"),
         (dict(top_p=0.0, do_sample=True), r"`top_p` must be in \(0, 1\], got 0.0"),
         (dict(top_k=-1), r"`top_k` must be an int >= 0, got -1"),
-        (dict(temperature=0.0, do_sample=True), r"`temperature` must be > 0, got 0.0"),
+        (
+            dict(temperature=0.0, do_sample=True),
+            r"`temperature` must be in \[0.001, 100\], got 0.0",
+        ),
         (
             dict(num_beams=2, num_return_sequences=3),
             r"`num_return_sequences` must be <= `num_beams`",
         ),
         (dict(max_new_tokens=0), r"`max_new_tokens` must be an int >= 1, got 0"),
-        (dict(repetition_penalty=0.0), r"`repetition_penalty` must be > 0, got 0.0"),
+        (dict(repetition_penalty=0.0), r"`repetition_penalty` must be in \[0.01, 100\], got 0.0"),
         (dict(early_stopping="sometimes"), r"`early_stopping` must be True, False or 'never'"),
     ],
 )

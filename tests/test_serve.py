@@ -411,7 +411,7 @@ def test_the_openai_client_gets_the_same_text(server, local):
             {"stream": True, "repetition_penalty": 0},
             400,
             "repetition_penalty",
-            "must be a number > 0",
+            "`repetition_penalty` must be in [0.01, 100], got 0.0",
         ),
         ({"stream": True, "prompt": "word " * 300}, 400, "prompt", "context is 128 tokens"),
     ],
