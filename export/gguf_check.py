@@ -366,10 +366,10 @@ def check_tokenizer_fields(fields: dict, rows: int) -> None:
             raise GGUFError(f"`{MERGES}` must be an array of strings, got {type(merges).__name__}")
         for index, merge in enumerate(merges):
             parts = merge.split(" ", 1) if isinstance(merge, str) else []
-            if len(parts) != 2 or parts[0] not in vocab or parts[1] not in vocab:
+            if len(parts) != 2 or not {parts[0], parts[1], parts[0] + parts[1]} <= vocab:
                 raise GGUFError(
                     f"`{MERGES}` entry {index} must be two tokens of the vocabulary separated by "
-                    f"a space, got {merge!r}"
+                    f"a space, which together make a token too, got {merge!r}"
                 )
     for key in SPECIAL_IDS:
         value = fields.get(key)

@@ -144,7 +144,13 @@ CASES = {
     "merge of unknown tokens": (
         lambda p: _tiny(p, metadata={"tokenizer.ggml.merges": MERGES[:5] + ["nosuch token"]}),
         r"`tokenizer.ggml.merges` entry 5 must be two tokens of the vocabulary separated by "
-        r"a space, got 'nosuch token'",
+        r"a space, which together make a token too, got 'nosuch token'",
+    ),
+    "merge making no token": (  # both sides are tokens, their concatenation is not
+        lambda p: _tiny(
+            p, metadata={"tokenizer.ggml.merges": MERGES + ["<|im_start|> <|im_end|>"]}
+        ),
+        rf"`tokenizer.ggml.merges` entry {len(MERGES)} .*, got '<\|im_start\|> <\|im_end\|>'",
     ),
     "merge without a space": (
         lambda p: _tiny(p, metadata={"tokenizer.ggml.merges": ["Ġt"] + MERGES}),
