@@ -36,9 +36,9 @@ MAX_LAYERS = 1 << 12
 MAX_WIDTH = 1 << 20  # embedding, feed-forward and head sizes; head counts
 VERSIONS = (2, 3)  # what gguf's reader reads
 STRING, ARRAY = 8, 9  # GGUF metadata value types
-SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q"}
-SCALAR_FORMATS[12] = "d"
-VOCAB_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores")
+# struct formats of the scalar metadata types: uint8, int8, uint16, int16, uint32, int32, float32,
+# bool, uint64, int64, float64
+SCALAR_FORMATS = dict(zip((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12), "BbHhIif?Qqd"))
 MERGES = "tokenizer.ggml.merges"
 FLOAT_TYPES = ("F32", "F16", "BF16")
 SPECIAL_IDS = [
@@ -60,6 +60,7 @@ class _Cursor:
 
     def __init__(self, path: Path, data, order: str):
         self.path, self.data, self.order, self.at = path, data, order, 0
+        self.entries = 0  # array entries seen so far, against MAX_ARRAY_ENTRIES
 
     def take(self, size: int, what: str) -> int:
         start = self.at
@@ -91,7 +92,7 @@ class _Cursor:
             raise _bad(self.path, f"{what} must be UTF-8, got {raw[:40]!r}") from None
 
 
-def _scan_value(cur: _Cursor, key: str, kind: int, entries: list[int]):
+def _scan_value(cur: _Cursor, key: str, kind: int):
     """Skip one metadata value of type `kind`; returns it when it is a scalar."""
     if kind in SCALAR_FORMATS:
         return cur.number(SCALAR_FORMATS[kind], f"`{key}`")
@@ -105,8 +106,8 @@ def _scan_value(cur: _Cursor, key: str, kind: int, entries: list[int]):
     if item not in SCALAR_FORMATS and item != STRING:
         raise _bad(cur.path, f"`{key}` must be an array of numbers or strings, got type {item}")
     limit = MAX_MERGES if key == MERGES else MAX_VOCAB
-    entries[0] += count
-    if count > limit or entries[0] > MAX_ARRAY_ENTRIES:
+    cur.entries += count
+    if count > limit or cur.entries > MAX_ARRAY_ENTRIES:
         raise _bad(
             cur.path,
             f"`{key}` claims {count} entries; a GGUF file may have at most {limit} "
@@ -180,7 +181,7 @@ def _check_extents(path: Path, tensors: list[tuple], start: int, size: int, alig
             )
         following = start + ordered[i + 1][3] if i + 1 < len(ordered) else size
         padded = -(-(offset + nbytes) // alignment) * alignment + start
-        if not end <= following <= max(padded, end):
+        if not end <= following <= padded:
             raise _bad(
                 path,
                 f"tensor {name!r} of type {kind} and shape {dims} takes {nbytes} bytes, "
@@ -219,11 +220,11 @@ def _scan(path: Path, data, size: int) -> None:
             f"a GGUF file may have at most {MAX_TENSORS} tensors and {MAX_KEYS} metadata "
             f"keys, got {n_tensors} and {n_keys}",
         )
-    alignment, entries = 32, [0]
+    alignment = 32  # GGUF's default
     for index in range(n_keys):
         key = cur.name(f"metadata key {index}")
         kind = cur.number("I", f"the type of `{key}`")
-        value = _scan_value(cur, key, kind, entries)
+        value = _scan_value(cur, key, kind)
         if key == "general.alignment":
             if kind != 4 or not value or value & (value - 1):
                 raise _bad(path, f"`general.alignment` must be a power of 2, got {value}")
