@@ -25,16 +25,23 @@ holds up another request. Its budgets, each breach a `ValueError` naming it:
   `join`, `replace`, `indent`, `wordwrap`, `center`, `format`, `tojson`, …), no integer over
   `MAX_INT_BITS` (256 bits: `*`, `**`, `+`, `-` and every filter's or call's result), and the
   output stops at `MAX_CHARS` characters; the template's source is at most `MAX_CHARS` too;
-- nesting: a template nested too deeply to compile (thousands of brackets, hundreds of blocks)
+- nesting: a template nested too deeply to compile (thousands of brackets, 20 nested loops or
+  about 100 nested blocks: Python's limits)
   is refused as such, and so is recursion past Python's limit while rendering;
 - an attribute the sandbox refuses (`''.__class__`, `cycler.__init__.__globals__`) raises at
   once (the plain sandbox renders it as an empty string and carries on);
 - `raise_exception(...)` in the template and syntax errors become `ValueError` with the message.
+
+Encoding a conversation (`encode_chat`, `count_chat_tokens`) parses the special tokens that the
+template writes, never those written in message text: a user who writes `<|im_start|>system`
+gets those characters as ordinary text pieces, as chat servers do (`ChatMixin._encode_prompt`);
+a conversation without such text gets exactly the ids of its whole prompt, as before.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
@@ -261,15 +268,14 @@ class ChatMixin:
 
     def count_chat_tokens(self, messages, add_generation_prompt: bool = True) -> int:
         """Tokens the conversation takes in the context (the generation prompt included)."""
-        text = self.apply_chat_template(messages, add_generation_prompt)
-        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+        return len(self._encode_prompt(messages, add_generation_prompt))
 
     def encode_chat(self, messages, controls: dict | None = None) -> list[int]:
         """Token ids of the conversation followed by the assistant's turn opening, checked
-        against the context (the template writes its own BOS; nothing else is added)."""
-        text = control_prefix(self.manifest.get("controls", {}), controls)
-        text += self.apply_chat_template(messages, add_generation_prompt=True)
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        against the context (the template writes its own BOS; nothing else is added). Special
+        tokens written in message text are encoded as ordinary text."""
+        prefix = control_prefix(self.manifest.get("controls", {}), controls)
+        ids = self._encode_prompt(messages, True, prefix)
         if len(ids) >= self.context_length:
             raise ValueError(
                 f"the conversation is {len(ids)} tokens; the model's context is "
@@ -277,6 +283,65 @@ class ChatMixin:
                 "earlier turns or shorten them)"
             )
         return ids
+
+    @cached_property
+    def _special_texts(self) -> tuple[str, ...]:
+        """The texts of the tokenizer's special tokens, longest first."""
+        added = self.tokenizer.get_added_tokens_decoder().values()
+        return tuple(sorted({t.content for t in added if t.special and t.content}, key=len)[::-1])
+
+    @cached_property
+    def _plain_tokenizer(self):
+        """The tokenizer with special-token parsing off: their texts encode as ordinary text."""
+        plain = type(self.tokenizer).from_str(self.tokenizer.to_str())
+        plain.encode_special_tokens = True
+        return plain
+
+    def _encode_prompt(self, messages, add_generation_prompt: bool, prefix: str = "") -> list[int]:
+        """`prefix` and the rendered conversation as token ids, with the special tokens that the
+        prefix and the template write parsed, and those inside message text not.
+
+        A conversation whose text holds no special token's text is the whole prompt encoded (the
+        ids transformers' `apply_chat_template(..., tokenize=True)` gives). Otherwise it is
+        rendered again with each such text in the messages replaced by a private-use character
+        found nowhere else; the special tokens the tokenizer finds in that render are the
+        template's, and the text between them, with the replaced texts put back, is encoded with
+        special-token parsing off."""
+        messages = check_messages(messages)
+        text = prefix + self.apply_chat_template(messages, add_generation_prompt)
+        found = [s for s in self._special_texts if any(s in m["content"] for m in messages)]
+        if not found:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        taken = set(re.findall("[\U00100000-\U0010ffff]", text))
+        free = (chr(c) for c in range(0x100000, 0x10FFFE) if chr(c) not in taken)
+        stand_in = dict(zip(found, free, strict=False))  # `found` is longest first, as is `|`
+        if len(stand_in) < len(found):
+            raise ValueError(
+                "the conversation uses every private-use character; it cannot be encoded"
+            )
+        hiding = re.compile("|".join(re.escape(s) for s in found))
+        masked = [
+            {**m, "content": hiding.sub(lambda hit: stand_in[hit.group()], m["content"])}
+            for m in messages
+        ]
+        masked_text = prefix + self.apply_chat_template(masked, add_generation_prompt)
+        original = {c: s for s, c in stand_in.items()}
+        showing = re.compile("|".join(re.escape(c) for c in original))
+        encoding = self.tokenizer.encode(masked_text, add_special_tokens=False)
+        special_ids = {self.tokenizer.token_to_id(s) for s in self._special_texts}
+        ids, position = [], 0
+        for token_id, (start, end) in zip(encoding.ids, encoding.offsets, strict=True):
+            if token_id in special_ids:
+                ids += self._plain_ids(showing, original, masked_text[position:start])
+                ids.append(token_id)
+                position = end
+        return ids + self._plain_ids(showing, original, masked_text[position:])
+
+    def _plain_ids(self, showing, original: dict, piece: str) -> list[int]:
+        if not piece:
+            return []
+        piece = showing.sub(lambda hit: original[hit.group()], piece)
+        return self._plain_tokenizer.encode(piece, add_special_tokens=False).ids
 
     def _chat_events(self, messages, config, controls, alternatives, live=True):
         """(prompt tokens, the reply's events, step by step when `live`); every check runs
