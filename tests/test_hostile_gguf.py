@@ -39,10 +39,13 @@ def _key(name: str) -> bytes:
 
 def patch_array_length(path: Path, key: str, length: int) -> Path:
     """Set the entry count of the metadata array `key` (uint32 type, uint32 item type, uint64
-    count follow the key) without touching its entries."""
+    count follow the key) without touching its entries; zero bytes are appended so that the
+    rest of the file is whole 4-byte entries, as in the file that made gguf's reader loop
+    without end (with a partial entry at the end it fails instead)."""
     data = bytearray(path.read_bytes())
     at = data.index(_key(key)) + len(_key(key)) + 8
     data[at : at + 8] = struct.pack("<Q", length)
+    data += bytes(-(len(data) - at - 8) % 4)
     path.write_bytes(bytes(data))
     return path
 
