@@ -37,14 +37,15 @@ request dropped at the loop's next step, and its `generate` or `chat` raises `Ca
 Memory budget. The batch's KV cache holds rows × positions (its width: the longest row's prompt
 and generated tokens) × `bytes_per_position` (2 × layers × KV heads × head size × 4 bytes for a
 float32 cache, from the manifest's `num_heads` and `head_size` and the graph's layers).
-`max_cache_bytes` (default `MAX_CACHE_BYTES`, 2 GiB) gives `max_cache_positions`; a request
-reserves its rows × (prompt + `max_steps`) positions, and is admitted only while every row of
-the batch times the largest reservation fits, so no mix of requests can make the batch's cache
-exceed the budget as they generate (the engine's own accounting: `cache_positions`, and its
-high-water mark `peak_cache_positions`). A request that could not fit alone is refused with a
-ValueError before it waits. Requests held back for rows or memory keep their order: later ones
-never overtake them. docs/SCALING.md ("Budgets") states the figures per model, and what the
-allocator adds on top (a step's old and new cache, shared buffers' spare room).
+`max_cache_bytes` (default `MAX_CACHE_BYTES`, 2 GiB) gives `max_cache_positions`. A request is
+admitted only while the batch's worst case fits: every request running to its `max_steps`
+(none ending early), the batch as wide as its longest row at every step (`_fits`). So no mix of
+requests can make the batch's cache exceed the budget as they generate (the engine's own
+accounting: `cache_positions`, and its high-water mark `peak_cache_positions`). A request that
+could not fit alone is refused with a ValueError before it waits. Requests held back for rows
+or memory keep their order: later ones never overtake them. docs/SCALING.md ("Budgets") states
+the figures per model, and what the allocator adds on top (a step's old and new cache, shared
+buffers' spare room).
 
 A request's output does not depend on its batch-mates, bit for bit: nothing a row's tokens are
 chosen from is shared with another request (no shared generator, no shared filters), a
@@ -224,12 +225,12 @@ class Engine:
 
     def _admit(self, active: list[_Request], width: int | None) -> list[_Request]:
         """Waiting requests that fit beside `active` (whose cache is `width` positions wide, None
-        when nothing is active), within `max_rows` and the cache budget, and whose prompt is in
-        phase with it (`_in_phase`); blocks while nothing is active. Requests out of phase
-        wait (at most `align` - 1 steps); requests that do not fit wait for rows to leave, and
-        so do all that came after them. Requests whose caller has gone are dropped."""
+        when nothing is active), within `max_rows` and the cache budget (`_fits`), and whose
+        prompt is in phase with it (`_in_phase`); blocks while nothing is active. Requests out
+        of phase wait (at most `align` - 1 steps); requests that do not fit wait for rows to
+        leave, and so do all that came after them. Requests whose caller has gone are dropped."""
+        batch = list(active)
         rows = sum(r.rows for r in active)
-        reserved = max((r.width for r in active), default=0)  # positions a row may reach
         new, waiting, blocked = [], deque(), False
         with self._wake:
             while not active and not self._waiting:
@@ -239,18 +240,34 @@ class Engine:
                     request.fail(cancel.Cancelled("the request was cancelled while it waited"))
                     continue
                 length = request.plan.input_ids.shape[1]
-                after = rows + request.rows
-                fits = not blocked and (after <= self.max_rows or not rows)
-                fits = fits and after * max(reserved, request.width) <= self.max_cache_positions
+                fits = not blocked and (rows + request.rows <= self.max_rows or not rows)
+                fits = fits and self._fits(batch + [request])
                 if fits and (width is None or (width - length) % self.align == 0):
                     new.append(request)
-                    rows, reserved = after, max(reserved, request.width)
+                    batch.append(request)
+                    rows += request.rows
                     width = length if width is None else width
                 else:
                     blocked = blocked or not fits
                     waiting.append(request)
             self._waiting = waiting
         return new
+
+    def _fits(self, requests: list[_Request]) -> bool:
+        """Whether a batch of `requests` stays within `max_cache_positions` until they all end,
+        should none end early. k steps from now a request still in the batch holds its rows at
+        prompt + index + k positions (it stays while k <= its steps left, max_steps - index),
+        and the batch's cache is every row as wide as the longest; its most is at the last step
+        of one of the requests (the batch widens between those steps and never narrows)."""
+        rows = np.array([r.rows for r in requests])  # (R,)
+        if rows.sum() * max(r.width for r in requests) <= self.max_cache_positions:
+            return True  # every row at the widest reach fits: no need to look closer
+        now = np.array([r.plan.input_ids.shape[1] + r.index for r in requests])  # (R,)
+        left = np.array([r.width for r in requests]) - now  # (R,) steps each has left
+        order = np.argsort(-left, kind="stable")  # the longest-lived first
+        # at the last step of the j-th longest-lived: the first j + 1 requests are in the batch
+        held = np.cumsum(rows[order]) * (np.maximum.accumulate(now[order]) + left[order])
+        return int(held.max()) <= self.max_cache_positions
 
     def _prefill(self, requests: list[_Request]):
         """The first logits (rows, V) and cache of requests whose prompts have the same length,
