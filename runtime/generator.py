@@ -39,6 +39,7 @@ from .outputs import GenerationOutput, StreamEvent
 from .scoring import ScoringMixin
 from .search import TokenSearch, beam_search
 from .sessions import available_providers, create_session, shared_session
+from .spinning import AdaptiveSession
 from .text import RowTexts, control_prefix, find_stop
 
 
@@ -80,11 +81,12 @@ class Generator(ChatMixin, ScoringMixin):
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         graphs = manifest["graphs"]
         batched = uses_engine(manifest, batching)
-        if spinning is None:
-            # An engine loop is its session's only caller, one call at a time, so the session's
-            # worker threads may spin between operators (docs/RUNTIME.md, "Spinning"); the
-            # adapters of one base share a session, and their loops could call it at once.
-            spinning = batched and adapter_directory is None
+        # An engine loop is its session's only caller, one call at a time, so by default the
+        # session's worker threads spin between operators while the process has its cores and
+        # sleep while it does not (runtime/spinning.py; docs/RUNTIME.md, "Spinning"); the
+        # adapters of one base share a session, and their loops could call it at once.
+        adaptive = spinning is None and batched and adapter_directory is None
+        spinning = adaptive or bool(spinning)
         adapter = None
         if adapter_directory is not None:
             spec = manifest["adapter"]
@@ -96,6 +98,11 @@ class Generator(ChatMixin, ScoringMixin):
                 role: create_session(directory / graph["file"], self.providers, threads, spinning)
                 for role, graph in graphs.items()
             }
+            if adaptive:
+                path, providers = directory / graphs["decoder"]["file"], self.providers
+                sessions["decoder"] = AdaptiveSession(
+                    sessions["decoder"], lambda: create_session(path, providers, threads, False)
+                )
         if manifest["task"] == "seq2seq":
             self.model = Seq2SeqLM(sessions["encoder"], sessions["decoder"], manifest, io_binding)
         else:

@@ -210,8 +210,10 @@ def test_caches_that_grow_while_requests_join_and_leave_change_nothing(generator
 
 
 def _spins(gen) -> str:
-    """ "1" when the model's session spins during a call (and stops when it returns), else "0"."""
-    options = gen.model.runner.session.get_session_options()
+    """ "1" when the model's session spins during a call (and stops when it returns), else "0";
+    an adaptive session spins while the process has its cores (tests/test_spinning.py)."""
+    session = gen.model.runner.session
+    options = getattr(session, "spinning", session).get_session_options()
     spinning = options.get_session_config_entry("session.intra_op.allow_spinning")
     assert options.get_session_config_entry("session.force_spinning_stop") == spinning
     return spinning
