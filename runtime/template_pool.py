@@ -4,7 +4,9 @@ runtime/chat.py hands every compile and render of an untrusted template to `ask`
 to a worker process running runtime/template_sandbox.py (started by that file's path, so the
 worker imports only the standard library and jinja2) and waits for the reply. Waiting is on a
 pipe, so the template never holds this process's interpreter lock: other requests carry on while
-it renders. A worker that has not replied by the deadline is killed, and the request refused.
+it renders. A worker that has not replied by the deadline is killed, and the request refused; the
+clock starts when the request is sent to a worker that has started (importing jinja2 is not
+counted).
 
 Workers are reused: at most `WARM` idle ones are kept, so the normal path is one round trip on a
 pipe; a request that finds none idle starts one, and at most `MOST` run at once (a request past
@@ -29,6 +31,7 @@ from pathlib import Path
 SANDBOX = Path(__file__).with_name("template_sandbox.py")
 WARM = 2  # idle workers kept for the next requests
 MOST = 4  # workers running at once; a request past that waits for one
+START_S = 60.0  # longest a worker may take to start (importing jinja2), outside any budget
 REPLY_BYTES = 16 * 2**20  # longest reply read (an output of MAX_CHARS characters, JSON-escaped)
 _BOOT = (  # loads the sandbox by its path, so that runtime/__init__ (onnxruntime) is not imported
     "import importlib.util, sys\n"
@@ -55,6 +58,13 @@ class _Worker:
             env={**os.environ, "MALLOC_ARENA_MAX": "1"},  # one arena under the memory cap
             start_new_session=True,  # a Ctrl-C in the terminal is for the app, not its workers
         )
+        try:
+            ready = self.receive(time.monotonic() + START_S)
+        except WorkerLost:
+            ready = None
+        if ready != {"ready": True}:
+            self.close(kill=True)
+            raise WorkerLost(f"it did not start within {START_S:g} s")
 
     def alive(self) -> bool:
         return self.process.poll() is None

@@ -2,7 +2,8 @@
 
 This module runs alone in a worker process (runtime/template_pool.py starts it by its path, so it
 imports only the standard library and jinja2, nothing of ours): `serve()` reads one JSON request
-a line from stdin and writes one JSON reply a line, `{"text": ...}` or `{"error": message}`.
+a line from stdin and writes one JSON reply a line, `{"text": ...}` or `{"error": message}`
+(and `{"ready": true}` first, once it has started).
 runtime/chat.py describes the rendering and its budgets; here is how they are kept:
 
 - the Jinja environment is transformers' (`ImmutableSandboxedEnvironment`, `trim_blocks`,
@@ -24,10 +25,10 @@ It does not check conversations or choose the budget: runtime/chat.py does, befo
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
 import re
+import signal
 import string
 import sys
 import time
@@ -406,16 +407,17 @@ def serve() -> None:
     except (ImportError, ValueError, OSError):
         pass  # no address-space limit here (not Linux): the parent's deadline still holds
     sys.setrecursionlimit(1000)
-    with open(os.devnull, "w") as devnull:
-        for line in sys.stdin.buffer:
-            request = json.loads(line)
-            # Ends this process even while one call holds the interpreter, should the parent
-            # that kills it at the deadline be gone.
-            watchdog = request.get("seconds", 0) + OVERRUN_S
-            faulthandler.dump_traceback_later(watchdog, exit=True, file=devnull)
-            reply = answer(request)
-            faulthandler.cancel_dump_traceback_later()
-            replies.write(json.dumps(reply).encode("ascii") + b"\n")
-            replies.flush()
-            if reply.get("fatal"):
-                return
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # even if the parent ignored it
+    replies.write(b'{"ready": true}\n')  # the parent's clock starts after this
+    replies.flush()
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        # SIGALRM, left to its default action, ends this process even while one call holds
+        # the interpreter, should the parent that kills it at the deadline be gone.
+        signal.setitimer(signal.ITIMER_REAL, request.get("seconds", 0) + OVERRUN_S)
+        reply = answer(request)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        replies.write(json.dumps(reply).encode("ascii") + b"\n")
+        replies.flush()
+        if reply.get("fatal"):
+            return

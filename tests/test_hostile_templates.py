@@ -16,6 +16,7 @@ import time
 import pytest
 
 import runtime.chat as chat
+from runtime import template_pool
 from runtime.chat import ChatTemplate
 
 HI = [{"role": "user", "content": "Hi"}]
@@ -94,6 +95,18 @@ def test_a_template_refused_by_the_clock_leaves_the_next_render_whole(monkeypatc
         with pytest.raises(ValueError, match="runs longer than"):
             ChatTemplate(TIMED["comparison bomb"]).render(HI)
         assert normal.render(HI) == "<user>Hi"
+
+
+@pytest.mark.timeout(120)
+def test_a_sandbox_process_that_ended_is_replaced():
+    normal = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    assert normal.render(HI) == "<user>Hi"
+    idle = list(template_pool.pool().idle)
+    assert idle  # the worker that rendered it is kept warm
+    for worker in idle:
+        worker.process.kill()
+        worker.process.wait()
+    assert normal.render(HI) == "<user>Hi"
 
 
 @pytest.mark.timeout(120)
