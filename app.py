@@ -91,10 +91,12 @@ def usable_roots(models: list[str]) -> tuple[list[Path], dict[str, str]]:
     """The model directories to look in: the flagship's and each `--models` entry's (a GGUF is
     converted once into the cache, export/flagship.py), and {entry: why} for each entry that
     could not be used, whatever it holds (one line each)."""
-    from export.flagship import model_roots
+    from export.flagship import model_roots, ships_flagship
 
     roots, unusable = [], {}
-    for entry in [None, *models]:  # None: the flagship alone
+    for entry in [None, *models]:  # None: the flagship alone, unless models/ ships it (a Space)
+        if entry is None and ships_flagship(HERE / "models"):
+            continue
         try:
             roots += model_roots([] if entry is None else [entry], flagship=entry is None)
         except Exception as error:  # a bad file must not stop the app: the Models tab says why

@@ -29,6 +29,7 @@ This module does not say what a bundle holds (export/gguf.py and docs/bundle.md 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
@@ -164,6 +165,19 @@ def checkpoint_bundle(folder: str | Path) -> Path:
     key = cache_root().parent / "hf" / f"{repo}-{folder.name}"
     name = repo.split("--")[-1]
     return _convert_once(key, name, convert, repo.replace("--", "/"), lora=False)
+
+
+def ships_flagship(root: Path) -> bool:
+    """Whether a bundle directly under `root` was converted from the flagship's GGUF (as a
+    Space's models/ holds it, spaces/build.py), so nothing needs fetching."""
+    for manifest in Path(root).glob("*/manifest.json"):
+        try:
+            source = json.loads(manifest.read_text()).get("export", {}).get("gguf", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(source, dict) and source.get("sha256") == FLAGSHIP.sha256:
+            return True
+    return False
 
 
 def model_roots(paths=(), flagship: bool = True) -> list[Path]:

@@ -276,3 +276,14 @@ def test_fetch_command_prints_the_bundle_and_fails_in_one_line(
     assert flagship.main([str(tmp_path / "absent.gguf")]) == 2
     error = capsys.readouterr().err.strip()
     assert error.startswith("scriptorium fetch: error:") and len(error.splitlines()) == 1
+
+
+def test_a_shipped_flagship_is_not_fetched_again(tmp_path):
+    bundle = tmp_path / "models" / "SmolLM2-135M-Instruct.Q4_1"
+    bundle.mkdir(parents=True)
+    manifest = {"export": {"source": "gguf", "gguf": {"sha256": fetch.FLAGSHIP.sha256}}}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "models" / "other").mkdir()
+    (tmp_path / "models" / "other" / "manifest.json").write_text("[]")
+    assert flagship.ships_flagship(tmp_path / "models")
+    assert not flagship.ships_flagship(REPO / "models")  # the repository ships adapters only
