@@ -4,5 +4,5 @@ holds the shared timing, tables and random-weight models).
 
 Layer: the top one. bench/ may import runtime, export, train and serve, and the peers; the app
 it measures from outside (`python app.py` in a subprocess), never by importing ui/. Nothing of
-ours imports bench/ but the `scriptorium` command (DESIGN.md, "Layers").
+ours imports bench/ but the `scriptorium` command (docs/DESIGN.md, "Layers").
 """

@@ -18,8 +18,8 @@ one scale each, `w = scale · (q − zero) + offset`, where `q` holds `bits`-bit
                                                   re-quantized to Q8_0 (noted per tensor)
 
 A float zero point would make Q4_1 exact too, but onnxruntime runs that case on a slow path
-(DESIGN.md, "GGUF / SmolLM2 path"); the offset is instead applied by the graph as per-block sums
-of the input times a small [K/32, N] matrix (export/lean_llama.py).
+(docs/GGUF.md, "Quantization: carried over"); the offset is instead applied by the graph as
+per-block sums of the input times a small [K/32, N] matrix (export/lean_llama.py).
 
 Covers the `llama` and `qwen2` architectures (anything else raises `ValueError` naming it). It does
 not build graphs or tokenizers (export/lean_llama.py, export/gguf_tokenizer.py).

@@ -19,7 +19,7 @@ binding); `bundle` (manifests, checksums); `outputs` (`GenerationOutput`, `Strea
 
 Layer: the bottom one. runtime/ imports only numpy, onnxruntime, tokenizers, jinja2 (chat
 templates) and the standard library, never torch, transformers or any other package of ours
-(DESIGN.md, "Layers").
+(docs/DESIGN.md, "Layers").
 """
 
 from . import sampling

@@ -5,5 +5,5 @@ responses (no Ray needed); `serve.deployments` holds the Ray Serve deployments; 
 `scriptorium serve`. docs/SCALING.md covers running it on one or several machines.
 
 Layer: serve/ may import runtime, ray[serve] and fastapi; nothing imports serve/ but the
-`scriptorium` command and bench/ (DESIGN.md, "Layers").
+`scriptorium` command and bench/ (docs/DESIGN.md, "Layers").
 """

@@ -14,5 +14,5 @@ same code live. Their command line, `scriptorium study …`, is `scriptorium/stu
 reads the verse table through export.corpus, which study/ itself may not import.
 
 Layer: study/ may import runtime (and matplotlib in `study.figures`, for cards and the CLI);
-never torch or transformers. ui/ and train/ import it (DESIGN.md, "Layers").
+never torch or transformers. ui/ and train/ import it (docs/DESIGN.md, "Layers").
 """

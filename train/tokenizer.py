@@ -37,7 +37,7 @@ GPT4_SPLIT_PATTERN = (
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
 SPECIAL_TOKENS = (BOS, EOS, PAD)  # always ids 0, 1, 2
 
-# Control tokens (callers pass the ones their model uses; DESIGN.md, "Public surface").
+# Control tokens (callers pass the ones their model uses; docs/DESIGN.md, "Public surface").
 SECTION_TOKENS = tuple(data.SECTIONS.values())
 # Seed 004: category tokens (ratio < 0.95, 0.95-1.05, > 1.05) and value tokens 0.1 ... 2.0.
 LENGTH_TOKENS = ("<short>", "<normal>", "<long>")

@@ -2,5 +2,5 @@
 and validation (`ui.limits`), widgets, plots, links, streaming, and the pure metrics the tabs show.
 
 Layer: ui/ may import runtime, study and gradio; only app.py and spaces/ import ui/ (library code
-that others need lives in runtime/ or study/; DESIGN.md, "Layers").
+that others need lives in runtime/ or study/; docs/DESIGN.md, "Layers").
 """
