@@ -15,6 +15,8 @@ picks the decoding mode once, runs a search loop from `runtime.search` on the mo
   leaves out special tokens and is cut before a stop string.
 - A prompt is `controls` (in manifest order), then the manifest's `prompt_prefix` (e.g. "[s:text]",
   even when no control is chosen), then the text (docs/bundle.md, "Controls").
+- A call made inside `runtime.cancel.cancel_when(event)` stops at its next decoding step once
+  `event` is set, raising `runtime.cancel.Cancelled` (a server whose client has gone sets it).
 - An adapter bundle runs on its base's directory (tokenizer, LoRA slot graph, in a session shared
   by every adapter of that base) with the adapter's factors fed to every call
   (runtime/adapters.py); its own files (the memorisation index) are read from the adapter's.

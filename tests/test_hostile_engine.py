@@ -34,7 +34,7 @@ import runtime
 from runtime.cancel import Cancelled, cancel_when
 from runtime.config import BOUNDS
 from tests.engine_faults import BAD_SEED, BAD_TEMPERATURE, CAUSES, FAIL_AT, faulty_load, inject
-from tests.test_engine import _same_tokens, generators  # noqa: F401 (a fixture)
+from tests.test_engine import _same_length_prompts, _same_tokens, generators  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "models" / "bible-lm" / "int8"
@@ -149,6 +149,25 @@ def test_a_failing_request_ends_alone(generators, cause, monkeypatch):  # noqa: 
     assert engine.rows_stepped - rows > engine.steps - steps  # they really shared a batch
     assert engine.steps - steps > FAIL_AT  # and the batch went on after the failure
     _same_tokens(batched.generate(*mates[0]), alone[0])  # the loop serves on
+
+
+def test_a_prompt_whose_prefill_fails_fails_alone(bible, monkeypatch):
+    """Equal-length prompts prefill as one batch; when that fails, each is retried alone, and
+    only the one that fails alone fails."""
+    batched, plain = bible
+    bad, good = _same_length_prompts(plain, ["In the beginning God", "And God said, Let"], 2)
+    bad_ids = plain.encode_prompt(bad)
+    start = batched.model.start
+
+    def failing_start(input_ids, attention_mask):
+        if any(row.tolist() == bad_ids for row in input_ids):
+            raise RuntimeError("injected: the prefill failed")
+        return start(input_ids, attention_mask)
+
+    monkeypatch.setattr(batched.model, "start", failing_start)
+    failed, got = _together(batched, [(bad, MATES[0], False), (good, MATES[1], True)])
+    assert isinstance(failed, RuntimeError) and "prefill failed" in str(failed)
+    _same_tokens(got, plain.generate(good, MATES[1]))
 
 
 # ---- the cache budget ------------------------------------------------------------------------
