@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import statistics
 import time
 from pathlib import Path
 
 DEFAULT_WORK = Path(os.environ.get("SCRIPTORIUM_BENCH_WORK", "~/.cache/scriptorium/bench"))
-RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
 
 
 def interleaved_medians(runs: dict, repeats: int = 5, warmup: int = 1) -> dict:
@@ -153,7 +155,40 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def portable(value):
+    """`value` (a results payload: dicts, lists, strings, numbers) with this machine's absolute
+    paths made portable, wherever they stand in a string: inside the repository relative to it
+    (the repository itself "."), inside Scriptorium's cache (`$SCRIPTORIUM_CACHE`, by default
+    ~/.cache/scriptorium) as `<cache>/…`, inside the home folder as `~/…`. Other text is kept.
+
+    >>> portable({"bundle": str(REPO / "models" / "bible-lm"), "n": [1, str(Path.home() / "x")]})
+    {'bundle': 'models/bible-lm', 'n': [1, '~/x']}
+    """
+    if isinstance(value, dict):
+        return {key: portable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(item) for item in value]
+    if not isinstance(value, str):
+        return value
+    from runtime.bundle import cache_root
+
+    # (root, what a path inside it starts with, what the root alone becomes); the most specific
+    # root first, since the repository or the cache may lie in the home folder
+    roots = [
+        (REPO, "", "."),
+        (cache_root().parent, "<cache>/", "<cache>"),
+        (Path.home(), "~/", "~"),
+    ]
+    for root, inside, alone in sorted(roots, key=lambda root: -len(str(root[0]))):
+        start = rf"(?<![\w./~-]){re.escape(str(root))}"  # not the tail of a longer path
+        value = re.sub(start + "/", inside, value)
+        value = re.sub(start + r"(?![\w.-])", alone, value)
+    return value
+
+
 def write_results(path: Path, payload: dict) -> None:
+    """Write `payload` as JSON to `path`, its paths made portable (`portable`), so a results file
+    reads the same whichever machine or checkout wrote it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2))
+    path.write_text(json.dumps(portable(payload), indent=2))
     print(f"wrote {path}")
