@@ -240,8 +240,8 @@ def build(registry, sections=()) -> None:
         # A control picker shows only while a shown column's model has that control.
         models = inputs[::2]
         defaults = [model.value for model in models]
-        for picker, shown in zip(pickers.dropdowns, pickers.visible_for(count.value, defaults)):
-            picker.visible = shown
+        for picker, used in zip(pickers.dropdowns, pickers.visible_for(count.value, defaults)):
+            picker.visible = widgets.shown(used)
         for trigger in (count, *models):
             trigger.change(
                 pickers.for_columns,

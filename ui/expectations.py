@@ -2,16 +2,21 @@
 
 `summary(name, manifest)` is one line saying what the model is (parameters, architecture,
 training corpus) and what its output is like, read from the manifest only, so a new bundle gets
-its line with no code. `repetition_loop(text)` says why a text is a repetition loop (a unit of
-one to forty characters repeated over much of the text, or one word making up much of it), which
-small models fall into ("..........", "decir decir decir …"), so the app can label such output
-instead of presenting it as a result. Pure functions: no Gradio, no model.
+its line with no code. `best_first` orders a tab's models so that it opens on the best we ship
+(the flagship's fine-tunes, then the flagship, the seeds' small reproductions last, labelled as
+such by `choice_label`). `strip_markup` takes a model's format markers (`[s:text]`, `[e:author]`,
+read from its manifest) out of the text shown, including one cut short by the token limit.
+`repetition_loop(text)` says why a text is a repetition loop (a unit of one to forty characters
+repeated over much of the text, or one word making up much of it), which small models fall into
+("..........", "decir decir decir …"), so the app can label such output instead of presenting it
+as a result. Pure functions: no Gradio, no model.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping
 
 MIN_LOOP_CHARS = 8  # a shorter run ("!!!", "...") is punctuation, not a loop
 MIN_REPEATS = 4  # a unit repeated fewer times in a row is not called a loop
@@ -116,3 +121,75 @@ def summary(name: str, manifest: dict) -> str:
         line += f"; {expect}."
     caveat = _SMALL.get(task) if parameters and parameters < SMALL_MODEL else None
     return f"{line} {caveat}" if caveat else line
+
+
+def seed_reproduction(manifest: dict) -> bool:
+    """A small model trained from scratch to reproduce a seed's study (not the flagship or an
+    adapter of it): under SMALL_MODEL parameters."""
+    parameters = (manifest.get("export") or {}).get("parameters")
+    return not manifest.get("adapter") and bool(parameters) and parameters < SMALL_MODEL
+
+
+def choice_label(name: str, manifest: dict) -> str:
+    """How a model picker lists `name`: a seed reproduction says so, with its size.
+
+    >>> choice_label("lm (int8)", {"export": {"parameters": 5240320}})
+    'lm (int8) · seed reproduction, 5.2M'
+    """
+    if not seed_reproduction(manifest):
+        return name
+    return f"{name} · seed reproduction, {manifest['export']['parameters'] / 1e6:.1f}M"
+
+
+def best_first(names: list[str], manifests: Mapping[str, dict]) -> list[str]:
+    """`names` with the flagship's fine-tunes (adapters whose base is among `names`) first, then
+    their bases, then the other models, then seed reproductions; in `names`' order otherwise.
+
+    >>> best_first(["lm", "base", "tune"], {"lm": {"export": {"parameters": 5e6}}, "base": {},
+    ...     "tune": {"adapter": {"base": {"name": "base"}}}})
+    ['tune', 'base', 'lm']
+    """
+    bases = {manifests[n]["adapter"]["base"]["name"] for n in names if manifests[n].get("adapter")}
+
+    def rank(name):
+        manifest = manifests[name]
+        if manifest.get("adapter"):
+            return 0 if manifest["adapter"]["base"]["name"] in names else 2
+        if name in bases:
+            return 1
+        return 3 if seed_reproduction(manifest) else 2
+
+    return sorted(names, key=rank)
+
+
+_BRACKETED = re.compile(r"\[[^\[\]\s]+\]")
+
+
+def markers(manifest: dict) -> list[str]:
+    """The text markers of a model's format: its prompt prefix, stop strings and the bracketed
+    pieces of its control strings ("[s:author]C. H. Spurgeon[e:author] " gives two)."""
+    found = [manifest.get("prompt_prefix") or "", *(manifest.get("stop") or [])]
+    for spec in (manifest.get("controls") or {}).values():
+        for value in spec.get("values", {}).values():
+            found += _BRACKETED.findall(str(value))
+    return sorted({marker for marker in found if marker.startswith("[") and ":" in marker})
+
+
+def strip_markup(text: str, manifest: dict) -> str:
+    """`text` without the model's format markers: any `[s:…]` / `[e:…]`-shaped marker whose head
+    ("[s:", "[e:") the format uses, and a marker cut short at the end ("…days.[e:").
+
+    >>> fmt = {"prompt_prefix": "[s:text]", "stop": ["[e:text]"]}
+    >>> strip_markup("Amen.[e:author] So it is.[e:te", fmt)
+    'Amen. So it is.'
+    >>> strip_markup("a [1] b [", {})
+    'a [1] b ['
+    """
+    heads = sorted({marker[: marker.index(":") + 1] for marker in markers(manifest)})
+    if not heads:
+        return text
+    text = re.sub(f"(?:{'|'.join(map(re.escape, heads))})[^\\[\\]\\s]*\\]", "", text)
+    cut = re.search(r"\[[^\[\]\s]*$", text)
+    if cut and any(head.startswith(cut[0]) or cut[0].startswith(head) for head in heads):
+        text = text[: cut.start()]
+    return text

@@ -7,7 +7,11 @@ green (likely) to red (unlikely). This module builds no components.
 from __future__ import annotations
 
 CSS = """
-.gradio-container { max-width: 1280px !important; margin: 0 auto; }
+/* min-width 0: the page is as wide as the screen, never its widest content's width (a phone at
+   390 px drew a 504 px page, with the tab menu and buttons off-screen); wide content scrolls. */
+.gradio-container { max-width: min(1280px, 100%) !important; min-width: 0 !important;
+                     margin: 0 auto; }
+#chat-turns .prose, .tokview { overflow-x: auto; max-width: 100%; }
 #title h1 { font-family: Georgia, 'Times New Roman', serif; letter-spacing: 0.02em;
             margin-bottom: 0; }
 #title p { margin-top: 0.2em; opacity: 0.8; }

@@ -318,14 +318,19 @@ class ControlPickers:
                         label=control.replace("_", " ").capitalize(),
                         info=descriptions[control] or default_info,
                         allow_custom_value=True,
-                        visible=picker is None or self._has(picker.value, control),
+                        visible=shown(picker is None or self._has(picker.value, control)),
                     )
                 )
         self.controls = gr.JSON({}, visible=False, label="controls")
         sources = [picker, *self.dropdowns] if picker else self.dropdowns
         if picker:
             picker.change(
-                self.for_model, picker, self.dropdowns, queue=False, api_visibility="private"
+                self.for_model,
+                picker,
+                self.dropdowns,
+                queue=False,
+                trigger_mode="always_last",  # quick switches: the last model's pickers win
+                api_visibility="private",
             )
         for dropdown in self.dropdowns:
             dropdown.change(
@@ -340,7 +345,7 @@ class ControlPickers:
         updates = []
         for control in self.names:
             values = list(self.registry.controls_of(model).get(control, {}).get("values", {}))
-            updates.append(gr.update(visible=bool(values), choices=[NONE, *values], value=NONE))
+            updates.append(gr.update(visible=shown(values), choices=[NONE, *values], value=NONE))
         return updates if len(updates) != 1 else updates[0]
 
     def visible_for(self, count, models) -> list[bool]:
@@ -351,7 +356,7 @@ class ControlPickers:
 
     def for_columns(self, count, *models):
         """Updates showing only the pickers `visible_for` the columns."""
-        updates = [gr.update(visible=shown) for shown in self.visible_for(count, models)]
+        updates = [gr.update(visible=shown(used)) for used in self.visible_for(count, models)]
         return updates if len(updates) != 1 else updates[0]
 
     def gather(self, *values) -> dict:
@@ -363,6 +368,17 @@ class ControlPickers:
                 continue
             chosen[control] = float(value) if self.kinds[control] == "numeric" else value
         return chosen
+
+
+def shown(condition) -> bool | str:
+    """A `visible` value that hides a component but keeps it in the page ("hidden").
+
+    Gradio 6.17 may ignore the first update that shows a component created with `visible=False`
+    (never drawn) when the same update hides another: switching Generate from smollm2-treasury
+    to smollm2-bible showed Section without Translation and Book. A "hidden" component is drawn
+    and only not displayed, so every update lands.
+    """
+    return True if condition else "hidden"
 
 
 def controls_value(controls) -> dict:
