@@ -18,6 +18,7 @@ BENCHMARKS = {
     "batch": "bench.batch",
     "llm": "bench.llm",
     "llm-kernels": "bench.llm_kernels",
+    "chat-defaults": "bench.chat_defaults",
 }
 
 

@@ -6,9 +6,14 @@ The browser side (two pages, the Link, the example chips) is tests/test_chat_vis
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from ui import chat_tab, limits
+
+STUDY = Path(__file__).resolve().parents[1] / "bench" / "results" / "chat_defaults.json"
 
 
 @pytest.mark.parametrize(
@@ -29,3 +34,23 @@ def test_a_huge_choice_is_cut_in_its_error():
         limits.choice("mode", "z" * 100_000, ("greedy", "sampling"))
     assert len(str(refused.value)) < 300
     assert "100002 characters" in str(refused.value)  # its repr's length, quotes included
+
+
+def test_a_fresh_page_draws_a_seed_and_a_link_keeps_its_own():
+    drawn = {chat_tab.seed_on_load("") for _ in range(20)}
+    assert len(drawn) > 1 and all(1 <= seed < chat_tab.FRESH_SEEDS for seed in drawn)
+    assert isinstance(chat_tab.seed_on_load("?lang=en"), int)
+    kept = chat_tab.seed_on_load("?tab=chat&seed=11&run=1")
+    assert not isinstance(kept, int)  # gr.skip(): the link's value stays
+
+
+def test_the_defaults_and_examples_are_the_studys_best():
+    study = json.loads(STUDY.read_text())
+    best = next(row for row in study["rows"] if row["setting"] == study["best_sampled"])
+    sampled = [row for row in study["rows"] if row["settings"]["do_sample"]]
+    assert best["score"] == max(row["score"] for row in sampled)
+    assert chat_tab.SYSTEM_PROMPT == best["system_prompt"]
+    settings = {"top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0} | best["settings"]
+    assert chat_tab.DEFAULTS == {name: settings[name] for name in chat_tab.DEFAULTS}
+    answered = study["best_sampled_by_question"]
+    assert all(answered[prompt] == 1.0 for prompt in chat_tab.EXAMPLES)

@@ -9,7 +9,13 @@ the CPU; the partial reply stays. Retry generates the last reply again (with the
 sampling), Undo removes the last exchange and puts the message back in the box, Clear starts over.
 Beside the chat: a context meter (the conversation's tokens, counted with the template, of the
 model's context) and a table with every message's tokens and, for replies, the time to the first
-token, tokens/s and why it ended.
+token, tokens/s (wall clock, ui/streaming.py) and why it ended.
+
+A visitor's first look: one line on what a 135M model can and cannot do, example prompts as chips
+in the empty chat (a chip sends its prompt), and defaults (system prompt, sampling settings)
+chosen by bench/chat_defaults.py. A fresh page draws a new seed, shown in the Seed field (so
+two visitors get their own replies, and the Link, which carries the seed, still replays one
+exactly); a page opened from a link keeps the link's, and Clear keeps the one set.
 
 The conversation is a list of turn records (role, content, tokens, and for replies their timing,
 token ids, log-probabilities and settings), kept in the session and downloadable as JSON
@@ -24,10 +30,13 @@ import functools
 import hashlib
 import html
 import inspect
+import secrets
 import time
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import gradio as gr
+from gradio.context import Context
 
 from . import downloads, limits, links, widgets
 from .streaming import StreamCollector
@@ -36,7 +45,26 @@ CHAT_MODES = ("greedy", "sampling")  # beam search gives no stream and no chat i
 MAX_REPLAY_TURNS = 16  # user turns `/chat` (and so a link) replays
 MAX_REPLAY_CHARS = 4000  # their characters together, so that a link stays a usable URL
 UPDATE_EVERY = 0.15  # seconds between UI updates while streaming
-SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly."
+# The defaults a fresh Chat tab opens with, chosen by bench/chat_defaults.py (docs/APP.md has its
+# table): the system prompt and sampling setting with SmolLM2-135M-Instruct's best share of right,
+# loop-free answers to 22 everyday questions (0.79 with 3 seeds; the former defaults, T 0.7 / top-p
+# 0.95 with "Answer briefly.", 0.74; SmolLM's own system prompt rambles, 0.65).
+SYSTEM_PROMPT = "You are a helpful assistant. Answer in one or two sentences, in English."
+DEFAULTS = {"temperature": 0.2, "top_p": 0.9, "min_p": 0.0, "repetition_penalty": 1.0}
+# The chips of an empty chat: questions the chosen setting answered right with every seed.
+EXAMPLES = (
+    "What is the capital of Japan?",
+    "Name three primary colors.",
+    "How many legs does a spider have?",
+    "What is a noun?",
+    "What is photosynthesis?",
+)
+ABOUT = (
+    "**SmolLM2-135M-Instruct is a 135M-parameter model**: it gets most short everyday questions "
+    "right (facts, simple lists, definitions: 79 % of ours), but often errs on sums, how-tos, "
+    "reasoning and anything long or recent. Check what it says."
+)
+FRESH_SEEDS = 100_000  # a fresh page's seed is drawn from [1, FRESH_SEEDS): short to read
 # chat_config's parameters: the decoding settings of a reply, as the endpoints name them
 SETTINGS = ("mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p")
 SETTINGS += ("repetition_penalty", "no_repeat_ngram_size", "seed")
@@ -102,6 +130,18 @@ def user_turns_value(value) -> list[str]:
             f"`user_turns` must be at most {MAX_REPLAY_CHARS} characters together, got {total}"
         )
     return turns
+
+
+def fresh_seed() -> int:
+    """A fresh page's seed: every visitor gets their own replies, and the seed is shown (and
+    carried by the Link), so a reply still replays exactly."""
+    return 1 + secrets.randbelow(FRESH_SEEDS - 1)
+
+
+def seed_on_load(query: str):
+    """The seed a page opens with: a fresh one, unless the page's query string is a link (it
+    names a tab), whose own seed, or the default, the link restores and runs with."""
+    return gr.skip() if "tab" in parse_qs(query.lstrip("?")) else fresh_seed()
 
 
 def messages(system_prompt: str, turns: list[dict]) -> list[dict]:
@@ -274,11 +314,14 @@ def build(registry) -> None:
         turns_state = gr.State([])
         with gr.Row():
             with gr.Column(scale=3):
+                gr.Markdown(ABOUT, elem_id="chat-about")
                 chatbot = gr.Chatbot(
                     label="Chat",
+                    show_label=False,  # a floating label would cover the first message
                     height=460,
                     feedback_options=None,
                     buttons=["copy"],
+                    examples=[{"text": text} for text in EXAMPLES],
                     elem_id="chat-conversation",
                 )
                 with gr.Row():
@@ -312,9 +355,15 @@ def build(registry) -> None:
                     max_length=limits.LIMITS.max_prompt_chars,
                 )
                 decoding = widgets.decoding_inputs(
-                    mode="sampling", max_new_tokens=96, temperature=0.7, with_samples=False
+                    mode="sampling",
+                    max_new_tokens=96,
+                    temperature=DEFAULTS["temperature"],
+                    top_p=DEFAULTS["top_p"],
+                    with_samples=False,
                 )
                 decoding.mode.choices = [(mode, mode) for mode in CHAT_MODES]
+                decoding.min_p.value = DEFAULTS["min_p"]
+                decoding.repetition_penalty.value = DEFAULTS["repetition_penalty"]
                 settings_inputs = {
                     name: component
                     for name, component in decoding.by_name().items()
@@ -406,8 +455,26 @@ def build(registry) -> None:
             turns = [*turns, {"role": "user", "content": text, "tokens": None}]
             return "", chatbot_value(turns), turns
 
+        def add_example(turns, chosen: gr.SelectData):
+            return add_message(chosen.value["text"], turns)
+
         reply_inputs = [model, system_prompt, turns_state, *settings_components]
         running = []
+        running.append(
+            chatbot.example_select(
+                add_example,
+                turns_state,
+                [message, chatbot, turns_state],
+                queue=False,
+                api_visibility="private",
+            ).success(
+                respond,
+                reply_inputs,
+                outputs,
+                api_visibility="private",
+                concurrency_id=limits.CONCURRENCY_ID,
+            )
+        )
         for trigger in (send.click, message.submit):
             running.append(
                 trigger(
@@ -494,3 +561,13 @@ def build(registry) -> None:
             )
         )
         stop.click(None, cancels=running, js=MARK_STOPPED)
+        # A fresh page draws its own seed (the page's query string decides: a link keeps its own).
+        query = gr.Textbox(visible=False)
+        Context.root_block.load(
+            seed_on_load,
+            query,
+            decoding.seed,
+            js="() => window.location.search",
+            queue=False,
+            api_visibility="private",
+        )
