@@ -1,6 +1,8 @@
 """The layering of docs/DESIGN.md's package table, checked by parsing the source (nothing is
 imported): no package imports one above it, no import cycle between packages or between the files
-of one package, no source file over 800 lines.
+of one package, no source file over 800 lines. And the repository stands alone: no committed
+source, doc or results file points to a file outside it (a machine's absolute path, a sibling
+folder of the checkout), and every `docs/….md` it names exists.
 
 Every `import` and `from … import` counts, at module level or inside a function: an import
 deferred into a function is still a dependency. Imports of third-party packages are ignored.
@@ -9,6 +11,8 @@ deferred into a function is still a dependency. Imports of third-party packages 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -173,3 +177,49 @@ def test_no_source_file_is_over_800_lines():
         if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert not long, f"split these by job (at most {MAX_LINES} lines): {long}"
+
+
+# Committed files a reader follows references in: sources, docs, results, manifests, settings.
+TEXT_SUFFIXES = {".py", ".md", ".json", ".jsonl", ".toml", ".txt", ".yaml", ".yml", ".cfg"}
+# A path on one machine (under /work or /root) or beside the checkout (the sibling `shared`
+# folder); a "/" inside a longer path or a URL does not start one.
+OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w.:/~-])/(?:work|root)/")
+BARE_DESIGN = re.compile(r"(?<!docs/)\bDESIGN\.md")  # the design document is docs/DESIGN.md
+DOC = re.compile(r"\bdocs/[\w./-]+?\.md\b")
+
+
+def committed_text_files() -> list[Path]:
+    """The text files git tracks (skips the test outside a git checkout)."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True, text=True
+        ).stdout.split("\0")
+    except (OSError, subprocess.CalledProcessError) as error:
+        pytest.skip(f"not a git checkout: {error}")
+    paths = (REPO / name for name in listed if name)
+    return [path for path in paths if path.suffix in TEXT_SUFFIXES and path.is_file()]
+
+
+def test_the_reference_checks_see_what_they_look_for():
+    assert OUTSIDE.search("see " + "../" + "shared/SEEDS.md")
+    assert OUTSIDE.search('"bundle": "' + "/wo" + 'rk/main/models/bible-lm/fp32"')
+    assert OUTSIDE.search("`" + "/ro" + "ot/.cache/scriptorium/gguf`")
+    assert not OUTSIDE.search("https://example.org/work/x, ~/.cache/scriptorium, /tmp/rw")
+    assert BARE_DESIGN.search("(" + "DESIGN" + '.md, "Layers")')
+    assert not BARE_DESIGN.search("(docs/" + "DESIGN" + '.md, "Layers")')
+    assert DOC.findall("docs/bundle.md's table; docs/APP.md.") == ["docs/bundle.md", "docs/APP.md"]
+
+
+def test_no_committed_file_refers_to_a_file_outside_the_repository():
+    found = []
+    for path in committed_text_files():
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            where = f"{path.relative_to(REPO)}:{number}"
+            if match := OUTSIDE.search(line):
+                found.append(f"{where}: {match.group()!r} (a path outside the repository)")
+            if BARE_DESIGN.search(line):
+                found.append(f"{where}: the design document without its folder (docs/)")
+            for doc in DOC.findall(line):
+                if not (REPO / doc).is_file():
+                    found.append(f"{where}: {doc} does not exist")
+    assert not found, "\n".join(found)
