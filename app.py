@@ -12,7 +12,6 @@ describes the tabs, their API endpoints and limits."""
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 from pathlib import Path
 
@@ -57,7 +56,10 @@ def build(registry: ModelRegistry, store=None):
         with gr.Tabs() as tabs:
             chat_tab.build(registry)  # first, when there is a chat model
             generate_tab.build(registry)
-            compare_tab.build(registry, sections=[functools.partial(arena.build, store=store)])
+            compare_tab.build(registry)
+            if registry.chat_models():  # the arena: a tab of its own, so that visitors find it
+                with gr.Tab("Arena", id="arena"):
+                    arena.build(registry, store=store)
             rewrite_tab.build(registry)
             translate_tab.build(registry)
             paraphrase_tab.build(registry)

@@ -7,8 +7,9 @@ Metrics per column (ui/metrics.py): tokens/s, distinct-1/2, repetition rate, mea
 logprob, with two or more samples Self-BLEU and UNGC-1..4, and once a column is done, for a
 causal LM with the training 8-gram index, the memorisation meter (share of copied 8-grams and
 the longest copy's length in words; ui/generate_tab.py). Chosen controls apply to the
-columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py, the
-chat arena (when a chat model is installed) in ui/arena.py, which app.py passes as a section.
+columns whose model has them. The decoding study (seed 000) lives in ui/study_section.py; the
+chat arena (ui/arena.py) has a tab of its own (app.py). The tab opens on the flagship against
+its fine-tunes when they are installed (`default_columns`).
 """
 
 from __future__ import annotations
@@ -20,13 +21,19 @@ import gradio as gr
 
 import runtime
 
-from . import downloads, limits, links, metrics, study_section, widgets
-from .generate_tab import memorisation, samples_of
+from . import downloads, expectations, limits, links, metrics, study_section, widgets
+from .generate_tab import memorisation, samples_of, shown_text
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
 UPDATE_EVERY = 0.05  # seconds between UI updates while streaming
 
+INTRO = (
+    "The same prompt to 2–4 models or decoding presets side by side, with metrics per column. "
+    "It opens on the SmolLM2 flagship against its Bible fine-tune (an adapter), so you see what "
+    "fine-tuning does; the chat arena (vote on replies) has its own tab."
+)
+ADAPTER_PRESET = "top-p 0.95, temperature 0.9, repetition penalty 1.1"
 # Decoding presets: GenerationConfig fields. "samples" become num_return_sequences where the
 # preset can return several sequences (sampling; beam search up to its width).
 PRESETS = {
@@ -42,6 +49,15 @@ PRESETS = {
     "top-p 0.95": {"do_sample": True, "top_p": 0.95},
     "top-p 0.8": {"do_sample": True, "top_p": 0.8},
     "min-p 0.1": {"do_sample": True, "min_p": 0.1},
+    # The SmolLM2 adapters' own defaults, and greedy with the penalty that keeps them out of
+    # loops (docs/APP.md, "Adapter defaults": bench/adapter_penalties.py).
+    ADAPTER_PRESET: {
+        "do_sample": True,
+        "temperature": 0.9,
+        "top_p": 0.95,
+        "repetition_penalty": 1.1,
+    },
+    "greedy, repetition penalty 1.2": {"repetition_penalty": 1.2},
 }
 DEFAULT_PRESETS = ["top-p 0.95", "greedy", "top-k 5", "beam 5"]
 METRIC_HEADERS = [
@@ -102,10 +118,11 @@ def metric_row(
 def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, seed):
     """Yield ([text per column], metrics rows, [collector per column]) while all columns
     stream."""
-    streams, collectors = [], []
+    streams, collectors, gens = [], [], []
     try:
         for model, preset in columns:
             gen = registry.get(model)
+            gens.append(gen)
             config = preset_config(preset, max_new_tokens, samples, seed)
             own = {k: v for k, v in controls.items() if k in registry.controls_of(model)}
             collector = StreamCollector(
@@ -129,7 +146,7 @@ def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, se
                     metric_row(i + 1, model, preset, collectors[i], meters[i])
                     for i, (model, preset) in enumerate(columns)
                 ]
-                yield [c.text() for c in collectors], rows, collectors
+                yield [shown_text(g, c) for g, c in zip(gens, collectors)], rows, collectors
     finally:
         for stream in streams:
             stream.close()
@@ -137,8 +154,12 @@ def run_columns(registry, prompt, controls, columns, max_new_tokens, samples, se
 
 def build(registry, sections=()) -> None:
     """The tab, then each of `sections` (functions of the registry) drawn inside it."""
-    names = registry.generators()
+    manifests = {name: registry.manifest(name) for name in registry.generators()}
+    names = expectations.best_first(list(manifests), manifests)
+    choices = [(expectations.choice_label(n, manifests[n]), n) for n in names]
+    columns = default_columns(registry, names)
     with gr.Tab("Compare", id="compare"):
+        gr.Markdown(INTRO, elem_classes="model-note")
         with gr.Row():
             prompt = gr.Textbox(
                 label="Prompt",
@@ -166,11 +187,9 @@ def build(registry, sections=()) -> None:
         with gr.Row(equal_height=True):
             for i in range(MAX_COLUMNS):
                 with gr.Column(visible=i < 2, min_width=240) as block:
-                    model = gr.Dropdown(
-                        names, value=_default_model(registry, names, i), label=f"Model {i + 1}"
-                    )
+                    model = gr.Dropdown(choices, value=columns[i][0], label=f"Model {i + 1}")
                     preset = gr.Dropdown(
-                        list(PRESETS), value=DEFAULT_PRESETS[i], label="Decoding preset"
+                        list(PRESETS), value=columns[i][1], label="Decoding preset"
                     )
                     widgets.model_note(registry, model, f"compare-model-note-{i + 1}")
                     output = gr.Textbox(
@@ -322,6 +341,20 @@ def metrics_csv(record: dict) -> str:
     """Write a Compare record's metrics table as CSV (one row per column); return the path."""
     rows = [[row.get(header) for header in METRIC_HEADERS] for row in record["metrics"]]
     return downloads.write_csv(METRIC_HEADERS, rows, "compare-metrics")
+
+
+def default_columns(registry, names: list[str]) -> list[tuple[str | None, str]]:
+    """(model, preset) of each column as the tab opens. With the flagship and its fine-tunes
+    (`names` in expectations.best_first order, an adapter first): the base in column 1 against
+    its fine-tunes, all with the adapters' own sampling settings, so that the default comparison
+    shows what fine-tuning does; else `_default_model` with DEFAULT_PRESETS."""
+    first = registry.manifest(names[0]) if names else {}
+    base = (first.get("adapter") or {}).get("base", {}).get("name")
+    if base not in names:
+        return [(_default_model(registry, names, i), DEFAULT_PRESETS[i]) for i in range(4)]
+    tunes = [n for n in names if (registry.manifest(n).get("adapter") or {}).get("base")]
+    models = [base, *tunes, *tunes][:MAX_COLUMNS]
+    return [(model, ADAPTER_PRESET) for model in models]
 
 
 def _default_model(registry, names, column):

@@ -16,8 +16,8 @@ import time
 
 import gradio as gr
 
-from . import downloads, examples, limits, links, widgets
-from .streaming import StreamCollector, legend_html, stats_html
+from . import downloads, examples, expectations, limits, links, widgets
+from .streaming import SAMPLE_SEPARATOR, StreamCollector, legend_html, stats_html
 
 UPDATE_EVERY = 0.04  # seconds between UI updates while streaming (the last one always goes out)
 # A cancelled event sends no final update, so after Stop the browser itself turns the stats'
@@ -44,7 +44,7 @@ def stream_generation(registry, model, prompt, controls, config, settings=None):
             if time.perf_counter() - shown >= UPDATE_EVERY:
                 shown = time.perf_counter()
                 view = collector.token_view()
-                yield collector.text(), view, stats_html(collector.stats()), gr.skip()
+                yield shown_text(gen, collector), view, stats_html(collector.stats()), gr.skip()
     finally:
         stream.close()
     stats = collector.stats()
@@ -53,7 +53,16 @@ def stream_generation(registry, model, prompt, controls, config, settings=None):
     result = downloads.record(
         "generate", settings or {}, [downloads.run_record(registry, model, collector)], stats
     )
-    yield collector.text(), collector.token_view(), stats_html(stats), result
+    yield shown_text(gen, collector), collector.token_view(), stats_html(stats), result
+
+
+def shown_text(gen, collector: StreamCollector) -> str:
+    """The samples' text as the output box shows it: without the model's format markers
+    (`[e:text]` cut short by the token limit; ui/expectations.py), which the token view and
+    the downloaded record keep; samples after the first under a "— sample n —" line."""
+    texts = [expectations.strip_markup(text, gen.manifest) for text in collector.texts]
+    heads = [""] + [SAMPLE_SEPARATOR.format(n=n) for n in range(2, len(texts) + 1)]
+    return "".join(head + text for head, text in zip(heads, texts))
 
 
 def memorisation(gen, texts: list[str]) -> dict | None:
@@ -68,12 +77,25 @@ def memorisation(gen, texts: list[str]) -> dict | None:
     return {"share": share, "span": longest.longest_span, "span_words": longest.longest_span_words}
 
 
+INTRO = (
+    "Continue a prompt with one model, token by token. It opens on the best we ship for this: "
+    "the SmolLM2 flagship's fine-tunes (adapters), whose controls (book, author, psalm, …) "
+    "steer the text; with controls chosen the prompt may stay empty. The small models are the "
+    "seeds' reproductions, one click away in the list."
+)
+# The decoding settings `widgets.decoding_inputs` takes from a model's generation defaults.
+DECODING_DEFAULTS = ("mode", "max_new_tokens", "temperature", "top_k", "top_p")
+DECODING_DEFAULTS += ("no_repeat_ngram_size", "repetition_penalty")
+
+
 def build(registry) -> None:
-    names = registry.generators()
+    manifests = {name: registry.manifest(name) for name in registry.generators()}
+    names = expectations.best_first(list(manifests), manifests)
     with gr.Tab("Generate", id="generate"):
+        gr.Markdown(INTRO, elem_classes="model-note")
         with gr.Row():
-            with gr.Column(scale=2):
-                model = widgets.model_picker(names)
+            with gr.Column(scale=2, min_width=280):
+                model = widgets.model_picker(names, registry=registry, elem_id="generate-model")
                 widgets.model_card(registry, model)
                 prompt = gr.Textbox(
                     label="Prompt",
@@ -81,7 +103,11 @@ def build(registry) -> None:
                     lines=3,
                 )
                 pickers = widgets.ControlPickers(registry, model, names)
-                decoding = widgets.decoding_inputs()
+                own = widgets.model_defaults(manifests[names[0]]) if names else {}
+                decoding = widgets.decoding_inputs(
+                    **{name: own[name] for name in DECODING_DEFAULTS if name in own}
+                )
+                decoding.follow(model, registry)
                 with gr.Row():
                     run = gr.Button("Generate", variant="primary", interactive=bool(names))
                     stop = gr.Button("Stop", variant="stop")
@@ -97,7 +123,7 @@ def build(registry) -> None:
                     label="Prompts from seed 002",
                     example_labels=examples.labels(examples.GENERATE),
                 )
-            with gr.Column(scale=3):
+            with gr.Column(scale=3, min_width=280):
                 widgets.model_note(registry, model, "generate-model-note")
                 errors = widgets.error_box("generate-error")
                 loops = widgets.loop_warning("generate-loops")
@@ -139,7 +165,9 @@ def build(registry) -> None:
             """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
             arguments = locals()  # the API arguments (and closure names), for the record
             settings = {name: arguments[name] for name in inspect.signature(generate).parameters}
-            prompt = limits.text("prompt", prompt)
+            # An empty prompt is the model's to refuse: an adapter starts from its controls and
+            # its format's `[s:text]` (runtime/generator.py), a seq2seq model cannot.
+            prompt = limits.text("prompt", prompt, allow_empty=True)
             config = limits.decoding(
                 mode,
                 max_new_tokens,

@@ -135,12 +135,23 @@ def hidden():
     return gr.update(visible=False)
 
 
-def model_picker(names: list[str], label: str = "Model", value: str | None = None) -> gr.Dropdown:
+def model_picker(
+    names: list[str],
+    label: str = "Model",
+    value: str | None = None,
+    registry=None,
+    elem_id: str | None = None,
+) -> gr.Dropdown:
     """A model dropdown with `value` selected, by default the first choice (the best match for
-    the tab)."""
+    the tab). With `registry`, seed reproductions are listed as such (expectations.choice_label);
+    the value is still the model's name."""
+    choices = names
+    if registry is not None:
+        choices = [(expectations.choice_label(n, registry.manifest(n)), n) for n in names]
     return gr.Dropdown(
-        names,
+        choices,
         value=value or (names[0] if names else None),
+        elem_id=elem_id,
         label=label,
         info=None if names else "no suitable model installed",
         interactive=bool(names),
@@ -185,6 +196,46 @@ class DecodingInputs:
         """The components of `by_name`, in its order."""
         return list(self.by_name().values())
 
+    def follow(self, picker: gr.Dropdown, registry) -> None:
+        """When the visitor picks a model in `picker`, set the settings its manifest's
+        `generation_defaults` name (mode, max new tokens, temperature, top-k, top-p, min-p,
+        repetition penalty, no-repeat n-gram size); the others keep their values. Only on the
+        visitor's own pick (`.input`): a link or an example that sets the model keeps its own
+        settings."""
+        names = ["mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p"]
+        names += ["repetition_penalty", "no_repeat_ngram_size"]
+        outputs = [getattr(self, name) for name in names]
+
+        def defaults(model):
+            found = model_defaults(registry.manifest(model)) if model else {}
+            return [gr.update(value=found[n]) if n in found else gr.skip() for n in names]
+
+        picker.input(defaults, picker, outputs, queue=False, api_visibility="private")
+
+
+def model_defaults(manifest: dict) -> dict:
+    """The decoding settings (by `DecodingInputs` names) a manifest's `generation_defaults` give.
+
+    >>> model_defaults({"generation_defaults": {"do_sample": True, "temperature": 0.9,
+    ...     "repetition_penalty": 1.1, "stop": ["[e:text]"]}})
+    {'mode': 'sampling', 'temperature': 0.9, 'repetition_penalty': 1.1}
+    """
+    given = manifest.get("generation_defaults") or {}
+    found = {}
+    if "do_sample" in given or "num_beams" in given:
+        beams = given.get("num_beams", 1) > 1
+        found["mode"] = "beam search" if beams else "greedy"
+        if given.get("do_sample"):
+            found["mode"] = "sampling"
+    if "max_new_tokens" in given:
+        found["max_new_tokens"] = min(int(given["max_new_tokens"]), LIMITS.max_new_tokens)
+    for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty"):
+        if name in given:
+            found[name] = given[name]
+    if "no_repeat_ngram_size" in given:
+        found["no_repeat_ngram_size"] = given["no_repeat_ngram_size"]
+    return found
+
 
 def decoding_inputs(
     mode: str = "sampling",
@@ -196,6 +247,7 @@ def decoding_inputs(
     no_repeat_ngram_size: int = 0,
     samples: int = 1,
     with_samples: bool = True,
+    repetition_penalty: float = 1.0,
 ) -> DecodingInputs:
     """Greedy / sampling / beam search with their settings; irrelevant ones hide. Without
     `with_samples` there is no samples slider (for a tab that returns one sequence)."""
@@ -254,7 +306,7 @@ def decoding_inputs(
         with gr.Row():
             penalty = setting_slider(
                 *LIMITS.repetition_penalty,
-                value=1.0,
+                value=repetition_penalty,
                 step=0.05,
                 label="Repetition penalty (1 = off)",
             )

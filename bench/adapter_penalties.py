@@ -1,0 +1,124 @@
+"""`python -m bench.adapter_penalties`: how often the SmolLM2 adapters loop, per repetition penalty.
+
+For each adapter bundle under models/ (a manifest with `adapter`) and each repetition penalty,
+generate from its controls alone (the format's `[s:text]` start; a few control choices) with
+sampling at the bundle's own temperature and top-p and with greedy decoding, over a few seeds, and
+count the outputs that loop: a word 4-gram that occurs twice or more ("a goodly city, and a goodly
+city"), and those the app labels as a repetition loop (ui/expectations.py). Prints a Markdown
+table (docs/APP.md, "Adapter defaults") and writes it as JSON with `--out`. Kept small (a few
+minutes on two cores): the choice it informs is the default penalty, not a study.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+from tqdm import tqdm
+
+import runtime
+from runtime.bundle import read_manifest
+from ui.expectations import repetition_loop
+
+ROOT = Path(__file__).resolve().parents[1]
+WORD = re.compile(r"\w+")
+
+
+def repeats_4gram(text: str) -> bool:
+    """True if some word 4-gram (lower-cased) occurs at least twice in `text`.
+
+    >>> repeats_4gram("a goodly city, and a goodly city, and a goodly city")
+    True
+    >>> repeats_4gram("In the beginning, God created the heavens and the earth.")
+    False
+    """
+    words = WORD.findall(text.lower())
+    grams = Counter(zip(words, words[1:], words[2:], words[3:]))
+    return any(count >= 2 for count in grams.values())
+
+
+def control_choices(manifest: dict, count: int) -> list[dict]:
+    """`count` control choices: the first value of every control, then the second, …"""
+    controls = manifest.get("controls") or {}
+    choices = []
+    for index in range(count):
+        choice = {}
+        for name, spec in controls.items():
+            values = list(spec["values"])
+            choice[name] = values[(index * 7) % len(values)]  # spread over long value lists
+        choices.append(choice)
+    return choices
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", type=Path, default=ROOT / "models")
+    parser.add_argument("--penalties", type=float, nargs="+", default=[1.0, 1.1, 1.2, 1.3])
+    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    adapters = sorted(
+        path.parent
+        for path in args.models.glob("*/manifest.json")
+        if read_manifest(path.parent, verify=False).get("adapter")
+    )
+    rows = []
+    for folder in adapters:
+        gen = runtime.load(folder)
+        defaults = gen.manifest.get("generation_defaults", {})
+        sampling = {
+            "do_sample": True,
+            "temperature": defaults.get("temperature", 1.0),
+            "top_p": defaults.get("top_p", 1.0),
+        }
+        runs = [
+            (mode, fields, controls, seed)
+            for mode, fields in (("sampling", sampling), ("greedy", {}))
+            for controls in control_choices(gen.manifest, 2 if mode == "sampling" else 4)
+            for seed in (range(args.seeds) if mode == "sampling" else [0])
+        ]
+        for penalty in args.penalties:
+            texts = []
+            for mode, fields, controls, seed in tqdm(runs, desc=f"{folder.name} {penalty}"):
+                config = runtime.GenerationConfig(
+                    max_new_tokens=args.max_new_tokens,
+                    repetition_penalty=penalty,
+                    seed=seed,
+                    **fields,
+                )
+                out = gen.generate("", config, controls=controls)[0]
+                texts.append((mode, out.text))
+            for mode in ("sampling", "greedy"):
+                chosen = [text for kind, text in texts if kind == mode]
+                rows.append(
+                    {
+                        "adapter": folder.name,
+                        "decoding": mode,
+                        "repetition_penalty": penalty,
+                        "outputs": len(chosen),
+                        "repeated_4gram": sum(map(repeats_4gram, chosen)) / len(chosen),
+                        "labelled_loop": sum(bool(repetition_loop(t)) for t in chosen)
+                        / len(chosen),
+                        "mean_words": sum(len(t.split()) for t in chosen) / len(chosen),
+                        "example": chosen[0][:160],
+                    }
+                )
+    print("| adapter | decoding | repetition penalty | outputs | repeated 4-gram | loop label |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['adapter']} | {row['decoding']} | {row['repetition_penalty']} | "
+            f"{row['outputs']} | {row['repeated_4gram']:.0%} | {row['labelled_loop']:.0%} |"
+        )
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
