@@ -4,7 +4,7 @@ For each adapter bundle under models/ (a manifest with `adapter`) and each repet
 generate from its controls alone (the format's `[s:text]` start; a few control choices) with
 sampling at the bundle's own temperature and top-p and with greedy decoding, over a few seeds, and
 count the outputs that loop: a word 4-gram that occurs twice or more ("a goodly city, and a goodly
-city"), and those the app labels as a repetition loop (ui/expectations.py). Prints a Markdown
+city"). Prints a Markdown
 table (docs/APP.md, "Adapter defaults") and writes it as JSON with `--out`. Kept small (a few
 minutes on two cores): the choice it informs is the default penalty, not a study.
 """
@@ -21,7 +21,6 @@ from tqdm import tqdm
 
 import runtime
 from runtime.bundle import read_manifest
-from ui.expectations import repetition_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 WORD = re.compile(r"\w+")
@@ -102,18 +101,16 @@ def main(argv: list[str] | None = None) -> int:
                         "repetition_penalty": penalty,
                         "outputs": len(chosen),
                         "repeated_4gram": sum(map(repeats_4gram, chosen)) / len(chosen),
-                        "labelled_loop": sum(bool(repetition_loop(t)) for t in chosen)
-                        / len(chosen),
                         "mean_words": sum(len(t.split()) for t in chosen) / len(chosen),
                         "example": chosen[0][:160],
                     }
                 )
-    print("| adapter | decoding | repetition penalty | outputs | repeated 4-gram | loop label |")
+    print("| adapter | decoding | repetition penalty | outputs | repeated 4-gram | mean words |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         print(
             f"| {row['adapter']} | {row['decoding']} | {row['repetition_penalty']} | "
-            f"{row['outputs']} | {row['repeated_4gram']:.0%} | {row['labelled_loop']:.0%} |"
+            f"{row['outputs']} | {row['repeated_4gram']:.0%} | {row['mean_words']:.1f} |"
         )
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1, ensure_ascii=False))
