@@ -165,9 +165,11 @@ def build(registry) -> None:
             """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
             arguments = locals()  # the API arguments (and closure names), for the record
             settings = {name: arguments[name] for name in inspect.signature(generate).parameters}
-            # An empty prompt is the model's to refuse: an adapter starts from its controls and
-            # its format's `[s:text]` (runtime/generator.py), a seq2seq model cannot.
-            prompt = limits.text("prompt", prompt, allow_empty=True)
+            controls = widgets.controls_value(controls)
+            # Controls alone are a valid start (a causal LM writes from its control tokens and
+            # its format's `[s:text]`, runtime/generator.py); with neither, a prompt is needed.
+            started = bool(controls) or bool(registry.manifest(model).get("prompt_prefix"))
+            prompt = limits.text("prompt", prompt, allow_empty=started)
             config = limits.decoding(
                 mode,
                 max_new_tokens,
@@ -181,7 +183,6 @@ def build(registry) -> None:
                 samples,
                 seed,
             )
-            controls = widgets.controls_value(controls)
             yield from stream_generation(registry, model, prompt, controls, config, settings)
 
         event = run.click(
