@@ -124,9 +124,20 @@ def paraphrase(
     return candidates_html(sentence, shown), summary, listing
 
 
+INTRO = (
+    "Writes other sentences near yours (seed 003): a character-level hierarchical model "
+    "(1.4M parameters) encodes the sentence and samples new ones around its code, ranked by "
+    "closeness. It was trained on Bible verses only (the library model also on old commentaries "
+    "and dictionaries), and at this size most candidates keep the verse's rhythm, not its "
+    'meaning; even a verse can come back garbled ("Give us today our daily bread." → "As '
+    'one for Holy Antioon Praise you."). It shows the method, not a usable paraphraser.'
+)
+
+
 def build(registry) -> None:
     names = registry.paraphrasers()
     with gr.Tab("Paraphrase", id="paraphrase"):
+        gr.Markdown(INTRO, elem_classes="model-note")
         if not names:
             gr.Markdown(
                 "No hierarchical model with an autoencoder is installed.", elem_classes="notice"
@@ -170,7 +181,10 @@ def build(registry) -> None:
                     },
                 )
                 gr.Examples(
-                    [[e] for e in EXAMPLES], [sentence], label="WEB verses", example_labels=EXAMPLES
+                    [[e] for e in EXAMPLES],
+                    [sentence],
+                    label="WEB verses (what the paraphrasers were trained on)",
+                    example_labels=EXAMPLES,
                 )
             with gr.Column(scale=3):
                 widgets.model_note(registry, model, "paraphrase-model-note")

@@ -11,6 +11,7 @@ Endpoints: `/rewrite` → (text, report HTML, measurements), `/rewrite_sweep` �
 from __future__ import annotations
 
 import html
+import re
 
 import gradio as gr
 
@@ -22,8 +23,9 @@ TARGETS = ("ratio", "category", "none")
 SWEEP_HEADERS = [
     "requested",
     "output",
-    "subword ratio",
-    "character ratio",
+    "achieved (subwords)",
+    "achieved (characters)",
+    "trained to steer",
     "lines",
     "longest line",
     "chars/s",
@@ -123,9 +125,45 @@ def sweep_values(registry, model) -> tuple[str, list]:
     raise ValueError(f"model {model!r} has no `length_ratio` or `length` control to sweep")
 
 
+STEERED = re.compile(r"value tokens.*?\(\s*([\d.]+)\s*-\s*([\d.]+)\s*\)")
+
+
+def steered(manifest: dict) -> tuple[float, float, float] | None:
+    """(low, high, mean error) of the length ratios the model's value tokens were shown to steer,
+    from its evaluation metric ("value tokens mean abs error (0.6-1.4)": 0.08), or None.
+
+    >>> steered({"metrics": {"value tokens mean abs error (0.6-1.4)": 0.08}})
+    (0.6, 1.4, 0.08)
+    """
+    for key, value in (manifest.get("metrics") or {}).items():
+        if (found := STEERED.search(key)) and isinstance(value, (int, float)):
+            return float(found[1]), float(found[2]), float(value)
+    return None
+
+
+def intro(registry, names: list[str]) -> str:
+    """The tab's line: what the first model does and where its length control works."""
+    line = (
+        "Rewrites a King James verse in modern (World English Bible) wording at a target length, "
+        "checked against subtitle rules; the models were trained on Bible verse pairs only, so "
+        "other English is rewritten poorly."
+    )
+    found = steered(registry.manifest(names[0])) if names else None
+    if found:
+        low, high, error = found
+        line += (
+            f" The ratio tokens steer the length between {low:g} and {high:g} of the source "
+            f"(mean error {error:.2f} on test verses); outside that range they were too rare in "
+            "training to have an effect, and a short verse often has no shorter modern wording: "
+            "the sweep's achieved columns show what each ratio did."
+        )
+    return line
+
+
 def build(registry) -> None:
     names = registry.rewriters()
     with gr.Tab("Rewrite", id="rewrite"):
+        gr.Markdown(intro(registry, names), elem_classes="model-note")
         if not names:
             gr.Markdown(
                 "No installed model has a `length_ratio` or `length` control (seed 004's "
@@ -224,7 +262,7 @@ def build(registry) -> None:
                     label="Every ratio",
                     interactive=False,
                     wrap=True,
-                    column_widths=["9%", "43%", "8%", "8%", "8%", "8%", "8%", "8%"],
+                    column_widths=["8%", "36%", "8%", "8%", "8%", "8%", "8%", "8%", "8%"],
                     elem_id="rewrite-sweep-table",
                 )
 
@@ -344,6 +382,13 @@ def build(registry) -> None:
                 (chars_per_line, max_lines, chars_per_second, duration),
             )
             control, values = sweep_values(registry, model)
+            found = steered(registry.manifest(model)) if control == "length_ratio" else None
+
+            def in_range(value):
+                if found is None:
+                    return "–"
+                return "yes" if found[0] - 1e-9 <= value <= found[1] + 1e-9 else "no"
+
             rows, subword_ratios, char_ratios = [], [], []
             for value in progress.tqdm(values, desc="rewriting"):
                 text = gen.generate(source, config, controls={control: value})[0].text.strip()
@@ -356,6 +401,7 @@ def build(registry) -> None:
                         text,
                         _round(numbers["subword_ratio"]),
                         _round(numbers["character_ratio"]),
+                        in_range(value),
                         len(numbers["lines"]),
                         numbers["longest_line"],
                         _round(numbers["chars_per_second"]),

@@ -33,9 +33,18 @@ def format_translations(outputs, lines: int, per_line: int) -> str:
     return "\n\n".join(blocks)
 
 
+INTRO = (
+    "Translates English into Spanish one line at a time. The translator was trained from scratch "
+    "on Bible verse pairs only (World English Bible → Reina-Valera 1909): verses like the "
+    'examples come out close to the Reina-Valera; everyday sentences ("Where is the train '
+    'station?") use words it never saw and come out as Bible Spanish or the wrong words.'
+)
+
+
 def build(registry) -> None:
     names = registry.translators()
     with gr.Tab("Translate", id="translate"):
+        gr.Markdown(INTRO, elem_classes="model-note")
         if not names:
             gr.Markdown("No encoder-decoder (seq2seq) model is installed.", elem_classes="notice")
         with gr.Row():
@@ -58,7 +67,7 @@ def build(registry) -> None:
                 gr.Examples(
                     [[line] for line in examples.WEB],
                     [source],
-                    label="WEB verses",
+                    label="WEB verses (what the translator was trained on)",
                     example_labels=examples.WEB,
                 )
             with gr.Column(scale=2):
