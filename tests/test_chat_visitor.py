@@ -1,7 +1,8 @@
-"""The Chat tab's pure parts a visitor meets first: a fresh seed per conversation, defaults and
-example prompts taken from the chat-defaults study, and errors that never echo a huge argument.
+"""The Chat tab's pure parts a visitor meets first: defaults and example prompts taken from the
+chat-defaults study, and errors that never echo a huge argument.
 
-The browser side (two pages, the Link, the example chips) is tests/test_chat_visitor_browser.py.
+The browser side (a fresh seed per page, the Link, the example chips) is
+tests/test_chat_visitor_browser.py.
 """
 
 from __future__ import annotations
@@ -34,14 +35,6 @@ def test_a_huge_choice_is_cut_in_its_error():
         limits.choice("mode", "z" * 100_000, ("greedy", "sampling"))
     assert len(str(refused.value)) < 300
     assert "100002 characters" in str(refused.value)  # its repr's length, quotes included
-
-
-def test_a_fresh_page_draws_a_seed_and_a_link_keeps_its_own():
-    drawn = {chat_tab.seed_on_load("") for _ in range(20)}
-    assert len(drawn) > 1 and all(1 <= seed < chat_tab.FRESH_SEEDS for seed in drawn)
-    assert isinstance(chat_tab.seed_on_load("?lang=en"), int)
-    kept = chat_tab.seed_on_load("?tab=chat&seed=11&run=1")
-    assert not isinstance(kept, int)  # gr.skip(): the link's value stays
 
 
 def test_the_defaults_and_examples_are_the_studys_best():

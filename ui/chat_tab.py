@@ -30,10 +30,8 @@ import functools
 import hashlib
 import html
 import inspect
-import secrets
 import time
 from pathlib import Path
-from urllib.parse import parse_qs
 
 import gradio as gr
 from gradio.context import Context
@@ -65,6 +63,24 @@ ABOUT = (
     "reasoning and anything long or recent. Check what it says."
 )
 FRESH_SEEDS = 100_000  # a fresh page's seed is drawn from [1, FRESH_SEEDS): short to read
+# On page load, in the browser (a load without a link sends no event): a fresh seed, unless the
+# page is a link (its query names a tab), whose own seed, or the default, it restores and runs.
+# The load clicks a hidden button whose event sets the field, again every 0.1 s (for 10 s at most)
+# until the field shows it: Gradio drops an output that arrives before the tab is ready.
+SEED_ON_LOAD = f"() => 1 + Math.floor(Math.random() * {FRESH_SEEDS - 1})"
+DRAW_SEED = """() => {
+  if (new URLSearchParams(window.location.search).has('tab')) return;
+  let tries = 0;
+  const draw = () => {
+    const box = document.querySelector('#chat-seed input');
+    if (box && box.value !== '0' && box.value !== '') return;
+    if (box) document.getElementById('chat-draw-seed').click();
+    if (++tries < 100) setTimeout(draw, 100);
+  };
+  draw();
+}"""
+
+
 # chat_config's parameters: the decoding settings of a reply, as the endpoints name them
 SETTINGS = ("mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p")
 SETTINGS += ("repetition_penalty", "no_repeat_ngram_size", "seed")
@@ -130,18 +146,6 @@ def user_turns_value(value) -> list[str]:
             f"`user_turns` must be at most {MAX_REPLAY_CHARS} characters together, got {total}"
         )
     return turns
-
-
-def fresh_seed() -> int:
-    """A fresh page's seed: every visitor gets their own replies, and the seed is shown (and
-    carried by the Link), so a reply still replays exactly."""
-    return 1 + secrets.randbelow(FRESH_SEEDS - 1)
-
-
-def seed_on_load(query: str):
-    """The seed a page opens with: a fresh one, unless the page's query string is a link (it
-    names a tab), whose own seed, or the default, the link restores and runs with."""
-    return gr.skip() if "tab" in parse_qs(query.lstrip("?")) else fresh_seed()
 
 
 def messages(system_prompt: str, turns: list[dict]) -> list[dict]:
@@ -364,6 +368,7 @@ def build(registry) -> None:
                 decoding.mode.choices = [(mode, mode) for mode in CHAT_MODES]
                 decoding.min_p.value = DEFAULTS["min_p"]
                 decoding.repetition_penalty.value = DEFAULTS["repetition_penalty"]
+                decoding.seed.elem_id = "chat-seed"
                 settings_inputs = {
                     name: component
                     for name, component in decoding.by_name().items()
@@ -561,13 +566,8 @@ def build(registry) -> None:
             )
         )
         stop.click(None, cancels=running, js=MARK_STOPPED)
-        # A fresh page draws its own seed (the page's query string decides: a link keeps its own).
-        query = gr.Textbox(visible=False)
-        Context.root_block.load(
-            seed_on_load,
-            query,
-            decoding.seed,
-            js="() => window.location.search",
-            queue=False,
-            api_visibility="private",
-        )
+        # A fresh page draws its own seed (SEED_ON_LOAD, DRAW_SEED).
+        with gr.Row(elem_classes="link-triggers"):  # hidden by CSS, so still clicked by the script
+            draw = gr.Button("draw a seed", elem_id="chat-draw-seed")
+        draw.click(None, None, decoding.seed, js=SEED_ON_LOAD, api_visibility="private")
+        Context.root_block.load(None, js=DRAW_SEED, api_visibility="private")
