@@ -143,18 +143,20 @@ def choice_label(name: str, manifest: dict) -> str:
 
 def best_first(names: list[str], manifests: Mapping[str, dict]) -> list[str]:
     """`names` with the flagship's fine-tunes (adapters whose base is among `names`) first, then
-    their bases, then the other models, then seed reproductions; in `names`' order otherwise.
+    their bases, then the other models, then seed reproductions, and adapters whose base is
+    missing (they cannot run) last; in `names`' order otherwise.
 
-    >>> best_first(["lm", "base", "tune"], {"lm": {"export": {"parameters": 5e6}}, "base": {},
-    ...     "tune": {"adapter": {"base": {"name": "base"}}}})
-    ['tune', 'base', 'lm']
+    >>> found = {"lm": {"export": {"parameters": 5e6}}, "base": {},
+    ...     "tune": {"adapter": {"base": {"name": "base"}}}}
+    >>> best_first(["lm", "base", "tune"], found), best_first(["tune", "lm"], found)
+    (['tune', 'base', 'lm'], ['lm', 'tune'])
     """
     bases = {manifests[n]["adapter"]["base"]["name"] for n in names if manifests[n].get("adapter")}
 
     def rank(name):
         manifest = manifests[name]
         if manifest.get("adapter"):
-            return 0 if manifest["adapter"]["base"]["name"] in names else 2
+            return 0 if manifest["adapter"]["base"]["name"] in names else 4
         if name in bases:
             return 1
         return 3 if seed_reproduction(manifest) else 2
