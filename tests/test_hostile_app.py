@@ -5,11 +5,14 @@ Each test starts the app as a process on 127.0.0.1 (the shipped models, the flag
 serves `/gradio_api/info`, lists every bad file with what is wrong on the Models tab (read from
 the page's config), logs one line per bad file and no traceback, tells the Arena's visitors what
 happened to the votes file (kept aside, a fresh one in use), and still generates with the good
-models. Every wait is bounded.
+models. Every wait is bounded. In this process: manifests whose fields the tabs read have the
+wrong kind (each beside a good bundle, `app.build` must build the page and list it), and the vote
+store's own handling of files that are no votes database.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -197,3 +200,75 @@ def test_the_app_starts_with_a_folder_at_the_votes_path(tmp_path):
             assert db.execute("SELECT COUNT(*) FROM votes").fetchone() == (0,)
         assert generates(url, "bible-lm (int8)")
         one_line_each(log.read_text(), {"votes.sqlite": "folder"})
+
+
+# (path of a field in bible-lm's manifest, the value written there): each broke the page's build
+WRONG_KINDS = [
+    (("files",), None),
+    (("export",), None),
+    (("export", "parameters"), "many"),
+    (("training_data", "corpus"), 5),
+    (("context_length",), "long"),
+    (("chat",), 5),
+    (("generation_defaults",), 5),
+    (("generation_defaults", "num_beams"), "x"),
+    (("controls", "section", "values"), 5),
+]
+
+
+def test_a_manifest_field_of_the_wrong_kind_is_listed_and_the_page_builds(tmp_path):
+    import app
+    from ui import votes
+    from ui.registry import ModelRegistry
+
+    manifest = json.loads((GOOD / "manifest.json").read_text())
+    for n, (path, value) in enumerate(WRONG_KINDS):
+        bad = tmp_path / f"bad-{n}"
+        bad.mkdir()
+        for file in GOOD.iterdir():
+            if file.name != "manifest.json":
+                (bad / file.name).symlink_to(file)
+        changed = copy.deepcopy(manifest)
+        inner = changed
+        for key in path[:-1]:
+            inner = inner[key]
+        inner[path[-1]] = value
+        (bad / "manifest.json").write_text(json.dumps(changed))
+        registry = ModelRegistry({"bad": bad, "good": GOOD})  # bad first: the tabs' default
+        app.build(registry, votes.VoteStore(tmp_path / "votes.sqlite"))
+        assert registry.names == ["good"], path
+        assert f"`{path[0]}" in registry.problems["bad"], (path, registry.problems)
+
+
+def test_an_unreadable_model_card_is_said_and_the_page_builds(tmp_path):
+    import app
+    from ui import votes
+    from ui.registry import ModelRegistry
+
+    for file in GOOD.iterdir():
+        if file.name != "README.md":
+            (tmp_path / file.name).symlink_to(file)
+    (tmp_path / "README.md").write_bytes(b"\xff\xfe\x00 not UTF-8")
+    registry = ModelRegistry({"bad-card": tmp_path})
+    app.build(registry, votes.VoteStore(tmp_path / "votes.sqlite"))
+    assert "could not be read" in registry.card("bad-card")
+
+
+def test_the_vote_store_keeps_aside_what_is_no_votes_database(tmp_path):
+    from ui import votes
+
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE songs (title TEXT)")
+    store = votes.VoteStore(other)
+    assert "other tables (songs)" in store.problem and store.kept_as.exists()
+    assert store.add(["a", "b"], 0) == 1 and store.tally()[0].a_wins == 1
+    with sqlite3.connect(store.kept_as) as db:  # untouched
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("songs",)]
+    assert votes.VoteStore(other).problem is None  # the fresh one is a votes database
+    fine = tmp_path / "fine.sqlite"
+    assert votes.VoteStore(fine).notice is None and not fine.exists()  # made by the first vote
+    blocked = tmp_path / "a-file" / "votes.sqlite"  # its folder cannot be made
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ValueError, match="the vote was not kept"):
+        votes.VoteStore(blocked).add(["a", "b"], None)

@@ -46,8 +46,15 @@ PRECISION_ORDER = ("int8", "fp32", "int4")
 PAIR = re.compile(r"^\s*([A-Za-z_]+)\s*(?:-|→|->|_|2)\s*([A-Za-z_]+)\s*$")
 LENGTH_CONTROLS = ("length_ratio", "length")
 GENERATION_TASKS = ("causal-lm", "seq2seq", "hierarchical-lm")
-# manifest fields the app reads as objects ({…}) when present
-OBJECT_FIELDS = ("files", "graphs", "controls", "training_data", "export", "parity")
+# manifest fields the app reads as objects ({…}) when present; the optional ones may be null
+OBJECT_FIELDS = ("files", "graphs", "export")
+OPTIONAL_OBJECT_FIELDS = ("controls", "training_data", "parity", "generation_defaults", "chat")
+# (object, key, kind): values the tabs read as that kind when present (object "": the manifest)
+TYPED_VALUES = (
+    ("", "context_length", int),
+    ("export", "parameters", int),
+    ("training_data", "corpus", str),
+)
 LOG = logging.getLogger("scriptorium.app")
 
 
@@ -60,9 +67,12 @@ def check_fields(manifest: dict) -> None:
     ...
     ValueError: `controls` must be an object, got list
     """
-    for key in OBJECT_FIELDS:
-        if manifest.get(key) is not None and not isinstance(manifest[key], dict):
-            raise ValueError(f"`{key}` must be an object, got {type(manifest[key]).__name__}")
+    for key in (*OBJECT_FIELDS, *OPTIONAL_OBJECT_FIELDS):
+        value = manifest.get(key)
+        if key in manifest and not isinstance(value, dict):
+            if value is None and key in OPTIONAL_OBJECT_FIELDS:
+                continue
+            raise ValueError(f"`{key}` must be an object, got {type(value).__name__}")
     for name, spec in (manifest.get("controls") or {}).items():
         values = spec.get("values") if isinstance(spec, dict) else None
         if not isinstance(values, dict):
@@ -70,6 +80,15 @@ def check_fields(manifest: dict) -> None:
     for name, entry in (manifest.get("files") or {}).items():
         if not isinstance(entry, dict):
             raise ValueError(f"`files.{name}` must be an object, got {entry!r:.80}")
+    for outer, key, kind in TYPED_VALUES:
+        value = (manifest.get(outer) or {} if outer else manifest).get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            field = f"{outer}.{key}" if outer else key
+            raise ValueError(f"`{field}` must be a {kind.__name__}, got {value!r:.80}")
+    try:  # the tabs start from these settings
+        runtime.GenerationConfig.from_dict(manifest.get("generation_defaults") or {}).validate()
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"`generation_defaults`: {error}") from error
 
 
 def reason(error: BaseException, path=None, limit: int = 300) -> str:
@@ -203,7 +222,11 @@ class ModelRegistry:
         path = folder / "README.md"
         if not path.exists():
             return self.no_card(name)
-        return inline_images(path.read_text(), lambda target: _bundle_file(folder, target))
+        try:
+            text = path.read_text()
+        except (OSError, ValueError) as error:  # a folder, unreadable, not UTF-8
+            return f"*{name}'s model card (README.md) could not be read: {reason(error)}*"
+        return inline_images(text, lambda target: _bundle_file(folder, target))
 
     @staticmethod
     def no_card(name: str) -> str:
