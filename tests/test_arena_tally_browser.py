@@ -62,7 +62,7 @@ def open_arena(browser, url: str):
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     page.set_default_timeout(TIMEOUT * 1000)
     page.goto(url)
-    page.get_by_role("tab", name="Compare").click()
+    page.get_by_role("tab", name="Arena").click()
     page.locator("#arena-tally").wait_for()
     return page
 
@@ -94,7 +94,7 @@ def test_votes_survive_a_reload_and_show_on_a_fresh_page(browser, served):
     (kept,) = votes.VoteStore(path).tally()  # a: greedy, b: top-p 0.95
     assert (kept.a_wins, kept.b_wins, kept.ties) == (2, 1, 0)
     page.reload()
-    page.get_by_role("tab", name="Compare").click()
+    page.get_by_role("tab", name="Arena").click()
     wait_until(lambda: tally_votes(page) == [str(ROUNDS)], "the tally after a reload")
     text = page.locator("#arena-tally").inner_text()
     assert "tiny-chat · greedy" in text and "tiny-chat · top-p 0.95" in text
