@@ -12,12 +12,16 @@ sleeping session is made, in the background, only when contention is first seen,
 that always has its cores never pays its memory (about as much as the first session's).
 
 Contention is read from Linux's scheduler statistics (`/proc/self/task/*/schedstat`): the time
-this process's threads spent runnable but waiting for a core (run delay), per second of wall
-time, over windows of `WINDOW_S`. While the process has its cores that is close to 0; when
-another process competes for them it is a large part of a thread per second. `Contention`
-switches to sleeping when the run delay per second exceeds `HIGH` in `ENTER` consecutive windows,
-and back to spinning when it stays below `LOW` for `LEAVE` windows (hysteresis: a single burst
-does not flip it back and forth). Where /proc is not there the process spins, as before.
+this process's threads spent runnable but waiting for a core (run delay) during one of the
+session's own calls, per second of that call, sampled at most every `WINDOW_S` (reading every
+thread's statistics costs a fraction of a millisecond, so most calls are not measured). Only
+the calls count: what other code of the process did between them (a peer engine in a benchmark,
+another tab's work) is not this session's contention unless it is still running during a call.
+While the process has its cores the run delay is close to 0; when another process competes for
+them it is a large part of a second per second. `Contention` switches to sleeping when it
+exceeds `HIGH` in `ENTER` samples in a row, and back to spinning when it stays below `LOW` for
+`LEAVE` samples (hysteresis: a single burst does not flip it back and forth). Where /proc is not
+there the process spins, as before.
 
 Covers: the choice and the two sessions behind one session-like object (`run`,
 `run_with_iobinding`, `io_binding`, `get_inputs`, `get_outputs`, `get_providers`). Does not
@@ -32,11 +36,11 @@ import threading
 import time
 from collections.abc import Callable
 
-WINDOW_S = 0.1  # seconds of wall time between two reads of the scheduler statistics
-HIGH = 0.3  # run delay (seconds per second) above which a window counts as contended
-LOW = 0.05  # run delay below which a window counts as quiet
-ENTER = 2  # contended windows in a row that switch spinning off
-LEAVE = 5  # quiet windows in a row that switch it back on
+WINDOW_S = 0.1  # seconds between two measured calls (at most)
+HIGH = 0.3  # run delay (seconds per second of a call) above which a sample counts as contended
+LOW = 0.05  # run delay below which a sample counts as quiet
+ENTER = 2  # contended samples in a row that switch spinning off
+LEAVE = 5  # quiet samples in a row that switch it back on
 
 
 def read_run_delay() -> float | None:
@@ -57,8 +61,10 @@ def read_run_delay() -> float | None:
 
 
 class Contention:
-    """Whether this process's threads are waiting for cores, judged over windows of `window_s`
-    wall seconds from `read` (run delay in seconds, None when unknown), with hysteresis."""
+    """Whether this process's threads wait for cores during the calls sampled, with hysteresis.
+    `read` gives the process's run delay in seconds (None when unknown); `claim` says whether
+    the next call should be measured (at most one every `window_s`), `record` takes its
+    measurement."""
 
     def __init__(
         self,
@@ -68,29 +74,50 @@ class Contention:
     ):
         self.read, self.clock, self.window_s = read, clock, window_s
         self.contended = False
-        self._streak = 0  # windows in a row that argue for switching
+        self.available = read() is not None
+        self._streak = 0  # samples in a row that argue for switching
         self._lock = threading.Lock()
-        self._since = clock()
-        self._delay = read()
+        self._last = -float("inf")  # when the last sample was claimed
+        self._measuring = False
 
     def __call__(self) -> bool:
-        """True while the process is contended; reads the statistics at most once a window."""
-        now = self.clock()
-        if self._delay is None or now - self._since < self.window_s:
-            return self.contended
+        """True while the process is contended."""
+        return self.contended
+
+    def claim(self) -> bool:
+        """Whether the caller should measure its next call (and then `record` it)."""
+        if not self.available:
+            return False
         with self._lock:
-            if now - self._since < self.window_s:  # another caller just closed this window
-                return self.contended
-            delay = self.read()
-            if delay is None:
-                return self.contended
-            rate = (delay - self._delay) / (now - self._since)  # run delay per wall second
-            self._since, self._delay = now, delay
+            now = self.clock()
+            if self._measuring or now - self._last < self.window_s:
+                return False
+            self._measuring, self._last = True, now
+            return True
+
+    def record(self, delay_s: float, wall_s: float) -> None:
+        """A call of `wall_s` seconds during which the process's threads waited `delay_s`."""
+        with self._lock:
+            self._measuring = False
+            if wall_s <= 0:
+                return
+            rate = delay_s / wall_s  # run delay per second of the call
             arguing = rate < LOW if self.contended else rate > HIGH
             self._streak = self._streak + 1 if arguing else 0
             if self._streak >= (LEAVE if self.contended else ENTER):
                 self.contended, self._streak = not self.contended, 0
-        return self.contended
+
+    def measured(self, call: Callable[[], object]):
+        """`call()`, measured when a sample is due."""
+        if not self.claim():
+            return call()
+        before, start = self.read(), self.clock()
+        try:
+            return call()
+        finally:
+            after = self.read()
+            delay = after - before if after is not None and before is not None else 0.0
+            self.record(delay, self.clock() - start)
 
 
 _process_contention: Contention | None = None
@@ -138,7 +165,7 @@ class AdaptiveSession:
     def run(self, outputs, feeds, run_options=None):
         session = self.current()
         self._count(session)
-        return session.run(outputs, feeds, run_options)
+        return self.contention.measured(lambda: session.run(outputs, feeds, run_options))
 
     def io_binding(self) -> AdaptiveBinding:
         return AdaptiveBinding(self)
@@ -147,7 +174,7 @@ class AdaptiveSession:
         session = self.current()
         self._count(session)
         binding.last = binding.on(session)
-        session.run_with_iobinding(binding.last, run_options)
+        self.contention.measured(lambda: session.run_with_iobinding(binding.last, run_options))
 
     def get_inputs(self):
         return self.spinning.get_inputs()

@@ -15,41 +15,60 @@ from tests.llm_fixtures import write_tiny_gguf
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
 
-class FakeStatistics:
-    """Run delay that grows at `rate` seconds per second of a clock moved by hand."""
-
-    def __init__(self):
-        self.now, self.delay, self.rate = 0.0, 0.0, 0.0
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        self.delay += self.rate * seconds
-
-
 def test_contention_switches_with_hysteresis():
-    stats = FakeStatistics()
-    contention = Contention(read=lambda: stats.delay, clock=lambda: stats.now, window_s=0.05)
+    contention = Contention(read=lambda: 0.0)
 
-    def windows(rate: float, count: int) -> list[bool]:
-        stats.rate, seen = rate, []
+    def samples(rate: float, count: int) -> list[bool]:
+        seen = []
         for _ in range(count):
-            stats.advance(0.1)
+            contention.record(rate * 0.01, 0.01)
             seen.append(contention())
         return seen
 
-    assert windows(0.0, 5) == [False] * 5
-    assert windows(HIGH * 2, 1) == [False]  # one busy window is not enough
-    assert windows(0.0, 1) == [False]
-    assert windows(HIGH * 2, 3) == [False, True, True]  # two in a row are
-    assert windows(LOW / 2, 5) == [True] * 4 + [False]  # five quiet windows switch back
-    stats.advance(0.01)
-    stats.rate = HIGH * 10
-    assert contention() is False  # within a window nothing is read
+    assert samples(0.0, 5) == [False] * 5
+    assert samples(HIGH * 2, 1) == [False]  # one contended call is not enough
+    assert samples(0.0, 1) == [False]
+    assert samples(HIGH * 2, 3) == [False, True, True]  # two in a row are
+    assert samples(LOW / 2, 5) == [True] * 4 + [False]  # five quiet ones switch back
+
+
+def test_a_call_is_measured_at_most_once_a_window():
+    now = [0.0]
+    delay = [0.0]
+    contention = Contention(read=lambda: delay[0], clock=lambda: now[0], window_s=0.1)
+
+    def call():  # 10 ms, of which 8 ms waiting for a core
+        now[0] += 0.01
+        delay[0] += 0.008
+        return "done"
+
+    claims = []
+    for _ in range(40):  # 0.4 s of calls: one is measured every 0.1 s
+        claims.append(contention.claim())
+        if claims[-1]:
+            contention.record(0.0, 0.01)  # quiet
+        call()
+    assert sum(claims) == 4
+    assert [contention.measured(call) for _ in range(25)] == ["done"] * 25
+    assert contention.contended  # 0.8 s per second in the calls measured, twice in a row
+
+
+class Scripted(Contention):
+    """Contention as a test says: `answer()` per call, nothing measured."""
+
+    def __init__(self, answer):
+        super().__init__(read=lambda: None)
+        self.answer = answer
+
+    def __call__(self) -> bool:
+        return self.answer()
 
 
 def test_without_scheduler_statistics_it_keeps_spinning():
-    contention = Contention(read=lambda: None, clock=iter(range(100)).__next__)
-    assert [contention() for _ in range(10)] == [False] * 10
+    contention = Contention(read=lambda: None)
+    assert not contention.claim()
+    assert [contention.measured(lambda: 1) for _ in range(3)] == [1, 1, 1]
+    assert contention() is False
 
 
 def test_the_process_run_delay_is_read():
@@ -76,7 +95,7 @@ def test_switching_sessions_changes_no_token(which, tiny_gguf_bundle):
     assert isinstance(session, AdaptiveSession)  # the engine loop's own choice
     session.sleeping = session._make_sleeping()
     calls = iter(range(10_000))
-    session.contention = lambda: next(calls) % 3 == 0  # every third call sleeps
+    session.contention = Scripted(lambda: next(calls) % 3 == 0)  # every third call sleeps
     plain = runtime.load(path, threads=2, spinning=False, batching=False)
     for seed in range(3):
         config = runtime.GenerationConfig(max_new_tokens=24, do_sample=True, seed=seed)
@@ -90,11 +109,11 @@ def test_switching_sessions_changes_no_token(which, tiny_gguf_bundle):
 def test_the_sleeping_twin_is_built_only_when_contention_is_seen(tiny_gguf_bundle):
     gen = runtime.load(tiny_gguf_bundle, threads=2)
     session = gen.model.runner.session
-    session.contention = lambda: False
+    session.contention = Scripted(lambda: False)
     config = runtime.GenerationConfig(max_new_tokens=4)
     gen.generate("hello", config)
     assert session.sleeping is None and session.calls["sleeping"] == 0
-    session.contention = lambda: True
+    session.contention = Scripted(lambda: True)
     gen.generate("hello", config)  # the twin is built in the background meanwhile
     session._building.join(timeout=120)
     assert session.sleeping is not None
