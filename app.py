@@ -20,6 +20,7 @@ from ui.registry import ModelRegistry, reason
 
 HERE = Path(__file__).resolve().parent
 TITLE = "# Scriptorium\nTransformer text generators, exported to ONNX, served without torch."
+FLAGSHIP = "the flagship"  # its entry among the models the app could not use
 
 
 def build(registry: ModelRegistry, store=None):
@@ -54,12 +55,13 @@ def build(registry: ModelRegistry, store=None):
             gr.Markdown(models_tab.NO_MODELS, elem_classes="notice")
         links.notice()
         with gr.Tabs() as tabs:
-            chat_tab.build(registry)  # first, when there is a chat model
+            # first: with a chat model, or saying how to get the flagship when it is missing
+            chat_tab.build(registry, missing=problems.get(FLAGSHIP))
             generate_tab.build(registry)
             compare_tab.build(registry)
             if registry.chat_models():  # the arena: a tab of its own, so that visitors find it
-                with gr.Tab("Arena", id="arena"):
-                    arena.build(registry, store=store)
+                with gr.Tab("Arena", id="arena") as arena_tab:
+                    arena.build(registry, store=store, tab=arena_tab)
             rewrite_tab.build(registry)
             translate_tab.build(registry)
             paraphrase_tab.build(registry)
@@ -93,16 +95,20 @@ def usable_roots(models: list[str]) -> tuple[list[Path], dict[str, str]]:
     """The model directories to look in: the flagship's and each `--models` entry's (a GGUF is
     converted once into the cache, export/flagship.py), and {entry: why} for each entry that
     could not be used, whatever it holds (one line each)."""
-    from export.flagship import model_roots, ships_flagship
+    from export.flagship import MISSING_FLAGSHIP, model_roots, ships_flagship
 
     roots, unusable = [], {}
     for entry in [None, *models]:  # None: the flagship alone, unless models/ ships it (a Space)
         if entry is None and ships_flagship(HERE / "models"):
             continue
         try:
-            roots += model_roots([] if entry is None else [entry], flagship=entry is None)
+            found = model_roots([] if entry is None else [entry], flagship=entry is None)
         except Exception as error:  # a bad file must not stop the app: the Models tab says why
-            unusable[entry or "the flagship"] = reason(error, entry)
+            unusable[entry or FLAGSHIP] = reason(error, entry)
+            continue
+        if entry is None and not found:  # nowhere to be had: the Chat tab says how to get it
+            unusable[FLAGSHIP] = MISSING_FLAGSHIP
+        roots += found
     return roots, unusable
 
 

@@ -287,3 +287,29 @@ def test_a_shipped_flagship_is_not_fetched_again(tmp_path):
     (tmp_path / "models" / "other" / "manifest.json").write_text("[]")
     assert flagship.ships_flagship(tmp_path / "models")
     assert not flagship.ships_flagship(REPO / "models")  # the repository ships adapters only
+
+
+def test_without_the_flagship_the_chat_tab_says_how_to_get_it(tmp_path, monkeypatch):
+    import app
+    from ui import votes
+    from ui.registry import ModelRegistry
+
+    monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))
+
+    def unreachable(*args, **kwargs):
+        raise fetch.FetchError("nothing reachable")
+
+    monkeypatch.setattr(flagship, "fetch_gguf", unreachable)
+    roots, unusable = app.usable_roots([])
+    assert roots == [] and unusable == {app.FLAGSHIP: flagship.MISSING_FLAGSHIP}
+    registry = ModelRegistry.discover([REPO / "models" / "bible-lm"])
+    for name, why in unusable.items():
+        registry.skip(name, why)
+    demo = app.build(registry, votes.VoteStore(tmp_path / "votes.sqlite"))
+    components = demo.config["components"]
+    tabs = [c["props"].get("label") for c in components if c["type"] == "tabitem"]
+    notes = [
+        c["props"].get("value") for c in components if c["props"].get("elem_id") == "chat-missing"
+    ]
+    assert tabs[0] == "Chat" and notes == [flagship.MISSING_FLAGSHIP]
+    assert "scriptorium fetch smollm2" in notes[0]

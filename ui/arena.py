@@ -1,4 +1,4 @@
-"""The arena, a section of the Compare tab: one message to 2–4 chat models (or one model with
+"""The arena, a tab of its own: one message to 2–4 chat models (or one model with
 different decoding presets) side by side, and a vote on which reply is better.
 
 Shown only when a chat model is installed. The columns' `stream_chat` streams advance in turn, one
@@ -8,7 +8,7 @@ table is the Compare tab's (tokens/s, distinct-n, repetition rate, mean log p). 
 tie), once per round; the vote goes to the SQLite store (ui/votes.py: committed per vote, kept
 across restarts), and the tally per pair of contestants is shown. Endpoint `/arena` streams the
 replies and the metrics; voting is a page action only (no API endpoint). The tally is read from the
-database on every page load, for every visitor, and after every round and vote. When the votes file
+database whenever a visitor opens the tab, and after every round and vote. When the votes file
 could not be used (the store kept it aside, or refuses votes), the section says so above the tally.
 """
 
@@ -104,9 +104,10 @@ def winner_of(choice: str, contestants: list[str]) -> int | None:
     return None if choice == TIE else options.index(choice)
 
 
-def build(registry, store: votes.VoteStore | None = None) -> None:
-    """The arena section (inside the Compare tab); nothing without a chat model.
-    `store`: where votes go (default: a `votes.VoteStore` at `votes.default_path()`)."""
+def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
+    """The arena (the Arena tab's content); nothing without a chat model. `store`: where votes
+    go (default: a `votes.VoteStore` at `votes.default_path()`); `tab`: the tab it is in, whose
+    opening reads the tally."""
     names = registry.chat_models()
     if not names:
         return
@@ -234,9 +235,10 @@ def build(registry, store: votes.VoteStore | None = None) -> None:
     def read_tally():
         return tally_rows(store) or gr.skip()  # none yet: the empty table stays
 
-    # On every page load (no triggers, no inputs: the page's load event) and after each round,
-    # so every visitor sees every vote kept so far.
-    gr.on(None, read_tally, None, tally, queue=False, api_visibility="private")
+    # Whenever a visitor opens the tab (not on page load: a page load runs nothing) and after
+    # each round, so every visitor sees every vote kept so far.
+    if tab is not None:
+        tab.select(read_tally, None, tally, queue=False, api_visibility="private")
     event.then(read_tally, None, tally, queue=False, api_visibility="private")
 
     @limits.shown_to_user

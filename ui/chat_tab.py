@@ -310,9 +310,14 @@ def context_of(registry, model) -> int | None:
 # ---- the tab -------------------------------------------------------------------------------
 
 
-def build(registry) -> None:
+def build(registry, missing: str | None = None) -> None:
+    """The Chat tab; without a chat model, a tab holding only `missing` (how to get the
+    flagship) when it is given, else nothing."""
     names = registry.chat_models()
     if not names:
+        if missing:
+            with gr.Tab("Chat", id="chat"):
+                gr.Markdown(missing, elem_classes="notice", elem_id="chat-missing")
         return
     with gr.Tab("Chat", id="chat"):
         turns_state = gr.State([])
