@@ -89,14 +89,12 @@ def set_torch_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-# onnxruntime's worker threads may spin between operators (`runtime.load(spinning=True)`): about
-# 8 % faster batch-1 decoding when a benchmark has the cores to itself. On a shared host they burn
-# the time slices other tenants need and wait far longer: with the load average at 10 on this
-# 2-core machine, int8 GPT-2 small at batch 4 decoded 37 tok/s spinning against 137 without
-# (bench/decode.py's sampling scenario, 32 tokens, 2 threads, medians of 3). Every engine here
-# therefore runs without spinning (optimum's sessions never spin: torch's threads work between
-# its graph's steps and spinning threads fight them); set this to True on a machine of your own.
-RUNTIME_SPINNING = False
+# Every benchmark measures what users get: `runtime.load(..., spinning=RUNTIME_SPINNING)` with
+# None is the runtime's own choice (an engine loop's session spins while the process has its
+# cores and sleeps while it does not, runtime/spinning.py; other sessions never spin). Benchmarks
+# of bare sessions (bench/ceiling.py, bench/attention.py) take None as not spinning. Runs before
+# 2026-11-27 in docs/BENCHMARKS.md had spinning off for every engine loop.
+RUNTIME_SPINNING = None
 
 
 def word_tokenizer(vocab_size: int, specials: list[str]):
