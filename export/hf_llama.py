@@ -40,6 +40,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import onnx
 
 from runtime.chat import hf_chat_fields
 
@@ -57,6 +58,7 @@ from .gguf import (
 )
 from .gguf_read import BLOCK, GGUFModel, Linear, linear_from_blocks
 from .lean_llama import ACCURACY_LEVEL, build_llama_graph
+from .quantize import batch_invariant
 
 ARCHITECTURES = ("llama", "qwen2")
 # safetensors dtypes read as float32 (BF16 is widened bit-exactly).
@@ -515,6 +517,8 @@ def export_hf_llama(
         "architecture": model.architecture,
         "precision": precision,
         "graphs": {"decoder": bundle_manifest.graph_entry("model.onnx", out_dir / "model.onnx")},
+        # the same lean graph as a GGUF import's: weight-only blocks, rows computed alone
+        "batch_invariant": batch_invariant(onnx.load(str(out_dir / "model.onnx"))),
         "num_layers": model.layers,
         "num_heads": model.kv_heads,
         "head_size": model.head_size,
