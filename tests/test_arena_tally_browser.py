@@ -7,23 +7,16 @@ process on 127.0.0.1 with its votes in a temporary file.
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import pytest
 
 import app
 from tests.app_fixtures import chat_model_dir, serve
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
 from ui import arena, votes
 from ui.registry import ModelRegistry
 
-__all__ = ["chat_model_dir"]  # a session fixture, used by name
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian chromium is not installed (apt-get install chromium)"
-)
-TIMEOUT = 90  # seconds any single wait may take on a loaded 2-core machine
+__all__ = ["chat_model_dir", "browser"]  # fixtures, used by name
+pytestmark = needs_chromium
 MODEL = "tiny-chat"
 CHOICES = ["1: tiny-chat · top-p 0.95", "2: tiny-chat · greedy", "2: tiny-chat · greedy"]
 ROUNDS = len(CHOICES)
@@ -38,24 +31,6 @@ def served(chat_model_dir, tmp_path_factory):
     url = serve(demo)
     yield url, path
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-def wait_until(condition, what: str):
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def open_arena(browser, url: str):

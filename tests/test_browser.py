@@ -16,23 +16,11 @@ import pytest
 import app
 import runtime
 from tests.app_fixtures import SlowGenerator, models_tree, serve
+from tests.browser_fixtures import CHROMIUM, CHROMIUM_ARGS, TIMEOUT, needs_chromium, wait_until
 from ui.registry import ModelRegistry
 
 __all__ = ["models_tree"]  # a session fixture, used by name
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian chromium is not installed (apt-get install chromium)"
-)
-TIMEOUT = 90  # seconds any single wait may take on a loaded 2-core machine
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +55,6 @@ def page(served):
         page.get_by_role("button", name="Generate", exact=True).wait_for()
         yield page
         browser.close()
-
-
-def wait_until(condition, what: str):
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def textarea(page, elem_id: str):

@@ -19,17 +19,13 @@ import pytest
 import app
 import runtime
 from tests.app_fixtures import SlowGenerator, chat_model_dir, serve
+from tests.browser_fixtures import CHROMIUM_ARGS, TIMEOUT, browser, needs_chromium, wait_until
 from ui import votes
 from ui.registry import ModelRegistry
 
-__all__ = ["chat_model_dir"]  # a session fixture, used by name
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+__all__ = ["chat_model_dir", "browser"]  # fixtures, used by name
 CHROMIUM_ARGS += ["--disable-background-networking", "--disable-component-update"]
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian chromium is not installed (apt-get install chromium)"
-)
-TIMEOUT = 90  # seconds any single wait may take on a loaded 2-core machine
+pytestmark = needs_chromium
 MODEL = "tiny-chat"
 
 
@@ -53,16 +49,6 @@ def served(chat_model_dir, tmp_path_factory):
     url = serve(demo)
     yield url, slow, path
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +76,6 @@ WATCH = """() => {
     new MutationObserver(record).observe(document.querySelector(id), options);
   }
 }"""
-
-
-def wait_until(condition, what: str):
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def finished(page) -> bool:

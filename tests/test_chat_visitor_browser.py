@@ -7,7 +7,6 @@ example chip fills the conversation and sends it. The app has only the tiny Llam
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -15,16 +14,12 @@ import pytest
 import app
 import runtime
 from tests.app_fixtures import chat_model_dir, serve
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
 from ui import chat_tab
 from ui.registry import ModelRegistry
 
-__all__ = ["chat_model_dir"]  # a session fixture, used by name
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian chromium is not installed (apt-get install chromium)"
-)
-TIMEOUT = 90  # seconds any single wait may take on a loaded 2-core machine
+__all__ = ["chat_model_dir", "browser"]  # fixtures, used by name
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -34,24 +29,6 @@ def url(chat_model_dir):
     demo = app.build(registry)
     yield serve(demo)
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-def wait_until(condition, what: str):
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def fresh_page(browser, url: str):

@@ -19,15 +19,12 @@ import pytest
 
 import app
 from tests.app_fixtures import chat_model_dir, serve
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT, artifacts
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
+from tests.test_browser import artifacts
 from ui.registry import ModelRegistry
 
-__all__ = ["chat_model_dir"]  # a session fixture, used by name
-
-__all__ = ["artifacts"]  # a module fixture, used by name
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian chromium is not installed (apt-get install chromium)"
-)
+__all__ = ["artifacts", "browser", "chat_model_dir"]  # fixtures, used by name
+pytestmark = needs_chromium
 MODELS = Path(__file__).resolve().parents[1] / "models"
 WIDTH = 1280
 SETTLE = 5.0  # seconds a tab may take to show ready after it is selected
@@ -201,16 +198,6 @@ def served(chat_model_dir, tmp_path_factory):
     url = serve(demo)
     yield url
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -17,13 +17,12 @@ import pytest
 
 import app
 from tests.app_fixtures import models_tree, serve
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT, textarea, wait_until
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
+from tests.test_browser import textarea
 from ui.registry import ModelRegistry
 
-__all__ = ["models_tree"]  # a session fixture, used by name
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian chromium is not installed (apt-get install chromium)"
-)
+__all__ = ["models_tree", "browser"]  # fixtures, used by name
+pytestmark = needs_chromium
 GENERATE = {
     "model": "tiny-lm (fp32)",  # not the default, so restoring the picker is seen
     "prompt": "In the beginning",
@@ -55,16 +54,6 @@ def client(served):
     from gradio_client import Client
 
     return Client(served, verbose=False)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -19,13 +19,12 @@ import pytest
 
 import app
 from tests.app_fixtures import serve
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, TIMEOUT
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
 from ui import limits
 from ui.registry import ModelRegistry
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian chromium is not installed (apt-get install chromium)"
-)
+__all__ = ["browser"]  # a fixture, used by name
+pytestmark = needs_chromium
 MODELS = Path(__file__).resolve().parents[1] / "models"
 BIBLE, TREASURY = "smollm2-bible", "smollm2-treasury"
 PHONE = {"width": 390, "height": 844}
@@ -53,16 +52,6 @@ def served(registry, tmp_path_factory):
     url = serve(demo)
     yield url
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def open_page(browser, url: str, viewport: dict):
