@@ -151,7 +151,9 @@ class AdaptiveSession:
             return self.spinning
         if self.sleeping is None:
             if self._building is None:
-                self._building = threading.Thread(target=self._build, daemon=True)
+                # Not a daemon: a daemon thread still inside onnxruntime's session constructor
+                # when the interpreter exits is torn down mid-C++ and can crash the process.
+                self._building = threading.Thread(target=self._build, name="sleeping-twin")
                 self._building.start()
             return self.spinning
         return self.sleeping
