@@ -469,38 +469,23 @@ def build(registry, missing: str | None = None) -> None:
             return add_message(chosen.value["text"], turns)
 
         reply_inputs = [model, system_prompt, turns_state, *settings_components]
-        running = []
-        running.append(
-            chatbot.example_select(
-                add_example,
-                turns_state,
-                [message, chatbot, turns_state],
-                queue=False,
-                api_visibility="private",
-            ).success(
+
+        def replying(event):  # the reply that follows a message added to the conversation
+            return event.success(
                 respond,
                 reply_inputs,
                 outputs,
                 api_visibility="private",
                 concurrency_id=limits.CONCURRENCY_ID,
             )
-        )
+
+        added = [message, chatbot, turns_state]
+        private = {"queue": False, "api_visibility": "private"}
+        running = [replying(chatbot.example_select(add_example, turns_state, added, **private))]
+        adder = limits.shown_to_user(add_message)
         for trigger in (send.click, message.submit):
-            running.append(
-                trigger(
-                    limits.shown_to_user(add_message),
-                    [message, turns_state],
-                    [message, chatbot, turns_state],
-                    queue=False,
-                    api_visibility="private",
-                ).success(
-                    respond,
-                    reply_inputs,
-                    outputs,
-                    api_visibility="private",
-                    concurrency_id=limits.CONCURRENCY_ID,
-                )
-            )
+            adding = trigger(adder, [message, turns_state], added, **private)
+            running.append(replying(adding))
 
         def retry_setup(turns, mode, seed):
             kept = without_last_reply(turns)
