@@ -167,7 +167,7 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         vote = gr.Button("Vote", scale=1, interactive=False, elem_id="arena-vote")
     said = gr.Markdown(elem_id="arena-said")
     tally = gr.Dataframe(
-        value=None,  # read on page load, below
+        value=None,  # read when the tab opens, below
         headers=TALLY_HEADERS,
         label="Tally per pair",
         interactive=False,
