@@ -21,6 +21,7 @@ import app
 from tests.app_fixtures import chat_model_dir, serve
 from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
 from tests.test_browser import artifacts
+from ui import votes
 from ui.registry import ModelRegistry
 
 __all__ = ["artifacts", "browser", "chat_model_dir"]  # fixtures, used by name
@@ -192,9 +193,7 @@ def served(chat_model_dir, tmp_path_factory):
         pytest.skip("no shipped models")
     registry = ModelRegistry.discover([MODELS])
     registry.add("tiny-chat", chat_model_dir)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SCRIPTORIUM_VOTES", str(tmp_path_factory.mktemp("votes") / "votes.sqlite"))
-        demo = app.build(registry)
+    demo = app.build(registry, votes.VoteStore(tmp_path_factory.mktemp("votes") / "votes.sqlite"))
     url = serve(demo)
     yield url
     demo.close()

@@ -20,7 +20,7 @@ import pytest
 import app
 from tests.app_fixtures import serve
 from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
-from ui import limits
+from ui import limits, votes
 from ui.registry import ModelRegistry
 
 __all__ = ["browser"]  # a fixture, used by name
@@ -46,9 +46,7 @@ def registry():
 
 @pytest.fixture(scope="module")
 def served(registry, tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SCRIPTORIUM_VOTES", str(tmp_path_factory.mktemp("votes") / "votes.sqlite"))
-        demo = app.build(registry)
+    demo = app.build(registry, votes.VoteStore(tmp_path_factory.mktemp("votes") / "votes.sqlite"))
     url = serve(demo)
     yield url
     demo.close()
