@@ -98,7 +98,7 @@ def run_level(send, clients: int, per_client: int) -> tuple[float, list[float], 
 def in_process_sender(max_tokens: int):
     """send(index) through a thread pool like the app's queue (its concurrency limit)."""
     import runtime
-    from runtime.limits import LIMITS
+    from runtime.request_caps import LIMITS
 
     gen = runtime.load(BUNDLE)  # the app's registry loads with the default threads
     pool = ThreadPoolExecutor(LIMITS.concurrency)

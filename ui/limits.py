@@ -1,7 +1,7 @@
 """Server-side limits and input validation shared by every tab, and the queue settings.
 
 Every endpoint checks its inputs here before any model runs: text length caps, token caps and
-parameter ranges (their values: `runtime.limits.LIMITS`), with messages in the project's one
+parameter ranges (their values: `runtime.request_caps.LIMITS`), with messages in the project's one
 template (`` `top_p` must be in (0, 1], got 1.5 ``). The checks raise `ValueError`;
 `shown_to_user` turns that (and the runtime's own `ValueError`s) into `gr.Error`, which the UI
 shows as a message and an API client receives as the error text; the server logs such an error
@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 
 import runtime
-from runtime.limits import LIMITS
+from runtime.request_caps import LIMITS
 
 CONCURRENCY_ID = "models"  # every event that runs a model shares one concurrency limit
 
