@@ -114,7 +114,7 @@ def usable_roots(models: list[str]) -> tuple[list[Path], dict[str, str]]:
 
 def main(argv: list[str] | None = None) -> int:
     from ui import server
-    from ui.limits import queue_settings
+    from ui.checks import queue_settings
     from ui.style import launch_kwargs
 
     quiet_upstream_warnings()

@@ -10,7 +10,7 @@ aggregate tokens/s (generated tokens of all clients over the wall time until the
 done) and the p50 / p95 latency of one request (sent → full answer). Three paths:
 
 - `app (in-process)`: the runtime called from a thread pool of the app's concurrency limit
-  (ui/limits.py), one generator loaded with the app's default threads, as the Gradio app does;
+  (ui/checks.py), one generator loaded with the app's default threads, as the Gradio app does;
 - `serve 1x2`: `scriptorium serve` with 1 replica × 2 threads, called over HTTP (/v1/completions);
 - `serve 2x1`: 2 replicas × 1 thread.
 
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 "serve_configs": {
                     k: {"replicas": r, "threads": t} for k, (r, t) in SERVE_CONFIGS.items()
                 },
-                "in_process_pool": "ui.limits.LIMITS.concurrency workers",
+                "in_process_pool": "ui.checks.LIMITS.concurrency workers",
             },
             "results": results,
             "table": table,

@@ -1,7 +1,7 @@
 """The caps every front end puts on a request: prompt length, tokens, samples, beams, parameter
 ranges, and how many model-running requests run or wait at once.
 
-One frozen `Limits` value, `LIMITS`, read by the app (ui/limits.py checks every endpoint's
+One frozen `Limits` value, `LIMITS`, read by the app (ui/checks.py checks every endpoint's
 inputs against it) and by bench/ (the load test queues requests as the app does). Plain data:
 this module imports nothing of ours and checks nothing itself.
 """

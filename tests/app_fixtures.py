@@ -184,7 +184,7 @@ def slow_load(path, threads=None, delay: float = 0.05) -> SlowGenerator:
 def serve(demo) -> str:
     """Launch `demo` (queue and look as `python app.py` has them) on a free local port without
     blocking; return its URL. Stop it with `demo.close()`."""
-    from ui.limits import queue_settings
+    from ui.checks import queue_settings
     from ui.style import launch_kwargs
 
     port = free_port()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ui import chat_tab, limits
+from ui import chat_tab, checks
 
 STUDY = Path(__file__).resolve().parents[1] / "bench" / "results" / "chat_defaults.json"
 
@@ -32,7 +32,7 @@ def test_a_refused_user_turns_is_named_not_echoed(value):
 
 def test_a_huge_choice_is_cut_in_its_error():
     with pytest.raises(ValueError) as refused:
-        limits.choice("mode", "z" * 100_000, ("greedy", "sampling"))
+        checks.choice("mode", "z" * 100_000, ("greedy", "sampling"))
     assert len(str(refused.value)) < 300
     assert "100002 characters" in str(refused.value)  # its repr's length, quotes included
 

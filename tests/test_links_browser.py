@@ -203,7 +203,7 @@ def served_under_a_prefix(models_tree):
     from fastapi import FastAPI
 
     from tests.app_fixtures import free_port
-    from ui.limits import queue_settings
+    from ui.checks import queue_settings
 
     demo = app.build(ModelRegistry.discover([models_tree])).queue(**queue_settings())
     port = free_port()

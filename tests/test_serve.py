@@ -466,7 +466,7 @@ def test_the_app_is_a_thin_client_with_the_same_output(server, local):
     import app
     from runtime.word_vectors import load_matrix
     from tests.app_fixtures import serve as serve_app
-    from ui import limits
+    from ui import checks
     from ui.compare_tab import preset_config
     from ui.embeddings import EmbeddingSpace
     from ui.remote import RemoteRegistry
@@ -493,7 +493,7 @@ def test_the_app_is_a_thin_client_with_the_same_output(server, local):
         )
         for mode in ("greedy", "beam search", "sampling"):
             shown = gradio.predict(mode=mode, **settings, **decoding)
-            config = limits.decoding(mode, **decoding)
+            config = checks.decoding(mode, **decoding)
             assert shown[0] == local.generate(PROMPT, config)[0].text
         sampled = shown
         *columns, _ = gradio.predict(

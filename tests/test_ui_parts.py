@@ -11,7 +11,7 @@ import pytest
 
 import runtime
 from runtime import StreamEvent
-from ui import limits, plots, streaming
+from ui import checks, plots, streaming
 from ui.compare_tab import preset_config
 from ui.embeddings_tab import parse_pairs
 from ui.models_tab import benchmark_summary, facts, sampling_rows, speed_rows
@@ -23,14 +23,14 @@ from ui.translate_tab import format_translations
 
 
 def test_decoding_builds_configs_per_mode():
-    greedy = limits.decoding("greedy", 16, temperature=0.3, top_k=5, seed=4)
+    greedy = checks.decoding("greedy", 16, temperature=0.3, top_k=5, seed=4)
     assert (greedy.mode, greedy.max_new_tokens, greedy.top_k, greedy.seed) == (
         "greedy",
         16,
         0,
         None,
     )
-    sampled = limits.decoding("sampling", 16.0, 0.7, 50, 0.9, 0.05, samples=3)
+    sampled = checks.decoding("sampling", 16.0, 0.7, 50, 0.9, 0.05, samples=3)
     assert sampled.mode == "sample"
     assert (sampled.temperature, sampled.top_k, sampled.top_p, sampled.min_p) == (
         0.7,
@@ -39,7 +39,7 @@ def test_decoding_builds_configs_per_mode():
         0.05,
     )
     assert sampled.num_return_sequences == 3
-    beam = limits.decoding("beam search", 16, num_beams=4, samples=2, no_repeat_ngram_size=2)
+    beam = checks.decoding("beam search", 16, num_beams=4, samples=2, no_repeat_ngram_size=2)
     assert (beam.mode, beam.num_beams, beam.num_return_sequences) == ("beam", 4, 2)
     assert beam.no_repeat_ngram_size == 2
 
@@ -70,7 +70,7 @@ def test_decoding_builds_configs_per_mode():
 def test_decoding_rejects_bad_settings_with_clear_messages(kwargs, message):
     settings = {"mode": "greedy", "max_new_tokens": 8, **kwargs}
     with pytest.raises(ValueError) as error:
-        limits.decoding(**settings)
+        checks.decoding(**settings)
     assert message in str(error.value)
 
 
@@ -86,7 +86,7 @@ def test_decoding_rejects_bad_settings_with_clear_messages(kwargs, message):
 )
 def test_settings_the_mode_does_not_use_are_ignored(mode, unused):
     settings = {"num_beams": 3} if mode == "beam search" else {}
-    config = limits.decoding(mode, 8, **{**settings, **unused})
+    config = checks.decoding(mode, 8, **{**settings, **unused})
     defaults = runtime.GenerationConfig()
     if mode != "sampling":
         assert (config.temperature, config.top_p, config.top_k, config.seed) == (
@@ -100,18 +100,18 @@ def test_settings_the_mode_does_not_use_are_ignored(mode, unused):
 
 
 def test_text_limits():
-    assert limits.text("prompt", "x" * 2000) == "x" * 2000
+    assert checks.text("prompt", "x" * 2000) == "x" * 2000
     with pytest.raises(ValueError, match=r"`prompt` must be at most 2000 characters, got 2001"):
-        limits.text("prompt", "x" * 2001)
+        checks.text("prompt", "x" * 2001)
     with pytest.raises(ValueError, match="`prompt` must not be empty"):
-        limits.text("prompt", "  ")
-    assert limits.text("prompt", "", allow_empty=True) == ""
+        checks.text("prompt", "  ")
+    assert checks.text("prompt", "", allow_empty=True) == ""
     with pytest.raises(ValueError, match="`prompt` must be a string, got int"):
-        limits.text("prompt", 3)
+        checks.text("prompt", 3)
 
 
 def test_queue_settings_bound_concurrency_and_queue():
-    settings = limits.queue_settings()
+    settings = checks.queue_settings()
     assert settings["default_concurrency_limit"] >= 1
     assert settings["max_size"] >= 20  # the concurrency test's 20 calls must fit
 
@@ -119,11 +119,11 @@ def test_queue_settings_bound_concurrency_and_queue():
 def test_shown_to_user_turns_value_errors_into_gradio_errors():
     import gradio as gr
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def plain(x):
         raise ValueError(f"`x` must be positive, got {x}")
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def streamed(x):
         yield 1
         raise ValueError("`x` broke mid-stream")

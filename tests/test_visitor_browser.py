@@ -20,7 +20,7 @@ import pytest
 import app
 from tests.app_fixtures import serve
 from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
-from ui import limits, votes
+from ui import checks, votes
 from ui.registry import ModelRegistry
 
 __all__ = ["browser"]  # a fixture, used by name
@@ -195,7 +195,7 @@ def test_adapter_text_shown_without_format_markup(browser, served, registry):
     prompt = "In the beginning God created the heaven and the earth"
     controls = {"translation": "KJV"}
     for seed in range(6):
-        config = limits.decoding("sampling", 24, 0.8, 0, 0.95, 0, 1.1, 0, 1, 1, seed)
+        config = checks.decoding("sampling", 24, 0.8, 0, 0.95, 0, 1.1, 0, 1, 1, seed)
         ids = [e.token_id for e in gen.stream(prompt, config, controls) if e.token_id is not None]
         pieces = [gen.tokenizer.decode(ids[: n + 1]) for n in range(len(ids))]
         cut = next((n + 1 for n, text in enumerate(pieces) if text.endswith("[e:")), None)

@@ -18,7 +18,7 @@ import time
 
 import gradio as gr
 
-from . import limits, votes, widgets
+from . import checks, votes, widgets
 from .compare_tab import METRIC_HEADERS, PRESETS, metric_row, preset_config
 from .streaming import StreamCollector
 
@@ -124,17 +124,17 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
             label="Message",
             lines=2,
             scale=4,
-            max_length=limits.LIMITS.max_prompt_chars,
+            max_length=checks.LIMITS.max_prompt_chars,
             elem_id="arena-message",
         )
         count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
     with gr.Row():
         system_prompt = gr.Textbox("", label="System prompt (optional)", scale=3)
         max_tokens = widgets.setting_slider(
-            1, limits.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens", scale=2
+            1, checks.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens", scale=2
         )
         seed = widgets.setting_number(
-            value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
+            value=0, precision=0, minimum=0, maximum=checks.LIMITS.max_seed, label="Seed"
         )
     inputs, outputs, blocks = [], [], []
     with gr.Row(equal_height=True):
@@ -181,7 +181,7 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         api_visibility="private",
     )
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def arena(
         message,
         system_prompt,
@@ -198,18 +198,18 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         preset_4=None,
     ):
         """Stream each column's reply to `message` and the metrics table."""
-        message = limits.text("message", message)
-        system_prompt = limits.text("system_prompt", system_prompt, allow_empty=True)
-        columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
-        max_new_tokens = limits.integer(
-            "max_new_tokens", max_new_tokens, 1, limits.LIMITS.max_new_tokens
+        message = checks.text("message", message)
+        system_prompt = checks.text("system_prompt", system_prompt, allow_empty=True)
+        columns = checks.integer("columns", columns, 2, MAX_COLUMNS)
+        max_new_tokens = checks.integer(
+            "max_new_tokens", max_new_tokens, 1, checks.LIMITS.max_new_tokens
         )
-        seed = limits.integer("seed", seed, 0, limits.LIMITS.max_seed)
+        seed = checks.integer("seed", seed, 0, checks.LIMITS.max_seed)
         pairs = [(model_1, preset_1), (model_2, preset_2), (model_3, preset_3)]
         pairs = (pairs + [(model_4, preset_4)])[:columns]
         for n, (model, preset) in enumerate(pairs, start=1):
-            limits.choice(f"model_{n}", model, names)
-            limits.choice(f"preset_{n}", preset, CHAT_PRESETS)
+            checks.choice(f"model_{n}", model, names)
+            checks.choice(f"preset_{n}", preset, CHAT_PRESETS)
         labels = [contestant(model, preset) for model, preset in pairs]
         check_distinct(labels)
         system = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
@@ -227,11 +227,11 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         [message, system_prompt, count, max_tokens, seed, *inputs],
         [*outputs, table, round_state, choice, vote],
         api_name="arena",
-        concurrency_id=limits.CONCURRENCY_ID,
+        concurrency_id=checks.CONCURRENCY_ID,
     )
     stop.click(None, cancels=[event])
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def read_tally():
         return tally_rows(store) or gr.skip()  # none yet: the empty table stays
 
@@ -241,7 +241,7 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         tab.select(read_tally, None, tally, queue=False, api_visibility="private")
     event.then(read_tally, None, tally, queue=False, api_visibility="private")
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def cast(chosen, current):
         if not current or current["voted"]:
             raise ValueError("there is no round to vote on: ask every column first")

@@ -22,7 +22,7 @@ from sacrebleu.metrics import CHRF
 
 import runtime
 
-from . import limits
+from . import checks
 
 PROMPT = "Paraphrase this sentence. Reply with the paraphrase only.\n\n{sentence}"
 SHOWN = 4  # candidates per method
@@ -80,11 +80,11 @@ def rows(paraphraser, source: str, method: str, texts: list[str]) -> list[list]:
 
 def comparison(registry, paraphraser_name, chat_model, sentence, num_candidates, seed):
     """Rows for seed 003's closest candidates and the chat model's, scored alike."""
-    sentence = limits.text("sentence", sentence)
-    num_candidates = limits.integer("num_candidates", num_candidates, 1, 256)
-    seed = limits.integer("seed", seed, -1, limits.LIMITS.max_seed)
+    sentence = checks.text("sentence", sentence)
+    num_candidates = checks.integer("num_candidates", num_candidates, 1, 256)
+    seed = checks.integer("seed", seed, -1, checks.LIMITS.max_seed)
     seed = None if seed < 0 else seed  # -1: random, as the tab's own seed
-    limits.choice("chat_model", chat_model, registry.chat_models())
+    checks.choice("chat_model", chat_model, registry.chat_models())
     paraphraser = registry.get(paraphraser_name)
     seeds = paraphraser.paraphrase(sentence, num_candidates, seed=seed)[:SHOWN]
     chat = chat_candidates(registry.get(chat_model), sentence, SHOWN, seed)
@@ -110,7 +110,7 @@ def build(registry, model, sentence, count, seed) -> None:
             headers=HEADERS, interactive=False, wrap=True, elem_id="paraphrase-chat-table"
         )
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def paraphrase_beside_chat(model, chat_model, sentence, num_candidates, seed):
         """Seed 003's closest candidates and a chat model's paraphrases, both scored by chrF
         to the source and by the paraphraser's distance."""
@@ -121,5 +121,5 @@ def build(registry, model, sentence, count, seed) -> None:
         [model, chat_model, sentence, count, seed],
         table,
         api_name="paraphrase_beside_chat",
-        concurrency_id=limits.CONCURRENCY_ID,
+        concurrency_id=checks.CONCURRENCY_ID,
     )

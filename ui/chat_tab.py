@@ -36,7 +36,7 @@ from pathlib import Path
 import gradio as gr
 from gradio.context import Context
 
-from . import downloads, limits, links, widgets
+from . import checks, downloads, links, widgets
 from .streaming import StreamCollector
 
 CHAT_MODES = ("greedy", "sampling")  # beam search gives no stream and no chat in the runtime
@@ -106,8 +106,8 @@ def chat_config(
     seed,
 ):
     """A validated GenerationConfig for one reply (greedy or sampling, one sequence)."""
-    limits.choice("mode", mode, CHAT_MODES)
-    return limits.decoding(
+    checks.choice("mode", mode, CHAT_MODES)
+    return checks.decoding(
         mode,
         max_new_tokens,
         temperature,
@@ -133,13 +133,13 @@ def user_turns_value(value) -> list[str]:
     ValueError: `user_turns` must be a list of strings like ["Hello"], got 'Hello'
     """
     if not isinstance(value, list) or not value:
-        got = limits.shown(value)
+        got = checks.shown(value)
         raise ValueError(f'`user_turns` must be a list of strings like ["Hello"], got {got}')
     if len(value) > MAX_REPLAY_TURNS:
         raise ValueError(
             f"`user_turns` must hold at most {MAX_REPLAY_TURNS} turns, got {len(value)}"
         )
-    turns = [limits.text(f"user_turns[{i}]", turn) for i, turn in enumerate(value)]
+    turns = [checks.text(f"user_turns[{i}]", turn) for i, turn in enumerate(value)]
     total = sum(map(len, turns))
     if total > MAX_REPLAY_CHARS:
         raise ValueError(
@@ -339,7 +339,7 @@ def build(registry, missing: str | None = None) -> None:
                         show_label=False,
                         lines=1,
                         scale=5,
-                        max_length=limits.LIMITS.max_prompt_chars,
+                        max_length=checks.LIMITS.max_prompt_chars,
                         elem_id="chat-message",
                     )
                     send = gr.Button("Send", variant="primary", scale=1, min_width=80)
@@ -361,7 +361,7 @@ def build(registry, missing: str | None = None) -> None:
                     SYSTEM_PROMPT,
                     label="System prompt",
                     lines=2,
-                    max_length=limits.LIMITS.max_prompt_chars,
+                    max_length=checks.LIMITS.max_prompt_chars,
                 )
                 decoding = widgets.decoding_inputs(
                     mode="sampling",
@@ -409,13 +409,13 @@ def build(registry, missing: str | None = None) -> None:
         def checked(model, system_prompt, *values):
             """(generator, system prompt, config, settings) from an event's arguments."""
             settings = dict(zip(SETTINGS, values))
-            system_prompt = limits.text("system_prompt", system_prompt, allow_empty=True)
+            system_prompt = checks.text("system_prompt", system_prompt, allow_empty=True)
             config = chat_config(*values)
             if model not in names:
-                raise ValueError(f"`model` must be one of {names}, got {limits.shown(model)}")
+                raise ValueError(f"`model` must be one of {names}, got {checks.shown(model)}")
             return registry.get(model), system_prompt, config, settings
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def respond(model, system_prompt, turns, *values):
             """Stream the reply to the conversation in the session (its last turn a user's)."""
             gen, system_prompt, config, settings = checked(model, system_prompt, *values)
@@ -428,7 +428,7 @@ def build(registry, missing: str | None = None) -> None:
                 yield shown(model, system_prompt, turns, used, settings, False)
             yield shown(model, system_prompt, turns, used, settings, True)
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def chat(
             model,
             system_prompt,
@@ -461,7 +461,7 @@ def build(registry, missing: str | None = None) -> None:
             yield shown(model, system_prompt, turns, used, settings, True)
 
         def add_message(text, turns):
-            text = limits.text("message", text)
+            text = checks.text("message", text)
             turns = [*turns, {"role": "user", "content": text, "tokens": None}]
             return "", chatbot_value(turns), turns
 
@@ -476,13 +476,13 @@ def build(registry, missing: str | None = None) -> None:
                 reply_inputs,
                 outputs,
                 api_visibility="private",
-                concurrency_id=limits.CONCURRENCY_ID,
+                concurrency_id=checks.CONCURRENCY_ID,
             )
 
         added = [message, chatbot, turns_state]
         private = {"queue": False, "api_visibility": "private"}
         running = [replying(chatbot.example_select(add_example, turns_state, added, **private))]
-        adder = limits.shown_to_user(add_message)
+        adder = checks.shown_to_user(add_message)
         for trigger in (send.click, message.submit):
             adding = trigger(adder, [message, turns_state], added, **private)
             running.append(replying(adding))
@@ -493,7 +493,7 @@ def build(registry, missing: str | None = None) -> None:
                 raise gr.Error("there is no message to answer again")
             # Sampling with the same seed would give the same reply: take the next seed.
             again = mode == "sampling" and isinstance(seed, int | float)
-            next_seed = int(seed) + 1 if again and seed < limits.LIMITS.max_seed else gr.skip()
+            next_seed = int(seed) + 1 if again and seed < checks.LIMITS.max_seed else gr.skip()
             return chatbot_value(kept), kept, next_seed
 
         running.append(
@@ -508,7 +508,7 @@ def build(registry, missing: str | None = None) -> None:
                 reply_inputs,
                 outputs,
                 api_visibility="private",
-                concurrency_id=limits.CONCURRENCY_ID,
+                concurrency_id=checks.CONCURRENCY_ID,
             )
         )
 
@@ -530,7 +530,7 @@ def build(registry, missing: str | None = None) -> None:
             return text, chatbot_value(kept), turns_html(kept), meter, user_turns_of(kept), kept
 
         undo.click(
-            limits.shown_to_user(undo_last),
+            checks.shown_to_user(undo_last),
             [turns_state, model, system_prompt],
             [message, chatbot, table, meter, user_turns, turns_state],
             queue=False,
@@ -552,7 +552,7 @@ def build(registry, missing: str | None = None) -> None:
                 [model, system_prompt, user_turns, *settings_components],
                 outputs,
                 api_name="chat",
-                concurrency_id=limits.CONCURRENCY_ID,
+                concurrency_id=checks.CONCURRENCY_ID,
             )
         )
         stop.click(None, cancels=running, js=MARK_STOPPED)

@@ -21,7 +21,7 @@ import gradio as gr
 
 import runtime
 
-from . import downloads, expectations, limits, links, metrics, study_section, widgets
+from . import checks, downloads, expectations, links, metrics, study_section, widgets
 from .generate_tab import memorisation, samples_of, shown_text
 from .streaming import StreamCollector
 
@@ -82,7 +82,7 @@ METRIC_HEADERS = [
 
 def preset_config(preset: str, max_new_tokens: int, samples: int, seed: int):
     """The GenerationConfig of a preset; samples are capped where the preset cannot give more."""
-    limits.choice("preset", preset, PRESETS)
+    checks.choice("preset", preset, PRESETS)
     fields = dict(PRESETS[preset])
     if fields.get("do_sample"):
         fields["num_return_sequences"] = samples
@@ -170,17 +170,17 @@ def build(registry, sections=()) -> None:
             count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
         with gr.Row():
             max_tokens = widgets.setting_slider(
-                1, limits.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens"
+                1, checks.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens"
             )
             samples = widgets.setting_slider(
                 1,
-                limits.LIMITS.max_samples,
+                checks.LIMITS.max_samples,
                 value=1,
                 step=1,
                 label="Samples per column (≥ 2 adds Self-BLEU and UNGC)",
             )
             seed = widgets.setting_number(
-                value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
+                value=0, precision=0, minimum=0, maximum=checks.LIMITS.max_seed, label="Seed"
             )
         pickers = widgets.ControlPickers(registry, None, names)
         inputs, outputs, blocks, loops = [], [], [], []
@@ -270,7 +270,7 @@ def build(registry, sections=()) -> None:
                 api_visibility="private",
             )
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def compare(
             prompt,
             controls,
@@ -290,13 +290,13 @@ def build(registry, sections=()) -> None:
             """Stream each column's text and the metrics table (one row per column)."""
             arguments = locals()  # the API arguments (and closure names), for the record
             settings = {name: arguments[name] for name in inspect.signature(compare).parameters}
-            prompt = limits.text("prompt", prompt)
-            columns = limits.integer("columns", columns, 2, MAX_COLUMNS)
-            max_new_tokens = limits.integer(
-                "max_new_tokens", max_new_tokens, 1, limits.LIMITS.max_new_tokens
+            prompt = checks.text("prompt", prompt)
+            columns = checks.integer("columns", columns, 2, MAX_COLUMNS)
+            max_new_tokens = checks.integer(
+                "max_new_tokens", max_new_tokens, 1, checks.LIMITS.max_new_tokens
             )
-            samples = limits.integer("samples", samples, 1, limits.LIMITS.max_samples)
-            seed = limits.integer("seed", seed, 0, limits.LIMITS.max_seed)
+            samples = checks.integer("samples", samples, 1, checks.LIMITS.max_samples)
+            seed = checks.integer("seed", seed, 0, checks.LIMITS.max_seed)
             pairs = [
                 (model_1, preset_1),
                 (model_2, preset_2),
@@ -324,7 +324,7 @@ def build(registry, sections=()) -> None:
             [prompt, pickers.controls, count, max_tokens, samples, seed, *inputs],
             [*outputs, table, result],
             api_name="compare",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         stop.click(None, cancels=[event])
         stale = {output: "" for output in outputs} | {table: None, result: None}

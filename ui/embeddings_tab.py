@@ -21,7 +21,7 @@ import gradio as gr
 
 from study import word_analogies
 
-from . import examples, limits, links, widgets
+from . import checks, examples, links, widgets
 from .embeddings import cosine
 
 SIMILARITY_HEADERS = ["phrase A", "phrase B", "tokens A", "tokens B", "cosine × 100"]
@@ -126,7 +126,7 @@ def build(registry) -> None:
                 with gr.Row():
                     word = gr.Textbox("light", label="Word or expression", scale=3)
                     k = widgets.setting_slider(
-                        1, limits.LIMITS.max_neighbours, value=10, step=1, label="k"
+                        1, checks.LIMITS.max_neighbours, value=10, step=1, label="k"
                     )
                 words_only = gr.Checkbox(True, label="Only tokens with letters or digits")
                 find = gr.Button("Find neighbours")
@@ -159,12 +159,12 @@ def build(registry) -> None:
                     headers=NEIGHBOUR_HEADERS, interactive=False, label="Nearest tokens"
                 )
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def embedding_similarity(model, pairs, leading_space):
             """Cosine × 100 of each pair's summed token embeddings."""
-            space = registry.embedding_space(model, limits.flag("leading_space", leading_space))
+            space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
             rows = []
-            for a, b in parse_pairs(limits.text("pairs", pairs)):
+            for a, b in parse_pairs(checks.text("pairs", pairs)):
                 rows.append(
                     [
                         a,
@@ -176,30 +176,30 @@ def build(registry) -> None:
                 )
             return rows
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def nearest_neighbours(model, word, k, words_only, leading_space):
             """The k vocabulary tokens nearest to `word` (an expression is allowed)."""
-            space = registry.embedding_space(model, limits.flag("leading_space", leading_space))
-            k = limits.integer("k", k, 1, limits.LIMITS.max_neighbours)
+            space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
+            k = checks.integer("k", k, 1, checks.LIMITS.max_neighbours)
             found = space.neighbours(
-                limits.text("word", word, max_chars=200), k, limits.flag("words_only", words_only)
+                checks.text("word", word, max_chars=200), k, checks.flag("words_only", words_only)
             )
             return [
                 [rank, token, round(100 * sim, 1)]
                 for rank, (token, sim) in enumerate(found, start=1)
             ]
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def analogy(model, expression, expected, leading_space):
             """Tokens nearest to `expression`, and how the expected answer compares."""
-            space = registry.embedding_space(model, limits.flag("leading_space", leading_space))
-            expression = limits.text("expression", expression, max_chars=200)
+            space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
+            expression = checks.text("expression", expression, max_chars=200)
             found = space.neighbours(expression, 10, True)
             rows = [
                 [rank, token, round(100 * sim, 1)]
                 for rank, (token, sim) in enumerate(found, start=1)
             ]
-            expected = limits.text("expected", expected or "", allow_empty=True, max_chars=100)
+            expected = checks.text("expected", expected or "", allow_empty=True, max_chars=100)
             if not expected.strip():
                 return "", rows
             score = cosine(space.vector(expression), space.vector(expected))
@@ -216,21 +216,21 @@ def build(registry) -> None:
             [model, pairs, leading],
             similarity,
             api_name="embedding_similarity",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         found = find.click(
             nearest_neighbours,
             [model, word, k, words_only, leading],
             neighbours,
             api_name="nearest_neighbours",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         solved = solve.click(
             analogy,
             [model, expression, expected, leading],
             [verdict, answers],
             api_name="analogy",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         widgets.show_errors(similarity_errors, compared, [compare.click], {similarity: None})
         widgets.show_errors(neighbour_errors, found, [find.click], {neighbours: None})
@@ -257,7 +257,7 @@ def build_word_vectors(registry) -> None:
         with gr.Column():
             word = gr.Textbox("light", label="Word or phrase")
             topn = widgets.setting_slider(
-                1, limits.LIMITS.max_neighbours, value=8, step=1, label="neighbours"
+                1, checks.LIMITS.max_neighbours, value=8, step=1, label="neighbours"
             )
             find = gr.Button("Neighbours in every model")
             word_vector_link("word_neighbours", {"word": word, "topn": topn})
@@ -294,23 +294,23 @@ def build_word_vectors(registry) -> None:
             raise ValueError(f"`model` must be one of {models}, got {model!r}")
         return model
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def word_neighbours(word: str, topn: int = 8) -> dict:
         """{model: [(word, cosine), …]}: `word`'s nearest words in every static model; a model
         whose vocabulary lacks the word gets an empty list."""
-        word = limits.text("word", word, max_chars=100)
-        topn = limits.integer("topn", topn, 1, limits.LIMITS.max_neighbours)
+        word = checks.text("word", word, max_chars=100)
+        topn = checks.integer("topn", topn, 1, checks.LIMITS.max_neighbours)
         out = {}
         for name in models:
             space = registry.word_space(_check(name))
             out[name] = space.most_similar(word, topn=topn) if word in space else []
         return out
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def word_analogy(a: str, b: str, c: str, topn: int = 5) -> dict:
         """{model: [(word, cosine), …]} answering "a : b :: c : ?" (most_similar(b + c − a))."""
-        words = [limits.text(n, v, max_chars=100) for n, v in (("a", a), ("b", b), ("c", c))]
-        topn = limits.integer("topn", topn, 1, limits.LIMITS.max_neighbours)
+        words = [checks.text(n, v, max_chars=100) for n, v in (("a", a), ("b", b), ("c", c))]
+        topn = checks.integer("topn", topn, 1, checks.LIMITS.max_neighbours)
         out = {}
         for name in models:
             space = registry.word_space(name)
@@ -318,12 +318,12 @@ def build_word_vectors(registry) -> None:
             out[name] = space.analogy(*words, topn=topn) if known else []
         return out
 
-    @limits.shown_to_user
+    @checks.shown_to_user
     def static_vs_contextual(word: str, sentence_1: str, sentence_2: str, topn: int = 8) -> list:
         """Rows (model, where, neighbours): each word-vector set's static list, then each
         masked LM's fillers for `word` masked in each sentence."""
-        word = limits.text("word", word, max_chars=100)
-        topn = limits.integer("topn", topn, 1, limits.LIMITS.max_neighbours)
+        word = checks.text("word", word, max_chars=100)
+        topn = checks.integer("topn", topn, 1, checks.LIMITS.max_neighbours)
         rows = []
         for name in registry.word_vector_sets():
             space = registry.word_space(name)
@@ -331,7 +331,7 @@ def build_word_vectors(registry) -> None:
             rows.append([name, "static (any sentence)", ", ".join(w for w, _ in found)])
         for name in registry.masked_lms():
             for index, sentence in enumerate((sentence_1, sentence_2), start=1):
-                sentence = limits.text(f"sentence_{index}", sentence, max_chars=500)
+                sentence = checks.text(f"sentence_{index}", sentence, max_chars=500)
                 found = word_analogies.contextual_neighbours(
                     registry.get(name), sentence, word, topn
                 )
@@ -348,13 +348,13 @@ def build_word_vectors(registry) -> None:
         rows = static_vs_contextual(word, sentence_1, sentence_2)
         return gr.Dataframe(rows, headers=["model", "where", "neighbours"])
 
-    found = limits.view_and_endpoint(
+    found = checks.view_and_endpoint(
         find, neighbour_rows, [word, topn], table, word_neighbours, "word_neighbours"
     )
-    solved = limits.view_and_endpoint(
+    solved = checks.view_and_endpoint(
         solve, analogy_rows, [a, b, c], table, word_analogy, "word_analogy"
     )
-    contrasted = limits.view_and_endpoint(
+    contrasted = checks.view_and_endpoint(
         contrast,
         contrast_rows,
         [sense_word, first, second],

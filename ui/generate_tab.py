@@ -16,7 +16,7 @@ import time
 
 import gradio as gr
 
-from . import downloads, examples, expectations, limits, links, widgets
+from . import checks, downloads, examples, expectations, links, widgets
 from .streaming import SAMPLE_SEPARATOR, StreamCollector, legend_html, stats_html
 
 UPDATE_EVERY = 0.04  # seconds between UI updates while streaming (the last one always goes out)
@@ -145,7 +145,7 @@ def build(registry) -> None:
                     api_visibility="private",
                 )
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def generate(
             model,
             prompt,
@@ -169,8 +169,8 @@ def build(registry) -> None:
             # Controls alone are a valid start (a causal LM writes from its control tokens and
             # its format's `[s:text]`, runtime/generator.py); with neither, a prompt is needed.
             started = bool(controls) or bool(registry.manifest(model).get("prompt_prefix"))
-            prompt = limits.text("prompt", prompt, allow_empty=started)
-            config = limits.decoding(
+            prompt = checks.text("prompt", prompt, allow_empty=started)
+            config = checks.decoding(
                 mode,
                 max_new_tokens,
                 temperature,
@@ -190,14 +190,14 @@ def build(registry) -> None:
             [model, prompt, pickers.controls, *decoding.components()],
             [output, tokens, stats, result],
             api_name="generate",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         submitted = prompt.submit(
             generate,
             [model, prompt, pickers.controls, *decoding.components()],
             [output, tokens, stats, result],
             api_visibility="private",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         stop.click(None, cancels=[event, submitted], js=MARK_STOPPED)
         stale = {output: "", tokens: legend_html(), stats: stats_html(_empty_stats()), result: None}

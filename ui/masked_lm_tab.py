@@ -19,7 +19,7 @@ import runtime
 from study import bert_generation as strategies
 from study import masking, probes
 
-from . import expectations, limits, links, plots, widgets
+from . import checks, expectations, links, plots, widgets
 
 EXAMPLE = "Jesus said to them, “I am the <|mask|> of life.”"
 STUDY_SENTENCES = (
@@ -169,14 +169,14 @@ def build(registry) -> None:
             headers=GENERATION_HEADERS, interactive=False, wrap=True, label="Outputs"
         )
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def fill_mask(model: str, text: str, top_k: int = 5) -> list:
             """Transformers' fill-mask pipeline output for `text` from `model` (a masked LM)."""
             _models(registry, model)
-            top_k = limits.integer("top_k", top_k, 1, 50)
-            return registry.get(model).fill_mask(limits.text("text", text), top_k)
+            top_k = checks.integer("top_k", top_k, 1, 50)
+            return registry.get(model).fill_mask(checks.text("text", text), top_k)
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def fill_side_by_side(text, top_k):
             results, rows = [], []
             for name in _models(registry):
@@ -190,11 +190,11 @@ def build(registry) -> None:
                         )
             return *results, rows
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def masking_study(sentences: int = 4, repetitions: int = 2) -> dict:
             """Top-1/2/3/5 accuracy against the masking ratio for every masked LM."""
-            count = limits.integer("sentences", sentences, 1, MAX_STUDY_SENTENCES)
-            repeat = limits.integer("repetitions", repetitions, 1, MAX_STUDY_REPETITIONS)
+            count = checks.integer("sentences", sentences, 1, MAX_STUDY_SENTENCES)
+            repeat = checks.integer("repetitions", repetitions, 1, MAX_STUDY_REPETITIONS)
             return {
                 name: masking.masking_study(
                     registry.get(name), STUDY_SENTENCES[:count], repetitions=repeat
@@ -205,7 +205,7 @@ def build(registry) -> None:
         def study_figure(sentences, repetitions):
             return plots.masking_study(masking_study(sentences, repetitions))
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def token_probes() -> dict:
             """King / queen cosines by context and the word-order cosines, per masked LM."""
             out = {}
@@ -228,12 +228,12 @@ def build(registry) -> None:
                     rows.append([name, context, "queen vs original", round(value, 3)])
             return rows
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def influence(model: str, sentence_a: str, sentence_b: str) -> dict:
             """All-to-all cosines, their average and the Average Influence Similarity."""
             _models(registry, model)
-            a = limits.text("sentence_a", sentence_a, max_chars=300)
-            b = limits.text("sentence_b", sentence_b, max_chars=300)
+            a = checks.text("sentence_a", sentence_a, max_chars=300)
+            b = checks.text("sentence_b", sentence_b, max_chars=300)
             return probes.influence(registry.get(model), a, b)
 
         def influence_figures(sentence_a, sentence_b):
@@ -243,12 +243,12 @@ def build(registry) -> None:
                 for name in _models(registry)
             ]
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def bert_generation(prompt: str, right: str = "", tokens: int = 10) -> list:
             """Each masked LM's three strategies and the causal LM's greedy continuation."""
-            prompt = limits.text("prompt", prompt, max_chars=500)
-            right = limits.text("right", right or "", allow_empty=True, max_chars=500)
-            tokens = limits.integer("tokens", tokens, 1, MAX_GENERATED)
+            prompt = checks.text("prompt", prompt, max_chars=500)
+            right = checks.text("right", right or "", allow_empty=True, max_chars=500)
+            tokens = checks.integer("tokens", tokens, 1, MAX_GENERATED)
             rows = []
             for name in _models(registry):
                 for strategy, text in strategies.all_strategies(
@@ -261,10 +261,10 @@ def build(registry) -> None:
                 rows.append([name, "causal LM, greedy (left context only)", text])
             return rows
 
-        filled = limits.view_and_endpoint(
+        filled = checks.view_and_endpoint(
             fill, fill_side_by_side, [text, top_k], [*labels, every_mask], fill_mask, "fill_mask"
         )
-        studied = limits.view_and_endpoint(
+        studied = checks.view_and_endpoint(
             run_study,
             study_figure,
             [sentences, repetitions],
@@ -272,10 +272,10 @@ def build(registry) -> None:
             masking_study,
             "masking_study",
         )
-        probed = limits.view_and_endpoint(
+        probed = checks.view_and_endpoint(
             run_probes, probe_rows, None, probe_table, token_probes, "token_probes"
         )
-        compared = limits.view_and_endpoint(
+        compared = checks.view_and_endpoint(
             compare, influence_figures, [sentence_a, sentence_b], heatmaps, influence, "influence"
         )
 
@@ -287,7 +287,7 @@ def build(registry) -> None:
                 row[2] += f"  ⚠ repetition loop ({reason}), not a result" if reason else ""
             return rows
 
-        generated_event = limits.view_and_endpoint(
+        generated_event = checks.view_and_endpoint(
             generate,
             generation_rows,
             [prompt, right, tokens],

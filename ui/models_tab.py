@@ -14,7 +14,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from . import limits, widgets
+from . import checks, widgets
 from .registry import languages
 
 NO_MODELS = (
@@ -256,7 +256,7 @@ def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -
         gr.Markdown("### Benchmarks")
         gr.Markdown(benchmark_summary(results_dir), elem_id="benchmark-summary")
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def model_info(model):
             """The model card (Markdown), facts (table) and parity report (JSON)."""
             manifest = registry.manifest(model)

@@ -20,7 +20,7 @@ import html
 import gradio as gr
 import numpy as np
 
-from . import chat_paraphrase, limits, links, widgets
+from . import chat_paraphrase, checks, links, widgets
 
 CLOSEST = 4  # candidates shown by distance
 RANDOM_OTHERS = 4  # further candidates shown at random
@@ -89,13 +89,13 @@ def paraphrase(
     seed,
 ):
     """(candidates HTML, reconstruction Markdown, shown candidates as a list of dicts)."""
-    sentence = limits.text("sentence", sentence)
-    num_candidates = limits.integer("num_candidates", num_candidates, 1, MAX_CANDIDATES)
-    temperature_low = limits.number("temperature_low", temperature_low, 0.0, MAX_RANGE)
-    temperature_high = limits.number("temperature_high", temperature_high, 0.0, MAX_RANGE)
-    noise_low = limits.number("noise_low", noise_low, 0.0, MAX_RANGE)
-    noise_high = limits.number("noise_high", noise_high, 0.0, MAX_RANGE)
-    seed = None if seed is None else limits.integer("seed", seed, -1, 2**31 - 1)
+    sentence = checks.text("sentence", sentence)
+    num_candidates = checks.integer("num_candidates", num_candidates, 1, MAX_CANDIDATES)
+    temperature_low = checks.number("temperature_low", temperature_low, 0.0, MAX_RANGE)
+    temperature_high = checks.number("temperature_high", temperature_high, 0.0, MAX_RANGE)
+    noise_low = checks.number("noise_low", noise_low, 0.0, MAX_RANGE)
+    noise_high = checks.number("noise_high", noise_high, 0.0, MAX_RANGE)
+    seed = None if seed is None else checks.integer("seed", seed, -1, 2**31 - 1)
     seed = None if seed is None or seed < 0 else seed
     gen = registry.get(model)
     candidates = gen.paraphrase(
@@ -193,7 +193,7 @@ def build(registry) -> None:
                 summary = gr.Markdown(elem_id="paraphrase-reconstruction")
                 listing = gr.JSON(label="Shown candidates", visible=False)
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def run_paraphrase(
             model,
             sentence,
@@ -231,7 +231,7 @@ def build(registry) -> None:
             ],
             [table, summary, listing],
             api_name="paraphrase",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         stale = {table: "", summary: "", listing: None}
         widgets.show_errors(errors, paraphrased, [run.click], stale)

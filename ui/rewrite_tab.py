@@ -15,7 +15,7 @@ import re
 
 import gradio as gr
 
-from . import examples, limits, links, plots, subtitles, widgets
+from . import checks, examples, links, plots, subtitles, widgets
 
 PROGRESS = gr.Progress()  # Gradio fills this parameter with the request's progress bar
 
@@ -35,16 +35,16 @@ SWEEP_HEADERS = [
 
 def target_controls(registry, model, target, ratio, category) -> dict:
     """The controls for the chosen target, checked against what the model offers."""
-    limits.choice("target", target, TARGETS)
+    checks.choice("target", target, TARGETS)
     controls = registry.controls_of(model)
     if target == "ratio":
         if "length_ratio" not in controls:
             raise ValueError(f"model {model!r} has no `length_ratio` control; pick a category")
-        return {"length_ratio": limits.number("ratio", ratio, 0.1, 2.0)}
+        return {"length_ratio": checks.number("ratio", ratio, 0.1, 2.0)}
     if target == "category":
         if "length" not in controls:
             raise ValueError(f"model {model!r} has no `length` control; pick a ratio")
-        return {"length": limits.choice("category", category, list(controls["length"]["values"]))}
+        return {"length": checks.choice("category", category, list(controls["length"]["values"]))}
     return {}
 
 
@@ -108,9 +108,9 @@ def report_html(measured: dict, limits_: subtitles.SubtitleLimits) -> str:
 
 def subtitle_limits(chars_per_line, max_lines, chars_per_second) -> subtitles.SubtitleLimits:
     return subtitles.SubtitleLimits(
-        chars_per_line=limits.integer("chars_per_line", chars_per_line, 10, 200),
-        max_lines=limits.integer("max_lines", max_lines, 1, 10),
-        chars_per_second=limits.number("chars_per_second", chars_per_second, 1, 100),
+        chars_per_line=checks.integer("chars_per_line", chars_per_line, 10, 200),
+        max_lines=checks.integer("max_lines", max_lines, 1, 10),
+        chars_per_second=checks.number("chars_per_second", chars_per_second, 1, 100),
     )
 
 
@@ -287,13 +287,13 @@ def build(registry) -> None:
         ]
 
         def prepare(model, source, decoding_values, subtitle_values):
-            source = limits.text("source", source)
-            config = limits.decoding(*decoding_values)
+            source = checks.text("source", source)
+            config = checks.decoding(*decoding_values)
             limits_ = subtitle_limits(*subtitle_values[:3])
-            duration = limits.number("duration", subtitle_values[3] or 0, 0, 600)
+            duration = checks.number("duration", subtitle_values[3] or 0, 0, 600)
             return registry.get(model), source, config, limits_, duration
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def rewrite(
             model,
             source,
@@ -339,7 +339,7 @@ def build(registry) -> None:
             numbers = measure(gen, source, text, limits_, duration)
             return text, report_html(numbers, limits_), numbers
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def rewrite_sweep(
             model,
             source,
@@ -415,14 +415,14 @@ def build(registry) -> None:
             [model, source, *settings],
             [output, report, measured],
             api_name="rewrite",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         swept = sweep.click(
             rewrite_sweep,
             [model, source, *settings],
             [chart, table],
             api_name="rewrite_sweep",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         stale = {output: "", report: "", measured: None, chart: None, table: None}
         widgets.show_errors(errors, rewritten, [run.click, sweep.click], stale)

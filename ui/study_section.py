@@ -14,7 +14,7 @@ import gradio as gr
 
 import runtime
 
-from . import examples, limits, metrics, plots, widgets
+from . import checks, examples, metrics, plots, widgets
 
 PROGRESS = gr.Progress()  # Gradio fills this parameter with the request's progress bar
 
@@ -94,14 +94,14 @@ def build(registry, names: list[str]) -> None:
             model = gr.Dropdown(names, value=names[0] if names else None, label="Model")
             samples = widgets.setting_slider(
                 2,
-                limits.LIMITS.max_study_samples,
+                checks.LIMITS.max_study_samples,
                 value=5,
                 step=1,
                 label="Samples per prompt and setting",
             )
             max_tokens = widgets.setting_slider(8, 128, value=40, step=1, label="Max new tokens")
             seed = widgets.setting_number(
-                value=0, precision=0, minimum=0, maximum=limits.LIMITS.max_seed, label="Seed"
+                value=0, precision=0, minimum=0, maximum=checks.LIMITS.max_seed, label="Seed"
             )
         with gr.Row():
             prompts = gr.Textbox(examples.STUDY_PROMPTS, lines=4, label="Prompts (one per line)")
@@ -115,21 +115,21 @@ def build(registry, names: list[str]) -> None:
         )
         result = gr.Dataframe(headers=HEADERS, label="Decoding study", interactive=False)
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def decoding_study(
             model, prompts, reference, samples, max_new_tokens, seed, progress=PROGRESS
         ):
             """The chart and table of 000's sweep on `model`."""
-            lines = [line for line in limits.text("prompts", prompts).splitlines() if line.strip()]
-            if len(lines) > limits.LIMITS.max_study_prompts:
+            lines = [line for line in checks.text("prompts", prompts).splitlines() if line.strip()]
+            if len(lines) > checks.LIMITS.max_study_prompts:
                 raise ValueError(
-                    f"`prompts` must be at most {limits.LIMITS.max_study_prompts} lines, "
+                    f"`prompts` must be at most {checks.LIMITS.max_study_prompts} lines, "
                     f"got {len(lines)}"
                 )
-            reference = limits.text("reference", reference, max_chars=20_000)
-            samples = limits.integer("samples", samples, 2, limits.LIMITS.max_study_samples)
-            max_new_tokens = limits.integer("max_new_tokens", max_new_tokens, 1, 128)
-            seed = limits.integer("seed", seed, 0, limits.LIMITS.max_seed)
+            reference = checks.text("reference", reference, max_chars=20_000)
+            samples = checks.integer("samples", samples, 2, checks.LIMITS.max_study_samples)
+            max_new_tokens = checks.integer("max_new_tokens", max_new_tokens, 1, 128)
+            seed = checks.integer("seed", seed, 0, checks.LIMITS.max_seed)
             rows = run_study(
                 registry.get(model), lines, reference, samples, max_new_tokens, seed, progress
             )
@@ -140,6 +140,6 @@ def build(registry, names: list[str]) -> None:
             [model, prompts, reference, samples, max_tokens, seed],
             [chart, result],
             api_name="decoding_study",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         widgets.show_errors(errors, studied, [run.click], {chart: None, result: None})

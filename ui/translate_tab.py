@@ -12,7 +12,7 @@ import gradio as gr
 
 from runtime.budget import check_sequences
 
-from . import examples, limits, links, widgets
+from . import checks, examples, links, widgets
 from .registry import languages
 
 
@@ -55,7 +55,7 @@ def build(registry) -> None:
                 source = gr.Textbox(
                     "\n".join(examples.WEB[:2]),
                     lines=5,
-                    label=f"English (one sentence per line, at most {limits.LIMITS.max_lines})",
+                    label=f"English (one sentence per line, at most {checks.LIMITS.max_lines})",
                 )
                 decoding = widgets.decoding_inputs(
                     mode="beam search", max_new_tokens=128, num_beams=5, top_p=0.9
@@ -86,7 +86,7 @@ def build(registry) -> None:
             api_visibility="private",
         )
 
-        @limits.shown_to_user
+        @checks.shown_to_user
         def translate(
             model,
             text,
@@ -103,13 +103,13 @@ def build(registry) -> None:
             seed,
         ):
             """Translate each line of `text`; candidates numbered when samples > 1."""
-            text = limits.text("text", text)
+            text = checks.text("text", text)
             lines = [line.strip() for line in text.splitlines() if line.strip()]
-            if len(lines) > limits.LIMITS.max_lines:
+            if len(lines) > checks.LIMITS.max_lines:
                 raise ValueError(
-                    f"`text` must have at most {limits.LIMITS.max_lines} lines, got {len(lines)}"
+                    f"`text` must have at most {checks.LIMITS.max_lines} lines, got {len(lines)}"
                 )
-            config = limits.decoding(
+            config = checks.decoding(
                 mode,
                 max_new_tokens,
                 temperature,
@@ -131,7 +131,7 @@ def build(registry) -> None:
             [model, source, *decoding.components()],
             output,
             api_name="translate",
-            concurrency_id=limits.CONCURRENCY_ID,
+            concurrency_id=checks.CONCURRENCY_ID,
         )
         widgets.show_errors(errors, translated, [run.click], {output: ""})
         widgets.label_loops(loops, output, str.splitlines, "line")

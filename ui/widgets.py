@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from . import expectations, limits
-from .limits import LIMITS, MODES
+from . import checks, expectations
+from .checks import LIMITS, MODES
 
 NONE = "(none)"
 
@@ -30,7 +30,7 @@ def setting_slider(*args, **kwargs) -> gr.Slider:
     Gradio's Slider rejects out-of-range values before the event runs, which would (a) reject
     settings the chosen mode ignores (`num_beams=1` in sampling mode), (b) answer API callers
     with a message that does not name the setting, and (c) crash on a string. Every slider and
-    number field of the app is made here, and its event checks the value with `ui.limits`, by
+    number field of the app is made here, and its event checks the value with `ui.checks`, by
     name. (An instance attribute, not a subclass: Gradio writes a .pyi file for subclasses.)
     """
     slider = gr.Slider(*args, **kwargs)
@@ -86,14 +86,14 @@ def error_box(elem_id: str) -> gr.Markdown:
 
 
 def show_errors(box: gr.Markdown, event, triggers: list, stale: dict | None = None) -> None:
-    """When `event` fails with an error `limits.shown_to_user` raised, show its message in
+    """When `event` fails with an error `checks.shown_to_user` raised, show its message in
     `box` and give each `stale` output (component -> its empty value) that value (a stopped
     run changes nothing); each of `triggers` (the event's `button.click`, …) hides
     `box` again when the next run starts."""
     stale = stale or {}
 
     def failed(request: gr.Request):
-        message = limits.last_error(request.session_hash)
+        message = checks.last_error(request.session_hash)
         if not message:  # Stop (Gradio runs failure handlers on a cancel too): keep the output
             return [gr.skip()] * (1 + len(stale))
         return [gr.Markdown(f"**Error:** {message}", visible=True), *stale.values()]
@@ -187,7 +187,7 @@ class DecodingInputs:
 
     def by_name(self) -> dict:
         """The components by the API parameter names the endpoints give them, in the order of
-        `limits.decoding`'s parameters (`samples` left out when there is no samples slider)."""
+        `checks.decoding`'s parameters (`samples` left out when there is no samples slider)."""
         names = ["mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p"]
         names += ["repetition_penalty", "no_repeat_ngram_size", "num_beams", "samples", "seed"]
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
