@@ -1,10 +1,10 @@
-"""`scriptorium train <recipe>` and `scriptorium train ship <recipe>`: run a training recipe.
+"""`scriptorium train …`: every training recipe, one subcommand each.
 
     scriptorium train RECIPE [--tiny] [--out DIR] [--resume] [--max-steps N] [--max-minutes M]
                       [--eval-only] [--no-eval] [--ship]
     scriptorium train ship RECIPE [--out DIR] [--models-dir models]
-    scriptorium train paraphraser lm|autoencoder|style|ship ...   (train/hierarchical_cli.py)
-    scriptorium train adapter train|ship --corpus bible|treasury ...  (train/adapter.py, LoRA)
+    scriptorium train COMMAND [ARGS…]      (COMMANDS: data, tokenizer, library, paraphraser, …)
+    scriptorium train [--help]             (lists them all)
 
 RECIPE: bible-lm, rewriter, translator, masked-lm-base or masked-lm-large.
 
@@ -14,13 +14,18 @@ int8 bundle DIR/bundle-int8/ and evaluates it through the runtime into DIR/evalu
 `ship` exports the evaluated model into models/<name>/<precision>/ with the full model card.
 `--tiny` runs the whole chain in seconds on the committed fixture slice (tests use it).
 
+A COMMAND is a recipe with its own command line (its module's `main`, also `python -m
+train.<module>`): `scriptorium train COMMAND ARGS…` hands ARGS to that module's parser, so
+`scriptorium train COMMAND --help` shows its options.
+
 Does not cover: what a recipe trains or measures (train/lm.py, train/seq2seq_recipes.py,
-train/masked_lm.py; their contract: train/recipe.py).
+train/masked_lm.py; their contract: train/recipe.py), or the COMMANDS' own options.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +41,23 @@ DEFAULT_PRECISIONS = {
     "translator": ("int8",),
     "masked-lm-base": ("int8",),
     "masked-lm-large": ("int8",),
+}
+# The recipes with their own command line: words after `scriptorium train` -> (module, summary).
+# The longest matching words win, so `adapter ship` reaches its own module.
+COMMANDS = {
+    ("data",): ("train.data", "the verse table data/verses.tsv from Debian's SWORD Bibles"),
+    ("tokenizer",): ("train.tokenizer", "the BPE tokenizers data/tokenizers/{en,en_es}.json"),
+    ("library",): ("train.library", "the library data/library.jsonl of public-domain English"),
+    ("spurgeon",): ("train.spurgeon", "Spurgeon's sentence pairs for the paraphraser's style"),
+    ("paraphraser",): (
+        "train.hierarchical_cli",
+        "seed 003's hierarchical paraphraser: lm|autoencoder|style|ship",
+    ),
+    ("masked-lm",): ("train.masked_lm", "plots: the masking-study plot on both masked-LM cards"),
+    ("word-vectors",): ("train.word_vectors", "word2vec skip-gram and CBOW bundles (seed 001)"),
+    ("adapter",): ("train.adapter", "train: a LoRA on the flagship (SmolLM2-135M-Instruct)"),
+    ("adapter", "ship"): ("train.adapter_ship", "the trained LoRA as a measured adapter bundle"),
+    ("requantize",): ("train.requantize", "bible-lm's int8 bundle again from its fp32, evaluated"),
 }
 MODELS_DIR = Path("models")
 MODELS_LIMIT_MB = 250  # models/ must stay below this in total
@@ -287,21 +309,37 @@ def _parser(prog: str, ship_only: bool) -> argparse.ArgumentParser:
     return parser
 
 
+def usage() -> str:
+    lines = [
+        "usage: scriptorium train RECIPE|ship RECIPE|COMMAND [ARGS…]  (each takes --help)",
+        "",
+        "recipes (train, export to DIR/bundle-int8, evaluate; `ship RECIPE` ships one):",
+        *(f"  {name}" for name in RECIPES),
+        "",
+        "commands:",
+    ]
+    lines += [f"  {' '.join(words):<16} {summary}" for words, (_, summary) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def find_command(argv: list[str]) -> tuple[str, list[str]] | None:
+    """The module of the longest COMMANDS entry that `argv` opens with, and the words after it."""
+    for words in sorted(COMMANDS, key=len, reverse=True):
+        if tuple(argv[: len(words)]) == words:
+            return COMMANDS[words][0], argv[len(words) :]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["paraphraser"]:
-        from train import hierarchical_cli
-
-        return hierarchical_cli.main(argv[1:])
-    if argv[:2] == ["adapter", "ship"]:
-        from train import adapter_ship
-
-        return adapter_ship.main(argv[2:])
-    if argv[:1] == ["adapter"]:
-        from train import adapter
-
-        return adapter.main(argv[1:])
-    if argv[:1] == ["ship"]:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    command = find_command(argv)
+    if command is not None:
+        module, rest = command
+        return importlib.import_module(module).main(rest) or 0
+    if argv[0] == "ship":
         args = _parser("scriptorium train ship", ship_only=True).parse_args(argv[1:])
         recipe, out = make_recipe(args)
         ship(
@@ -312,6 +350,12 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.quiet,
         )
         return 0
+    if argv[0] not in RECIPES:
+        print(
+            f"scriptorium train: unknown recipe {argv[0]!r} (`scriptorium train` lists them)",
+            file=sys.stderr,
+        )
+        return 2
     args = _parser("scriptorium train", ship_only=False).parse_args(argv)
     args.precisions = args.precisions or DEFAULT_PRECISIONS[args.recipe]
     return run(args)
