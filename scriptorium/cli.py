@@ -11,7 +11,7 @@ import sys
 
 COMMANDS = {
     "export": ("export.cli", "turn a Hugging Face checkpoint into an ONNX model bundle"),
-    "train": ("train.cli", "run a training recipe (data, tokenizer, models)"),
+    "train": ("train.cli", "every training recipe: data, tokenizers, models, adapters"),
     "bench": ("bench.cli", "benchmarks against transformers and optimum-onnx"),
     "study": ("scriptorium.study_cli", "seed 000/001 studies: masking, probes, BERT, vectors"),
     "fetch": (
