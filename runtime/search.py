@@ -205,94 +205,32 @@ def beam_search(
     logits, state = model.start(input_ids, attention_mask)
     flat = np.repeat(np.arange(batch), beams)  # (B*beams,)
     logits, state = logits[flat], model.select(state, flat)
-    vocab = logits.shape[1]
 
     history = prompt_history[flat]  # (B*beams, T)
     history_mask = prompt_mask[flat]
-    generated = np.zeros((batch, beams, 0), dtype=np.int64)  # (B, beams, t)
-    generated_logprobs = np.zeros((batch, beams, 0), dtype=np.float32)  # (B, beams, t)
-    running_scores = np.zeros((batch, beams), dtype=np.float32)
-    running_scores[:, 1:] = NEG  # all beams start identical: only the first may expand
+    running = _Beams(
+        tokens=np.zeros((batch, beams, 0), dtype=np.int64),
+        logprobs=np.zeros((batch, beams, 0), dtype=np.float32),
+        scores=np.zeros((batch, beams), dtype=np.float32),
+    )
+    running.scores[:, 1:] = NEG  # all beams start identical: only the first may expand
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     improvable = np.ones(batch, dtype=bool)
     stop = cancel.current_event()
     for index in range(max_steps):
         cancel.check(stop)
         model_logprobs = log_softmax(logits)  # (B*beams, V)
-        scores = apply_processors(
-            model_logprobs, history, history_mask, config, index, eos_token_id
-        )
-        check_finite(scores, np.ones(len(scores), dtype=bool), index)
-        if config.do_sample:
-            scores = sampling.filter_logits(
-                scores,
-                temperature=config.temperature,
-                top_k=config.top_k,
-                top_p=config.top_p,
-                min_p=config.min_p,
-                typical_p=config.typical_p,
-                min_tokens_to_keep=2,
-            )
-        total = (scores.reshape(batch, beams, vocab) + running_scores[:, :, None]).reshape(
-            batch, beams * vocab
-        )  # (B, beams*V)
-        if not config.do_sample:
-            cand_scores, cand_ids = sampling.top_k_values(total, keep)  # (B, keep)
-        else:
-            cand_ids = _sample_without_replacement(total, keep, rng)
-            cand_scores = np.take_along_axis(total, cand_ids, axis=1)
-        cand_beam = cand_ids // vocab  # (B, keep)
-        cand_token = cand_ids % vocab
-        cand_logprob = model_logprobs.reshape(batch, beams * vocab)[
-            np.arange(batch)[:, None], cand_ids
-        ]  # (B, keep)
-        hits_eos = (
-            cand_token == eos_token_id
-            if eos_token_id is not None
-            else np.zeros_like(cand_token, bool)
+        scores = _beam_scores(model_logprobs, history, history_mask, config, index, eos_token_id)
+        candidates = _candidates(
+            scores, model_logprobs, running.scores, keep, config, eos_token_id, rng
         )
         last_step = index + 1 == max_steps
-        ends = hits_eos | last_step  # (B, keep)
+        ends = candidates.hits_eos | last_step  # (B, keep)
         length = index + 1  # generated tokens including this one
+        _collect_finished(finished, candidates, ends, running, improvable, length, config)
+        running, source_beam = _advance(running, candidates, ends)
 
-        # Finished hypotheses: only candidates ranked within the top `beams` may finish.
-        for b in range(batch):
-            if not improvable[b] or (config.early_stopping is True and len(finished[b]) >= beams):
-                continue
-            for rank in range(beams):
-                if not ends[b, rank] or cand_scores[b, rank] <= NEG / 2:
-                    continue
-                beam = cand_beam[b, rank]
-                hypothesis = Hypothesis(
-                    tokens=np.append(generated[b, beam], cand_token[b, rank]),
-                    logprobs=np.append(generated_logprobs[b, beam], cand_logprob[b, rank]),
-                    score=float(cand_scores[b, rank]) / (length**config.length_penalty),
-                    finished_on_eos=bool(hits_eos[b, rank]),
-                )
-                _add_hypothesis(finished[b], hypothesis, beams)
-
-        # Running beams: the best `beams` candidates that did not end.
-        running_candidates = cand_scores + ends.astype(np.float32) * NEG
-        order = np.argsort(-running_candidates, axis=1, kind="stable")[:, :beams]  # (B, beams)
-        source_beam = np.take_along_axis(cand_beam, order, axis=1)
-        next_tokens = np.take_along_axis(cand_token, order, axis=1)
-        running_scores = np.take_along_axis(running_candidates, order, axis=1)
-        generated = np.concatenate(
-            [
-                np.take_along_axis(generated, source_beam[:, :, None], axis=1),
-                next_tokens[:, :, None],
-            ],
-            axis=2,
-        )  # (B, beams, t + 1)
-        generated_logprobs = np.concatenate(
-            [
-                np.take_along_axis(generated_logprobs, source_beam[:, :, None], axis=1),
-                np.take_along_axis(cand_logprob, order, axis=1)[:, :, None],
-            ],
-            axis=2,
-        )  # (B, beams, t + 1)
-
-        improvable &= _can_improve(finished, running_scores, length, config, max_steps)
+        improvable &= _can_improve(finished, running.scores, length, config, max_steps)
         all_full = all(len(f) >= beams for f in finished)
         if (
             last_step
@@ -301,6 +239,7 @@ def beam_search(
             or (config.early_stopping is True and all_full)
         ):
             break
+        next_tokens = running.tokens[:, :, -1]  # (B, beams)
         rows = (source_beam + np.arange(batch)[:, None] * beams).reshape(-1)  # (B*beams,)
         history = np.concatenate([history[rows], next_tokens.reshape(-1, 1)], axis=1)
         history_mask = np.concatenate(
@@ -310,6 +249,130 @@ def beam_search(
         logits, state = model.step(next_tokens.reshape(-1), state)
 
     return [sorted(f, key=lambda h: -h.score)[: config.num_return_sequences] for f in finished]
+
+
+@dataclass
+class _Beams:
+    """The running beams of B prompts: their tokens and the tokens' log-probs (B, beams, t), and
+    their summed scores (B, beams)."""
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    scores: np.ndarray
+
+
+@dataclass
+class _Candidates:
+    """The `keep` best continuations of each prompt over all its beams, each (B, keep): the
+    summed score, the beam it extends, its token, the model's log-prob of that token, and
+    whether the token is EOS."""
+
+    scores: np.ndarray
+    beam: np.ndarray
+    token: np.ndarray
+    logprob: np.ndarray
+    hits_eos: np.ndarray
+
+
+def _beam_scores(model_logprobs, history, history_mask, config, index, eos_token_id) -> np.ndarray:
+    """The processed (and, when sampling, filtered) scores of every beam's next token."""
+    scores = apply_processors(model_logprobs, history, history_mask, config, index, eos_token_id)
+    check_finite(scores, np.ones(len(scores), dtype=bool), index)
+    if not config.do_sample:
+        return scores
+    return sampling.filter_logits(
+        scores,
+        temperature=config.temperature,
+        top_k=config.top_k,
+        top_p=config.top_p,
+        min_p=config.min_p,
+        typical_p=config.typical_p,
+        min_tokens_to_keep=2,
+    )
+
+
+def _candidates(
+    scores, model_logprobs, running_scores, keep, config, eos_token_id, rng
+) -> _Candidates:
+    """The best (or, when sampling, drawn) `keep` continuations of each prompt."""
+    batch, beams = running_scores.shape
+    vocab = scores.shape[1]
+    total = (scores.reshape(batch, beams, vocab) + running_scores[:, :, None]).reshape(
+        batch, beams * vocab
+    )  # (B, beams*V)
+    if not config.do_sample:
+        cand_scores, cand_ids = sampling.top_k_values(total, keep)  # (B, keep)
+    else:
+        cand_ids = _sample_without_replacement(total, keep, rng)
+        cand_scores = np.take_along_axis(total, cand_ids, axis=1)
+    cand_token = cand_ids % vocab
+    return _Candidates(
+        scores=cand_scores,
+        beam=cand_ids // vocab,
+        token=cand_token,
+        logprob=model_logprobs.reshape(batch, beams * vocab)[np.arange(batch)[:, None], cand_ids],
+        hits_eos=cand_token == eos_token_id
+        if eos_token_id is not None
+        else np.zeros_like(cand_token, bool),
+    )
+
+
+def _collect_finished(
+    finished: list[list[Hypothesis]],
+    candidates: _Candidates,
+    ends: np.ndarray,
+    running: _Beams,
+    improvable: np.ndarray,
+    length: int,
+    config,
+) -> None:
+    """Add the candidates that end here to `finished`: only those ranked within the top `beams`
+    may finish, and only for prompts that can still improve."""
+    beams = config.num_beams
+    for b in range(len(finished)):
+        if not improvable[b] or (config.early_stopping is True and len(finished[b]) >= beams):
+            continue
+        for rank in range(beams):
+            if not ends[b, rank] or candidates.scores[b, rank] <= NEG / 2:
+                continue
+            beam = candidates.beam[b, rank]
+            hypothesis = Hypothesis(
+                tokens=np.append(running.tokens[b, beam], candidates.token[b, rank]),
+                logprobs=np.append(running.logprobs[b, beam], candidates.logprob[b, rank]),
+                score=float(candidates.scores[b, rank]) / (length**config.length_penalty),
+                finished_on_eos=bool(candidates.hits_eos[b, rank]),
+            )
+            _add_hypothesis(finished[b], hypothesis, beams)
+
+
+def _advance(
+    running: _Beams, candidates: _Candidates, ends: np.ndarray
+) -> tuple[_Beams, np.ndarray]:
+    """The next running beams, the best `beams` candidates that did not end, and the beam
+    (B, beams) each extends."""
+    beams = running.scores.shape[1]
+    running_candidates = candidates.scores + ends.astype(np.float32) * NEG
+    order = np.argsort(-running_candidates, axis=1, kind="stable")[:, :beams]  # (B, beams)
+    source_beam = np.take_along_axis(candidates.beam, order, axis=1)
+    next_tokens = np.take_along_axis(candidates.token, order, axis=1)
+    extended = _Beams(
+        tokens=np.concatenate(
+            [
+                np.take_along_axis(running.tokens, source_beam[:, :, None], axis=1),
+                next_tokens[:, :, None],
+            ],
+            axis=2,
+        ),  # (B, beams, t + 1)
+        logprobs=np.concatenate(
+            [
+                np.take_along_axis(running.logprobs, source_beam[:, :, None], axis=1),
+                np.take_along_axis(candidates.logprob, order, axis=1)[:, :, None],
+            ],
+            axis=2,
+        ),  # (B, beams, t + 1)
+        scores=np.take_along_axis(running_candidates, order, axis=1),
+    )
+    return extended, source_beam
 
 
 def _add_hypothesis(hypotheses: list[Hypothesis], new: Hypothesis, beams: int) -> None:
