@@ -244,6 +244,92 @@ def _batch_tokens(batch: dict) -> int:
     return int((batch["labels"] != -100).sum())
 
 
+class _ActiveTime:
+    """Active training time: each step's duration, except that a step that took more than
+    PAUSE_FACTOR times the median of the recent ones (the process was paused) counts as that
+    median."""
+
+    def __init__(self):
+        self.recent: deque[float] = deque(maxlen=20)
+
+    def count(self, elapsed: float) -> float:
+        median = statistics.median(self.recent) if len(self.recent) >= 5 else None
+        counted = median if median is not None and elapsed > PAUSE_FACTOR * median else elapsed
+        self.recent.append(counted)
+        return counted
+
+    def steps_per_second(self) -> float:
+        return len(self.recent) / sum(self.recent)
+
+
+def _save_checkpoint(path: Path, model, optimizer, scheduler, state: dict, config: TrainConfig):
+    atomic_save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": rng_state(),
+            "state": dict(state),
+            "config": asdict(config),
+        },
+        path,
+    )
+
+
+def _start_state(
+    checkpoint_path: Path, resume: bool, model, optimizer, scheduler, config: TrainConfig, log
+) -> dict:
+    """The loop's state (step, epoch, index, tokens, train_seconds): restored with the model,
+    optimizer, scheduler and RNGs from the checkpoint when resuming one, else a fresh start
+    (refused over an existing checkpoint)."""
+    if checkpoint_path.exists() and not resume:
+        raise FileExistsError(
+            f"{checkpoint_path} exists: pass --resume to continue it, or choose another --out"
+        )
+    if not (resume and checkpoint_path.exists()):
+        log.start()
+        return {"step": 0, "epoch": 0, "index": 0, "tokens": 0, "train_seconds": 0.0}
+    saved = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+    if saved["config"]["steps"] != config.steps or saved["config"]["seed"] != config.seed:
+        raise ValueError(
+            f"{checkpoint_path} was made with steps={saved['config']['steps']}, "
+            f"seed={saved['config']['seed']}; this run has steps={config.steps}, "
+            f"seed={config.seed}"
+        )
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    set_rng_state(saved["rng"])
+    state = saved["state"]
+    log.truncate(state["step"])
+    return state
+
+
+def _optimizer_step(model, task: Task, batch, optimizer, scheduler, config: TrainConfig):
+    """One training step on `batch`; returns its loss tensor."""
+    model.train()
+    loss = task.loss(model, batch)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
+def _log_row(state: dict, scheduler, window: list[float], val_loss: str) -> dict:
+    """The loss CSV's row for the step just taken; `window` holds the losses since the last row."""
+    return {
+        "step": state["step"],
+        "epoch": state["epoch"],
+        "tokens": state["tokens"],
+        "lr": f"{scheduler.get_last_lr()[0]:.6g}",
+        "train_loss": f"{sum(window) / len(window):.5f}",
+        "val_loss": val_loss,
+        "train_seconds": f"{state['train_seconds']:.1f}",
+    }
+
+
 def train(
     model: torch.nn.Module,
     task: Task,
@@ -272,44 +358,11 @@ def train(
     log = LossLog(out_dir / LOSS_CSV)
     optimizer = make_optimizer(model, config)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config))
-    state = {"step": 0, "epoch": 0, "index": 0, "tokens": 0, "train_seconds": 0.0}
-    if checkpoint_path.exists() and not resume:
-        raise FileExistsError(
-            f"{checkpoint_path} exists: pass --resume to continue it, or choose another --out"
-        )
-    if resume and checkpoint_path.exists():
-        saved = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
-        if saved["config"]["steps"] != config.steps or saved["config"]["seed"] != config.seed:
-            raise ValueError(
-                f"{checkpoint_path} was made with steps={saved['config']['steps']}, "
-                f"seed={saved['config']['seed']}; this run has steps={config.steps}, "
-                f"seed={config.seed}"
-            )
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        set_rng_state(saved["rng"])
-        state = saved["state"]
-        log.truncate(state["step"])
-    else:
-        log.start()
-
-    def save() -> None:
-        atomic_save(
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "rng": rng_state(),
-                "state": dict(state),
-                "config": asdict(config),
-            },
-            checkpoint_path,
-        )
+    state = _start_state(checkpoint_path, resume, model, optimizer, scheduler, config, log)
 
     stop_at = min(config.steps, max_steps or config.steps)
     batches = task.batches(state["epoch"])
-    recent: deque[float] = deque(maxlen=20)
+    active_time = _ActiveTime()
     window: list[float] = []
     bar = tqdm(
         total=config.steps,
@@ -327,18 +380,8 @@ def train(
                 batches = task.batches(state["epoch"])
             batch = batches[state["index"]]
             started = time.perf_counter()
-            model.train()
-            loss = task.loss(model, batch)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            elapsed = time.perf_counter() - started
-            median = statistics.median(recent) if len(recent) >= 5 else None
-            counted = median if median is not None and elapsed > PAUSE_FACTOR * median else elapsed
-            recent.append(counted)
-            state["train_seconds"] += counted
+            loss = _optimizer_step(model, task, batch, optimizer, scheduler, config)
+            state["train_seconds"] += active_time.count(time.perf_counter() - started)
             state["step"] += 1
             state["index"] += 1
             state["tokens"] += _batch_tokens(batch)
@@ -348,23 +391,13 @@ def train(
             bar.set_postfix(
                 loss=f"{window[-1]:.3f}",
                 epoch=state["epoch"],
-                sps=f"{len(recent) / sum(recent):.2f}",
+                sps=f"{active_time.steps_per_second():.2f}",
             )
             if step % config.log_every == 0 or step == stop_at:
                 val = ""
                 if step % config.eval_every == 0 or step == config.steps:
                     val = f"{task.validation_loss(model):.5f}"
-                log.append(
-                    {
-                        "step": step,
-                        "epoch": state["epoch"],
-                        "tokens": state["tokens"],
-                        "lr": f"{scheduler.get_last_lr()[0]:.6g}",
-                        "train_loss": f"{sum(window) / len(window):.5f}",
-                        "val_loss": val,
-                        "train_seconds": f"{state['train_seconds']:.1f}",
-                    }
-                )
+                log.append(_log_row(state, scheduler, window, val))
                 window = []
             over_time = max_minutes is not None and state["train_seconds"] >= 60 * max_minutes
             if (
@@ -373,7 +406,7 @@ def train(
                 or over_time
                 or stop.requested
             ):
-                save()
+                _save_checkpoint(checkpoint_path, model, optimizer, scheduler, state, config)
             if over_time or stop.requested:
                 break
     state["finished"] = state["step"] >= config.steps
