@@ -132,6 +132,80 @@ def http_sender(base_url: str, model: str, max_tokens: int):
     return send, client
 
 
+def checked_senders(base_url: str, max_tokens: int) -> dict:
+    """A `send(index)` per path (in-process, then each Serve configuration), once each served
+    configuration has returned the in-process text for seed 3."""
+    local_send, gen, local_config = in_process_sender(max_tokens)
+    senders = {IN_PROCESS: local_send}
+    for name in SERVE_CONFIGS:
+        senders[name], client = http_sender(base_url, name, max_tokens)
+        prompt, settings = local_config(3)
+        served = client.post("completions", json={"model": name, **body(3, max_tokens)})
+        if served.json()["choices"][0]["text"] != gen.generate(prompt, settings)[0].text:
+            raise RuntimeError(f"{name} does not return the in-process text for seed 3")
+    return senders
+
+
+def measure(senders: dict, client_counts: list[int], rounds: int, per_client: int) -> dict:
+    """(path, clients) -> one (wall, latencies, tokens) per round; rounds interleave the paths."""
+    for send in senders.values():  # warm-up: sessions, connections, replicas' first calls
+        run_level(send, 4, 2)
+    samples = {(path, c): [] for path in senders for c in client_counts}
+    for round_ in range(rounds):
+        for clients in client_counts:
+            for path, send in senders.items():
+                wall, latencies, tokens = run_level(send, clients, per_client)
+                samples[path, clients].append((wall, latencies, tokens))
+                print(
+                    f"round {round_ + 1}/{rounds} {path:>17} × {clients:>2} clients: "
+                    f"{tokens / wall:7.1f} tok/s, p50 {statistics.median(latencies):.3f} s",
+                    flush=True,
+                )
+    return samples
+
+
+def summarise(samples: dict) -> list[dict]:
+    """Per (path, clients): the median tokens/s over rounds and the latency percentiles."""
+    results = []
+    for (path, clients), runs in samples.items():
+        rates = [tokens / wall for wall, _, tokens in runs]
+        latencies = [s for _, lat, _ in runs for s in lat]
+        results.append(
+            {
+                "path": path,
+                "clients": clients,
+                "tokens_per_second": statistics.median(rates),
+                "tokens_per_second_runs": rates,
+                "latency_p50_s": percentile(latencies, 50),
+                "latency_p95_s": percentile(latencies, 95),
+                "requests": len(latencies),
+            }
+        )
+    return results
+
+
+def results_table(results: list[dict], client_counts: list[int]) -> str:
+    """The results as markdown, each path's throughput also as a multiple of in-process's."""
+    rows = []
+    for clients in client_counts:
+        base = next(r for r in results if r["clients"] == clients and r["path"] == IN_PROCESS)
+        for r in (r for r in results if r["clients"] == clients):
+            rows.append(
+                [
+                    clients,
+                    r["path"],
+                    r["tokens_per_second"],
+                    r["tokens_per_second"] / base["tokens_per_second"],
+                    r["latency_p50_s"],
+                    r["latency_p95_s"],
+                ]
+            )
+    return common.markdown_table(
+        ["clients", "path", "tokens/s (median)", "× in-process", "p50 latency s", "p95 latency s"],
+        rows,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
@@ -154,66 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         for name, (replicas, threads) in SERVE_CONFIGS.items()
     ]
     deploy(specs, "127.0.0.1", port)
-    base_url = f"http://127.0.0.1:{port}/v1"
     try:
-        local_send, gen, local_config = in_process_sender(args.max_tokens)
-        senders = {IN_PROCESS: local_send}
-        for name in SERVE_CONFIGS:
-            senders[name], client = http_sender(base_url, name, args.max_tokens)
-            prompt, settings = local_config(3)
-            served = client.post("completions", json={"model": name, **body(3, args.max_tokens)})
-            if served.json()["choices"][0]["text"] != gen.generate(prompt, settings)[0].text:
-                raise RuntimeError(f"{name} does not return the in-process text for seed 3")
-        for send in senders.values():  # warm-up: sessions, connections, replicas' first calls
-            run_level(send, 4, 2)
-        samples = {(path, c): [] for path in senders for c in args.clients}
-        for round_ in range(args.rounds):
-            for clients in args.clients:
-                for path, send in senders.items():
-                    wall, latencies, tokens = run_level(send, clients, args.requests_per_client)
-                    samples[path, clients].append((wall, latencies, tokens))
-                    print(
-                        f"round {round_ + 1}/{args.rounds} {path:>17} × {clients:>2} clients: "
-                        f"{tokens / wall:7.1f} tok/s, p50 {statistics.median(latencies):.3f} s",
-                        flush=True,
-                    )
+        senders = checked_senders(f"http://127.0.0.1:{port}/v1", args.max_tokens)
+        samples = measure(senders, args.clients, args.rounds, args.requests_per_client)
     finally:
         serve.shutdown()
         import ray
 
         ray.shutdown()
 
-    rows, results = [], []
-    for (path, clients), runs in samples.items():
-        rates = [tokens / wall for wall, _, tokens in runs]
-        latencies = [s for _, lat, _ in runs for s in lat]
-        result = {
-            "path": path,
-            "clients": clients,
-            "tokens_per_second": statistics.median(rates),
-            "tokens_per_second_runs": rates,
-            "latency_p50_s": percentile(latencies, 50),
-            "latency_p95_s": percentile(latencies, 95),
-            "requests": len(latencies),
-        }
-        results.append(result)
-    for clients in args.clients:
-        base = next(r for r in results if r["clients"] == clients and r["path"] == IN_PROCESS)
-        for r in (r for r in results if r["clients"] == clients):
-            rows.append(
-                [
-                    clients,
-                    r["path"],
-                    r["tokens_per_second"],
-                    r["tokens_per_second"] / base["tokens_per_second"],
-                    r["latency_p50_s"],
-                    r["latency_p95_s"],
-                ]
-            )
-    table = common.markdown_table(
-        ["clients", "path", "tokens/s (median)", "× in-process", "p50 latency s", "p95 latency s"],
-        rows,
-    )
+    results = summarise(samples)
+    table = results_table(results, args.clients)
     print(table)
     common.write_results(
         args.out,
