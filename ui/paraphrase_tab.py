@@ -144,50 +144,9 @@ def build(registry) -> None:
             )
         with gr.Row():
             with gr.Column(scale=2):
-                model = widgets.model_picker(names)
-                widgets.model_card(registry, model)
-                sentence = gr.Textbox(
-                    EXAMPLES[0],
-                    label="Sentence (at most 30 words)",
-                    lines=2,
-                )
-                count = widgets.setting_slider(
-                    1, MAX_CANDIDATES, value=40, step=1, label="Candidates"
-                )
-                with gr.Row():
-                    temperature_low = widgets.setting_number(
-                        0.0, label="Temperature from", minimum=0
-                    )
-                    temperature_high = widgets.setting_number(
-                        1.0, label="Temperature to", minimum=0
-                    )
-                with gr.Row():
-                    noise_low = widgets.setting_number(0.0, label="Noise w from", minimum=0)
-                    noise_high = widgets.setting_number(1.0, label="Noise w to", minimum=0)
-                seed = widgets.setting_number(0, label="Seed (-1: random)", precision=0)
-                run = gr.Button("Paraphrase", variant="primary", interactive=bool(names))
-                links.shareable(
-                    "paraphrase",
-                    "paraphrase",
-                    {
-                        "model": model,
-                        "sentence": sentence,
-                        "num_candidates": count,
-                        "temperature_low": temperature_low,
-                        "temperature_high": temperature_high,
-                        "noise_low": noise_low,
-                        "noise_high": noise_high,
-                        "seed": seed,
-                    },
-                )
-                gr.Examples(
-                    [[e] for e in EXAMPLES],
-                    [sentence],
-                    label="WEB verses (what the paraphrasers were trained on)",
-                    example_labels=EXAMPLES,
-                )
+                inputs, run = settings_column(registry, names)
             with gr.Column(scale=3):
-                widgets.model_note(registry, model, "paraphrase-model-note")
+                widgets.model_note(registry, inputs["model"], "paraphrase-model-note")
                 errors = widgets.error_box("paraphrase-error")
                 table = gr.HTML(label="Candidates", elem_id="paraphrase-candidates")
                 summary = gr.Markdown(elem_id="paraphrase-reconstruction")
@@ -219,20 +178,48 @@ def build(registry) -> None:
 
         paraphrased = run.click(
             run_paraphrase,
-            [
-                model,
-                sentence,
-                count,
-                temperature_low,
-                temperature_high,
-                noise_low,
-                noise_high,
-                seed,
-            ],
+            list(inputs.values()),
             [table, summary, listing],
             api_name="paraphrase",
             concurrency_id=checks.CONCURRENCY_ID,
         )
         stale = {table: "", summary: "", listing: None}
         widgets.show_errors(errors, paraphrased, [run.click], stale)
-        chat_paraphrase.build(registry, model, sentence, count, seed)  # with a chat model only
+        chat_paraphrase.build(  # with a chat model only
+            registry, inputs["model"], inputs["sentence"], inputs["num_candidates"], inputs["seed"]
+        )
+
+
+def settings_column(registry, names: list[str]) -> tuple[dict, gr.Button]:
+    """The model, sentence and sampling settings, keyed (in order) by `paraphrase`'s parameter
+    names, with their Link and examples; and the button that runs them."""
+    model = widgets.model_picker(names)
+    widgets.model_card(registry, model)
+    sentence = gr.Textbox(EXAMPLES[0], label="Sentence (at most 30 words)", lines=2)
+    count = widgets.setting_slider(1, MAX_CANDIDATES, value=40, step=1, label="Candidates")
+    with gr.Row():
+        temperature_low = widgets.setting_number(0.0, label="Temperature from", minimum=0)
+        temperature_high = widgets.setting_number(1.0, label="Temperature to", minimum=0)
+    with gr.Row():
+        noise_low = widgets.setting_number(0.0, label="Noise w from", minimum=0)
+        noise_high = widgets.setting_number(1.0, label="Noise w to", minimum=0)
+    seed = widgets.setting_number(0, label="Seed (-1: random)", precision=0)
+    run = gr.Button("Paraphrase", variant="primary", interactive=bool(names))
+    inputs = {
+        "model": model,
+        "sentence": sentence,
+        "num_candidates": count,
+        "temperature_low": temperature_low,
+        "temperature_high": temperature_high,
+        "noise_low": noise_low,
+        "noise_high": noise_high,
+        "seed": seed,
+    }
+    links.shareable("paraphrase", "paraphrase", inputs)
+    gr.Examples(
+        [[e] for e in EXAMPLES],
+        [sentence],
+        label="WEB verses (what the paraphrasers were trained on)",
+        example_labels=EXAMPLES,
+    )
+    return inputs, run
