@@ -58,6 +58,10 @@ COMMANDS = {
     ("adapter",): ("train.adapter", "train: a LoRA on the flagship (SmolLM2-135M-Instruct)"),
     ("adapter", "ship"): ("train.adapter_ship", "the trained LoRA as a measured adapter bundle"),
     ("requantize",): ("train.requantize", "bible-lm's int8 bundle again from its fp32, evaluated"),
+    ("gru-seq2seq",): (
+        "train.gru_seq2seq",
+        "seed 001's GRU encoder-decoders (context vector, attention) on the rewriter's task",
+    ),
 }
 MODELS_DIR = Path("models")
 MODELS_LIMIT_MB = 250  # models/ must stay below this in total
