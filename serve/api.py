@@ -1,20 +1,24 @@
-"""The OpenAI completions protocol over `runtime`: request bodies in, response objects out.
+"""The completions route over `runtime`: request bodies in, the replica's work, response objects
+out; and the mapping both routes share (serve/chat.py uses it).
 
 Pure functions, no Ray and no HTTP server, so every rule here is testable on its own:
 
-- `parse_completion(body)` checks an OpenAI `POST /v1/completions` body and returns a
-  `CompletionRequest` holding the `runtime.GenerationConfig` it maps to. OpenAI's names map to
-  transformers' ones: `max_tokens` → `max_new_tokens`, `n` → `num_return_sequences`, `stop` →
-  `stop`; `temperature` 0 means greedy decoding (as OpenAI documents it), any other temperature
-  means sampling at that temperature (OpenAI's default is 1). Our extras in the same body:
-  `top_k`, `min_p`, `typical_p`, `repetition_penalty`, `no_repeat_ngram_size`, `min_tokens`,
-  `num_beams`, `length_penalty`, `early_stopping` and `controls` ({"section": "gospels"}).
-  With `num_beams` > 1, temperature 0 is beam search and any other temperature beam sampling.
+- `parse_completion(body, limits)` checks an OpenAI `POST /v1/completions` body (serve/protocol.py's
+  `CompletionBody`) and returns a `CompletionRequest` holding the `runtime.GenerationConfig` it
+  maps to. OpenAI's names map to transformers' ones: `max_tokens` → `max_new_tokens`, `n` →
+  `num_return_sequences`, `stop` → `stop`; `temperature` 0 means greedy decoding (as OpenAI
+  documents it), any other temperature means sampling at that temperature (OpenAI's default is
+  1). Our extras in the same body: `top_k`, `min_p`, `typical_p`, `repetition_penalty`,
+  `no_repeat_ngram_size`, `min_tokens`, `num_beams`, `length_penalty`, `early_stopping` and
+  `controls` ({"section": "gospels"}). With `num_beams` > 1, temperature 0 is beam search and
+  any other temperature beam sampling.
+- `complete(gen, request)` / `stream(gen, request)` are the replica's work (serve/replica.py runs
+  them, as it runs chat's, in its thread pool): every prompt in turn, `max_tokens` capped by what
+  the context leaves after it (`scriptorium.max_tokens` says the cap applied).
 - `completion_response` / `stream_chunk` build OpenAI's `text_completion` objects from
   `runtime.GenerationOutput`s / `StreamEvent`s. Each choice also carries a `scriptorium` object
   with what OpenAI's schema has no field for: the token ids, the runtime's own finish reason
   ("eos", "stop", "length", "context") and, when streaming, the token's top-5 alternatives.
-- `error_body` is OpenAI's error shape: `{"error": {"message", "type", "param", "code"}}`.
 
 `logprobs` (an int in [0, 5], as OpenAI's legacy completions) returns the model's own
 log-probabilities (before penalties and filters, see runtime/generator.py); `top_logprobs` lists
@@ -29,38 +33,17 @@ from __future__ import annotations
 
 import math
 import time
-import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import runtime
-from runtime.budget import MAX_SEQUENCES, check_sequences
+from runtime.budget import check_sequences
+from runtime.request_caps import SERVE_LIMITS, ServeLimits
 
 from . import scoring
-from .protocol import (
-    MAX_LOGPROBS,
-    CompletionBody,
-    RequestError,
-    error_body,
-    parse_body,
-    shown,
-)
+from .protocol import CompletionBody, GenerationBody, RequestError, parse_body
 
-__all__ = ["RequestError", "error_body", "MAX_LOGPROBS", "parse_completion", "Limits"]
 OPENAI_DEFAULT_MAX_TOKENS = 16
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one client may ask of the server (docs/SCALING.md, "Limits"; `scriptorium serve`
-    flags of the same names)."""
-
-    max_body_bytes: int = 1 << 20  # request body; larger ones get a 413 before being read
-    max_prompt_chars: int = 32_768  # characters of one prompt, checked before tokenizing
-    max_sequences: int = MAX_SEQUENCES  # prompts × n × num_beams in one request
-    max_downloads: int = 4  # file downloads the gateway streams at once; more get a 429
-
-
-LIMITS = Limits()
 
 # Extras in the request body, each a GenerationConfig field of the same name unless mapped here.
 EXTRA_FIELDS = {
@@ -74,13 +57,11 @@ EXTRA_FIELDS = {
     "length_penalty": "length_penalty",
     "early_stopping": "early_stopping",
 }
-# OpenAI fields we accept only at the value that means "off".
-NEUTRAL = {
-    "best_of": 1,
-    "suffix": None,
-    "presence_penalty": 0,
-    "frequency_penalty": 0,
-    "logit_bias": None,
+# The runtime's names of the API's fields, so that its messages can name the API's.
+RUNTIME_NAMES = {
+    "max_new_tokens": "max_tokens",
+    "num_return_sequences": "n",
+    **{runtime_name: key for key, runtime_name in EXTRA_FIELDS.items()},
 }
 
 
@@ -97,7 +78,9 @@ class CompletionRequest:
     score_only: bool = False  # `max_tokens: 0` with echo: score the prompt, generate nothing
 
 
-def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> CompletionRequest:
+def parse_completion(
+    body: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS
+) -> CompletionRequest:
     """Check an OpenAI completions body (raw JSON bytes, or a dict) and map it onto a validated
     `GenerationConfig`; `RequestError` (a 400 naming the API field) for anything wrong.
 
@@ -108,16 +91,10 @@ def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> Compl
     'sample'
     """
     checked = parse_body(CompletionBody, body)
-    for name, neutral in NEUTRAL.items():
-        value = getattr(checked, name)
-        if value is not None and value != neutral:
-            raise RequestError(
-                f"`{name}` is not supported by this server, got {shown(value)}", param=name
-            )
     prompts = tuple(scoring.prompt_list(checked.prompt))
     for prompt in prompts:
         if isinstance(prompt, str):
-            _check_text("prompt", prompt, limits.max_prompt_chars)
+            check_text("prompt", prompt, limits.max_prompt_chars)
         elif len(prompt) > limits.max_prompt_chars:
             raise RequestError(
                 f"`prompt` must be at most {limits.max_prompt_chars} token ids, got {len(prompt)}",
@@ -128,13 +105,9 @@ def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> Compl
         raise RequestError(
             "`max_tokens` must be an int >= 1, or 0 with `echo`: true, got 0", param="max_tokens"
         )
-    stop = (checked.stop,) if isinstance(checked.stop, str) else tuple(checked.stop or ())
-    for string in stop:
-        _check_text("stop", string)
-    try:
-        config = runtime.GenerationConfig(**_settings(checked, stop)).validate()
-    except ValueError as error:
-        raise RequestError(api_message(str(error)), param=param_named_in(str(error))) from None
+    # max_tokens 0 (echo, scoring only) generates nothing; the config stays a valid one.
+    limit = checked.max_tokens or OPENAI_DEFAULT_MAX_TOKENS
+    config = generation_config(checked, limit, EXTRA_FIELDS, RUNTIME_NAMES)
     try:
         check_sequences(len(prompts), config, limits.max_sequences)
     except ValueError as error:
@@ -154,7 +127,7 @@ def parse_completion(body: bytes | str | dict, limits: Limits = LIMITS) -> Compl
     )
 
 
-def _check_text(name: str, text: str, max_chars: int | None = None) -> None:
+def check_text(name: str, text: str, max_chars: int | None = None) -> None:
     """A string within `max_chars` characters, with no lone surrogate (JSON decoded elsewhere
     can carry one; tokenizers cannot take it)."""
     if max_chars is not None and len(text) > max_chars:
@@ -170,16 +143,15 @@ def _check_text(name: str, text: str, max_chars: int | None = None) -> None:
         ) from None
 
 
-def _settings(body: CompletionBody, stop: tuple[str, ...]) -> dict:
-    """GenerationConfig keyword arguments from a checked body."""
-    # max_tokens 0 (echo, scoring only) generates nothing; the config stays a valid one.
-    limit = OPENAI_DEFAULT_MAX_TOKENS if not body.max_tokens else body.max_tokens
-    return sampling_settings(body, limit, stop, EXTRA_FIELDS)
-
-
-def sampling_settings(body, max_new_tokens: int, stop: tuple[str, ...], extras: dict) -> dict:
-    """GenerationConfig keyword arguments shared by completions and chat: OpenAI's temperature
-    (0 = greedy), top_p, n and seed, and the extra fields `extras` maps to the runtime's names."""
+def generation_config(
+    body: GenerationBody, max_new_tokens: int, extras: dict, names: dict
+) -> runtime.GenerationConfig:
+    """The validated GenerationConfig of a checked body, for both routes: OpenAI's temperature
+    (0 = greedy), top_p, n, seed and stop, and the extra fields `extras` maps to the runtime's
+    names; a runtime refusal is a `RequestError` in the API's words (`names`)."""
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    for string in stop:
+        check_text("stop", string)
     temperature = 1.0 if body.temperature is None else body.temperature
     settings = {
         "max_new_tokens": max_new_tokens,
@@ -193,19 +165,16 @@ def sampling_settings(body, max_new_tokens: int, stop: tuple[str, ...], extras: 
     for key, name in extras.items():
         if getattr(body, key) is not None:
             settings[name] = getattr(body, key)
-    return settings
+    try:
+        return runtime.GenerationConfig(**settings).validate()
+    except ValueError as error:
+        message = api_message(str(error), names)
+        raise RequestError(message, param=param_named_in(str(error), names)) from None
 
 
-# The runtime's names for the API's fields, so that its messages can name the API's.
-RUNTIME_NAMES = {
-    "max_new_tokens": "max_tokens",
-    "num_return_sequences": "n",
-    **{runtime_name: key for key, runtime_name in EXTRA_FIELDS.items()},
-}
-
-
-def param_named_in(message: str) -> str | None:
-    """The request parameter a runtime message is about (its first `name`), in the API's words.
+def param_named_in(message: str, names: dict = RUNTIME_NAMES) -> str | None:
+    """The request parameter a runtime message is about (its first `name`), in the API's words
+    (`names`: the runtime's names of the fields whose API names differ).
 
     >>> param_named_in("`max_new_tokens` must be an int >= 1, got 0")
     'max_tokens'
@@ -213,25 +182,21 @@ def param_named_in(message: str) -> str | None:
     if message.count("`") < 2:
         return None
     name = message.split("`")[1]
-    return RUNTIME_NAMES.get(name, name)
+    return names.get(name, name)
 
 
-def api_message(message: str) -> str:
+def api_message(message: str, names: dict = RUNTIME_NAMES) -> str:
     """A runtime message with its field names in the API's words.
 
     >>> api_message("`num_return_sequences` must be 1 for greedy decoding, got 2")
     '`n` must be 1 for greedy decoding, got 2'
     """
-    for runtime_name, name in RUNTIME_NAMES.items():
+    for runtime_name, name in names.items():
         message = message.replace(f"`{runtime_name}`", f"`{name}`")
     return message
 
 
 # ---- responses -------------------------------------------------------------------------------
-
-
-def new_id() -> str:
-    return f"cmpl-{uuid.uuid4().hex}"
 
 
 def openai_finish_reason(reason: str | None) -> str | None:
@@ -279,14 +244,15 @@ def logprobs_object(tokens, logprobs, alternatives, k: int, chosen=None, start: 
     }
 
 
-def completion_response(request_id: str, model: str, choices: list[dict], usage: dict) -> dict:
+def completion_response(request_id: str, model: str, result: dict) -> dict:
+    """The `text_completion` object of a replica's result (its choices and usage)."""
     return {
         "id": request_id,
         "object": "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": choices,
-        "usage": usage,
+        "choices": result["choices"],
+        "usage": result["usage"],
     }
 
 
@@ -368,3 +334,104 @@ def event_choice(event, index: int, tokenizer, logprobs: int | None, offset: int
             offset,
         )
     return choice
+
+
+# ---- the replica's work ----------------------------------------------------------------------
+
+
+def complete(gen, request: CompletionRequest) -> dict:
+    """The choices and usage of a non-streamed completion, every prompt in turn (so a prompt's
+    output does not depend on the request's other prompts); `ValueError` for a setting or prompt
+    the runtime refuses."""
+    copies = request.config.num_return_sequences
+    if request.score_only:
+        return scoring.scored_completion(
+            gen, request.prompts, request.logprobs, copies, request.controls
+        )
+    config, controls = request.config, request.controls
+    choices, prompt_tokens, completion_tokens = [], 0, 0
+    for p, prompt in enumerate(request.prompts):
+        tokens, cap = _room(gen, prompt, request)
+        prompt_tokens += tokens
+        if request.logprobs:  # top logprobs come with the stream's per-token alternatives
+            rows = collect(gen.stream(prompt, config, controls), copies)
+        else:
+            rows = [(o, None) for o in gen.generate([prompt], config, controls)]
+        for row, (output, alternatives) in enumerate(rows):
+            choice = output_choice(
+                output, p * copies + row, gen.tokenizer, request.logprobs, alternatives
+            )
+            if request.echo:
+                choice = scoring.echo_choice(gen, prompt, choice, request.logprobs, controls)
+            choice["scriptorium"]["max_tokens"] = cap
+            choices.append(choice)
+            completion_tokens += len(output.token_ids)
+    return {"choices": choices, "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def stream(gen, request: CompletionRequest) -> Iterator[dict]:
+    """{"choice": …} per token of every prompt in turn (an echoed prompt first, once per
+    choice), then {"usage": …}; `ValueError` for a setting or prompt the runtime refuses."""
+    copies = request.config.num_return_sequences
+    if request.score_only:
+        result = complete(gen, request)
+        for choice in result["choices"]:
+            yield {"choice": choice}
+        yield {"usage": result["usage"]}
+        return
+    prompt_tokens = completion_tokens = 0
+    for p, prompt in enumerate(request.prompts):
+        tokens, cap = _room(gen, prompt, request)
+        prompt_tokens += tokens
+        offsets = [0] * copies  # characters of each choice's text sent so far
+        if request.echo:  # the prompt (and its logprobs) first, once per choice
+            head = scoring.echo_choice(gen, prompt, None, request.logprobs, request.controls)
+            for copy in range(copies):
+                offsets[copy] = len(head["text"])
+                yield {"choice": {**head, "index": p * copies + copy, "finish_reason": None}}
+        events = gen.stream(prompt, request.config, request.controls)
+        try:
+            for event in events:
+                if event.token_id is not None:
+                    completion_tokens += 1
+                else:  # beam search: a whole sequence at once
+                    completion_tokens += len(gen.tokenizer.encode(event.text).ids)
+                choice = event_choice(
+                    event, p * copies + event.index, gen.tokenizer, request.logprobs,
+                    offsets[event.index],
+                )  # fmt: skip
+                offsets[event.index] += len(event.text)
+                if event.finish_reason:
+                    choice["scriptorium"]["max_tokens"] = cap
+                yield {"choice": choice}
+        finally:
+            events.close()
+    yield {"usage": usage(prompt_tokens, completion_tokens)}
+
+
+def _room(gen, prompt: str | list[int], request: CompletionRequest) -> tuple[int, int]:
+    """(prompt tokens, tokens that can follow them): `max_tokens`, capped by what the context
+    leaves, as the runtime caps it. Raises ValueError for a prompt too long."""
+    if isinstance(prompt, str):
+        tokens = len(gen.encode_prompt(prompt, request.controls))
+    else:
+        scoring.check_token_prompt(gen, prompt)
+        tokens = len(prompt)
+    room = gen.context_length - (1 if gen.task == "seq2seq" else tokens)
+    return tokens, min(request.config.max_new_tokens, room)
+
+
+def collect(events, copies: int, prompt_tokens: int = 0) -> list[tuple]:
+    """(runtime.GenerationOutput, per-token alternatives) per sequence of one stream: what
+    `generate` returns, plus the alternatives only a stream gives."""
+    rows = [(runtime.GenerationOutput("", [], [], "", 0, prompt_tokens), []) for _ in range(copies)]
+    for event in events:
+        output, alternatives = rows[event.index]
+        output.text += event.text
+        if event.token_id is not None:
+            output.token_ids.append(event.token_id)
+            output.logprobs.append(event.logprob)
+            alternatives.append(event.alternatives)
+        if event.finish_reason:
+            output.finish_reason = event.finish_reason
+    return rows

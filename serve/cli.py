@@ -125,11 +125,11 @@ def cluster_cpus() -> float:
 
 
 def limits_from(values: dict):
-    """`api.Limits` from flag values (None or absent: the default)."""
-    from . import api
+    """`ServeLimits` (runtime/request_caps.py) from flag values (None or absent: the default)."""
+    from runtime.request_caps import ServeLimits
 
     fields = ("max_body_bytes", "max_prompt_chars", "max_sequences", "max_downloads")
-    return api.Limits(**{k: int(values[k]) for k in fields if values.get(k) is not None})
+    return ServeLimits(**{k: int(values[k]) for k in fields if values.get(k) is not None})
 
 
 def application(args: dict):
@@ -175,11 +175,12 @@ def deploy(specs, host: str = "127.0.0.1", port: int = 8000, limits=None, api_ke
     """Start Serve's HTTP proxy on host:port and run the application; returns its handle."""
     from ray import serve
 
-    from . import api
+    from runtime.request_caps import SERVE_LIMITS
+
     from .deployments import build_app
 
     serve.start(http_options={"host": host, "port": port})
-    app = build_app(specs, limits or api.LIMITS, api_key)
+    app = build_app(specs, limits or SERVE_LIMITS, api_key)
     return serve.run(app, name="scriptorium", route_prefix="/")
 
 

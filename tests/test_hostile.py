@@ -29,7 +29,7 @@ import httpx
 import psutil
 import pytest
 
-from serve import api
+from runtime.request_caps import ServeLimits
 from serve.deployments import ModelSpec, deployment_name
 from tests.app_fixtures import free_port
 
@@ -47,7 +47,7 @@ DOWNLOADS = 30  # sequential downloads of model.onnx (13.6 MB)
 SOAK_WARM_UP = 150  # calls first (Gradio keeps the state of 100 sessions), one in ten /generate
 SOAK_CALLS = 400  # then the same mix, measured
 SOAK_GROWTH_KB_PER_CALL = 8  # the app's growth per call over those calls
-LIMITS = api.Limits(max_downloads=2)
+LIMITS = ServeLimits(max_downloads=2)
 OK = {"model": MODEL, "prompt": "In the beginning", "max_tokens": 4, "temperature": 0}
 
 

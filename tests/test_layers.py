@@ -225,3 +225,39 @@ def test_no_committed_file_refers_to_a_file_outside_the_repository():
                 if not (REPO / doc).is_file():
                     found.append(f"{where}: {doc} does not exist")
     assert not found, "\n".join(found)
+
+
+SERVE_PROTOCOL = "serve.protocol"  # the one module of serve/ that declares bodies (pydantic)
+RANGE_ENDS = {0, 1}  # what a range means (>= 0, in (0, 1], non-empty), not a cap
+BOUND_KEYWORDS = {"ge", "gt", "le", "lt", "min_length", "max_length"}
+
+
+def test_serve_declares_bodies_in_its_protocol_module_and_takes_caps_from_request_caps():
+    """Both serve routes' bodies are pydantic models in serve/protocol.py only, and every cap
+    serve/ applies is runtime/request_caps.py's: no serve module names a `MAX_…` constant or
+    bounds a field with a number of its own."""
+    protocol = ast.parse(FILES[SERVE_PROTOCOL].read_text())
+    models = {"BaseModel"}
+    for node in protocol.body:  # a class is a model when a base is (bases come first)
+        if isinstance(node, ast.ClassDef):
+            if {ast.unparse(base).split(".")[-1] for base in node.bases} & models:
+                models.add(node.name)
+    found = []
+    for module, path in FILES.items():
+        if top(module) != "serve":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and module != SERVE_PROTOCOL:
+                if {ast.unparse(base).split(".")[-1] for base in node.bases} & models:
+                    found.append(f"{module}: body {node.name} outside {SERVE_PROTOCOL}")
+            if isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id.startswith("MAX_"):
+                        found.append(f"{module}: cap {target.id} outside runtime/request_caps.py")
+            if isinstance(node, ast.keyword) and node.arg in BOUND_KEYWORDS:
+                if isinstance(node.value, ast.Constant) and node.value.value not in RANGE_ENDS:
+                    found.append(f"{module}: {node.arg}={node.value.value} is a cap of its own")
+                if isinstance(node.value, ast.BinOp | ast.UnaryOp):
+                    found.append(f"{module}: {node.arg}={ast.unparse(node.value)} is a cap")
+    assert len(models) > 5 and not found, "\n".join(found)

@@ -204,6 +204,48 @@ def test_bad_bodies_are_refused_with_the_parameter_named(body, param, message):
     assert raised.value.param == param
 
 
+@pytest.mark.parametrize(
+    "body, param, message",
+    [
+        ({"model": "m" * 257}, "model", "`model` must be a model id string"),
+        ({"stop": ["s" * 257]}, "stop", "each of 1 to 256 characters"),
+        ({"stop": ""}, "stop", "each of 1 to 256 characters"),
+        ({"user": "u" * 257}, "user", "at most 256 characters"),
+        ({"controls": {f"c{i}": "x" for i in range(17)}}, "controls", "at most 16 control"),
+        ({"controls": {"section": "g" * 257}}, "controls", "at most 16 control"),
+        ({"seed": 2**32}, "seed", "`seed` must be an int in [0, 4294967295]"),
+        ({"top_k": 2**31}, "top_k", "`top_k` must be an int >= 0"),
+        ({"logit_bias": {"1": 5.0}}, "logit_bias", "`logit_bias` is not supported"),
+    ],
+)
+def test_chat_bodies_have_the_caps_of_completion_bodies(body, param, message):
+    """Both routes declare their shared fields once (serve/protocol.py), so a value one refuses
+    the other refuses with the same words."""
+    for parse, base in (
+        (parse_chat, {"model": "m", "messages": MESSAGES}),
+        (api.parse_completion, {"model": "m", "prompt": "a"}),
+    ):
+        with pytest.raises(api.RequestError) as raised:
+            parse({**base, **body})
+        assert message in str(raised.value) and raised.value.param == param
+
+
+def test_a_conversation_has_the_prompt_caps_of_the_server_limits():
+    from runtime.request_caps import ServeLimits
+
+    limits = ServeLimits(max_prompt_chars=100, max_sequences=2)
+    long = [{"role": "user", "content": "x" * 60}, {"role": "user", "content": "y" * 41}]
+    with pytest.raises(api.RequestError, match="at most 100 characters in all, got 101"):
+        parse_chat({"model": "m", "messages": long}, limits)
+    with pytest.raises(api.RequestError, match="`n` must be at most 2, got 3") as raised:
+        parse_chat({"model": "m", "messages": MESSAGES, "n": 3, "seed": 1}, limits)
+    assert raised.value.param == "n"
+    named = [{"role": "user", "content": "a", "name": "n" * 257}]
+    with pytest.raises(api.RequestError) as raised:
+        parse_chat({"model": "m", "messages": named})
+    assert raised.value.param == "messages[0].name" and "1 to 256 characters" in str(raised.value)
+
+
 # ---- the server, through real clients ----------------------------------------------------------
 
 
@@ -361,6 +403,28 @@ def test_refusals_come_before_the_stream(client, server):
         server + "/chat/completions", json={"model": "nope", "messages": MESSAGES}, timeout=60
     )
     assert response.status_code == 404 and response.json()["error"]["param"] == "model"
+
+
+def test_the_schema_declares_both_routes_bodies_and_answers(server):
+    schema = httpx.get(server.removesuffix("/v1") + "/openapi.json", timeout=60).json()
+    defs = schema["components"]["schemas"]
+    for path, body, answer in [
+        ("/v1/completions", "CompletionBody", "CompletionResponse"),
+        ("/v1/chat/completions", "ChatBody", "ChatCompletionResponse"),
+    ]:
+        post = schema["paths"][path]["post"]
+        declared = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert declared == f"#/components/schemas/{body}"
+        ok = post["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+        assert ok == f"#/components/schemas/{answer}"
+        assert {"400", "404", "413", "415"} <= set(post["responses"])
+    chat_fields = defs["ChatBody"]["properties"]
+    assert {"messages", "max_completion_tokens", "top_logprobs", "top_k"} <= set(chat_fields)
+    assert (
+        chat_fields["model"]["maxLength"]
+        == defs["CompletionBody"]["properties"]["model"]["maxLength"]
+    )
+    assert defs["Message"]["properties"]["role"]["x-must"].startswith("one of")
 
 
 def test_unknown_routes_answer_in_openai_shape(server):

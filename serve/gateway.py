@@ -1,0 +1,285 @@
+"""The `Gateway`: the Serve ingress, a FastAPI app under `/v1` (serve/http_app.py) that speaks
+OpenAI's API and routes each generation request by its `model` to that model's `ModelServer`
+deployment (serve/replica.py).
+
+- `GET /v1/models`: the model ids; `GET /v1/models/{id}`: one model, with its manifest. Both
+  read the manifests from disk in the gateway, so they never wait for a replica to be placed.
+- `GET /v1/models/{id}/files/{name}`: a file the manifest lists (serve/downloads.py).
+- `POST /v1/completions` and `POST /v1/chat/completions` (the latter for models with a chat
+  template): a JSON answer, or server-sent events with `"stream": true`. Both run through one
+  template (`_answer`), each with its `Route` (serve/routes.py).
+
+Before a request body is read, the gateway checks the API key (`--api-key`: 401 without
+`Authorization: Bearer KEY`), the content type (415 unless `application/json`) and the size
+(413 above `ServeLimits.max_body_bytes`, from Content-Length and again while reading). A
+streamed request waits for the replica's first item, so input the runtime refuses still gets a
+400; after that, an error is an error event. A replica that died is retried once while nothing
+was sent (then 503). Errors are OpenAI's `{"error": {…}}` (serve/errors.py).
+"""
+
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations (`Request`)
+# after Serve has copied the routes with only the globals their code names.
+import hmac
+import json
+import time
+from pathlib import Path
+
+from fastapi import Request
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from ray import serve
+
+from runtime.bundle import read_manifest
+from runtime.chat import is_chat_manifest
+from runtime.request_caps import SERVE_LIMITS, ServeLimits
+
+from . import protocol
+from .chat import not_a_chat_model
+from .downloads import FILE_TYPES, Downloads
+from .errors import ERROR_RESPONSES, UNAVAILABLE, failure, refused
+from .http_app import http, request_body
+from .routes import CHAT, COMPLETIONS, Route
+
+RETRIES = 1  # extra attempts of a request whose replica died before it sent anything
+
+
+def _answer_responses(route: Route) -> dict:
+    """A generation route's responses, as the OpenAPI schema declares them."""
+    ok = {
+        "model": route.response_model,
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "description": "the answer, or with `stream` server-sent events of chunks",
+    }
+    return {200: ok} | ERROR_RESPONSES
+
+
+def _sse(body: dict) -> str:
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+
+# `serve.ingress` copies the FastAPI app when the class is defined: the routes' helpers must
+# already exist then.
+@serve.ingress(http)
+class Gateway:
+    """Routes OpenAI requests to the `ModelServer` deployment of their model."""
+
+    def __init__(
+        self,
+        models: dict,
+        paths: dict,
+        limits: ServeLimits = SERVE_LIMITS,
+        api_key: str | None = None,
+    ):
+        self.models = models  # model id -> DeploymentHandle
+        self.paths = {model: Path(path) for model, path in paths.items()}  # model id -> bundle
+        self.limits, self.api_key = limits, api_key
+        self._manifests: dict[str, dict] = {}
+        self.downloads = Downloads(limits.max_downloads)
+
+    def _check_model(self, model) -> None:
+        if model not in self.models:
+            raise protocol.RequestError(
+                f"`model` must be one of {sorted(self.models)}, got {protocol.shown(model)}",
+                param="model",
+                status=404,
+                code="model_not_found",
+            )
+
+    def _manifest(self, model: str) -> dict:
+        """The model's manifest, read from its bundle on this node (checksums are the
+        replica's business: it verifies them when it loads the bundle)."""
+        self._check_model(model)
+        if model not in self._manifests:
+            self._manifests[model] = read_manifest(self.paths[model], verify=False)
+        return self._manifests[model]
+
+    def _model_object(self, model: str) -> dict:
+        manifest, path = self._manifest(model), self.paths[model]
+        written = path / "manifest.json" if (path / "manifest.json").exists() else path
+        return {
+            "id": model,
+            "object": "model",
+            "created": int(written.stat().st_mtime),
+            "owned_by": "scriptorium",
+            "task": manifest.get("task"),
+            "precision": manifest.get("precision"),
+            "context_length": manifest.get("context_length"),
+            "chat": is_chat_manifest(manifest),
+        }
+
+    def _unauthorized(self, raw: Request) -> JSONResponse | None:
+        """A 401 unless the server has no key or the request sends it (`Bearer KEY`)."""
+        if self.api_key is None:
+            return None
+        sent = raw.headers.get("authorization", "")
+        scheme, _, token = sent.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            token.encode(), self.api_key.encode()
+        ):
+            return None
+        message = "a valid API key is required (`Authorization: Bearer KEY`)"
+        return JSONResponse(
+            protocol.error_body(message, code="invalid_api_key"),
+            status_code=401,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+    async def _json_body(self, raw: Request) -> bytes:
+        """The request's body, refused (415, 413) before it is read when the headers show it
+        is not JSON or too large, and while reading once it grows past the limit."""
+        media, _, options = raw.headers.get("content-type", "").partition(";")
+        charset = options.strip().lower().removeprefix("charset=") if options.strip() else ""
+        if media.strip().lower() != "application/json" or charset not in ("", "utf-8"):
+            raise protocol.RequestError(
+                "the request body must be `application/json` (UTF-8), got Content-Type "
+                f"{protocol.shown(raw.headers.get('content-type'))}",
+                status=415,
+                code="unsupported_media_type",
+            )
+        limit = self.limits.max_body_bytes
+        declared = raw.headers.get("content-length")
+        too_large = protocol.RequestError(
+            f"the request body must be at most {limit} bytes", status=413, code="body_too_large"
+        )
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in raw.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @http.get("/v1/models", response_model=protocol.ModelList, responses=ERROR_RESPONSES)
+    async def list_models(self, raw: Request):
+        if (unauthorized := self._unauthorized(raw)) is not None:
+            return unauthorized
+        try:
+            data = [self._model_object(model) for model in self.models]
+        except Exception as error:
+            return failure(error, None)
+        return {"object": "list", "data": data}
+
+    @http.get(
+        "/v1/models/{model:path}/files/{name}",
+        response_class=FileResponse,
+        responses={200: {"content": FILE_TYPES}, 304: {"description": "not modified"}}
+        | ERROR_RESPONSES,
+    )
+    async def model_file(self, model: str, name: str, raw: Request):
+        if (unauthorized := self._unauthorized(raw)) is not None:
+            return unauthorized
+        try:
+            manifest = self._manifest(model)
+            if_none_match = raw.headers.get("if-none-match", "")
+            return self.downloads.response(self.paths[model], manifest, name, if_none_match)
+        except Exception as error:
+            return failure(error, model)
+
+    @http.get(
+        "/v1/models/{model:path}", response_model=protocol.ModelInfo, responses=ERROR_RESPONSES
+    )
+    async def model_info(self, model: str, raw: Request):
+        if (unauthorized := self._unauthorized(raw)) is not None:
+            return unauthorized
+        try:
+            return {**self._model_object(model), "manifest": self._manifest(model)}
+        except Exception as error:
+            return failure(error, model)
+
+    @http.post(
+        COMPLETIONS.path,
+        response_model=None,
+        responses=_answer_responses(COMPLETIONS),
+        openapi_extra={"requestBody": request_body(COMPLETIONS)},
+    )
+    async def completions(self, raw: Request):
+        """OpenAI's (legacy) completions (serve/api.py)."""
+        return await self._answer(raw, COMPLETIONS)
+
+    @http.post(
+        CHAT.path,
+        response_model=None,
+        responses=_answer_responses(CHAT),
+        openapi_extra={"requestBody": request_body(CHAT)},
+    )
+    async def chat_completions(self, raw: Request):
+        """OpenAI's chat completions, for a model with a chat template (serve/chat.py)."""
+        return await self._answer(raw, CHAT)
+
+    async def _answer(self, raw: Request, route: Route):
+        """One generation request by `route`: checked here, answered by the model's replica."""
+        if (unauthorized := self._unauthorized(raw)) is not None:
+            return unauthorized
+        model = None
+        try:
+            request = route.parse(await self._json_body(raw), self.limits)
+            model = request.model
+            self._check_model(model)
+            if route.needs_chat_template and not self._model_object(model)["chat"]:
+                raise not_a_chat_model(model)
+            handle = self.models[model]
+            if request.stream:
+                return await self._stream(handle, request, route)
+            for attempt in range(RETRIES + 1):
+                try:
+                    result = await handle.complete.remote(request)
+                    break
+                except UNAVAILABLE:
+                    if attempt == RETRIES:
+                        raise
+        except Exception as error:
+            return failure(error, model, route)
+        if "error" in result:
+            return refused(result["error"], route)
+        return route.response(route.new_id(), model, result)
+
+    async def _stream(self, handle, request, route: Route) -> StreamingResponse:
+        """Wait for the replica's first item (so refused input still gets a 400), then stream
+        server-sent events."""
+        for attempt in range(RETRIES + 1):
+            responses = handle.options(stream=True).stream.remote(request)
+            try:
+                first = await responses.__anext__()
+                break
+            except UNAVAILABLE:
+                if attempt == RETRIES:
+                    raise
+            except BaseException:
+                responses.cancel()
+                raise
+        if "error" in first:
+            return refused(first["error"], route)
+        request_id, created = route.new_id(), int(time.time())
+
+        def event(item) -> str | None:
+            if "error" in item:
+                message = item["error"]
+                return _sse(
+                    protocol.error_body(
+                        route.api_message(message), param=route.param_named_in(message)
+                    )
+                )
+            if "choice" in item:
+                return _sse(route.chunk(request_id, request.model, created, [item["choice"]]))
+            if request.include_usage:
+                return _sse(route.chunk(request_id, request.model, created, [], item["usage"]))
+            return None
+
+        async def events():
+            finished = False
+            try:
+                if (line := event(first)) is not None:
+                    yield line
+                async for item in responses:
+                    if (line := event(item)) is not None:
+                        yield line
+                finished = True
+            except Exception as error:  # mid-stream: headers are sent, so an error event
+                yield _sse(json.loads(failure(error, request.model, route).body))
+            finally:
+                if not finished:
+                    responses.cancel()
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
