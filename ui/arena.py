@@ -15,8 +15,11 @@ could not be used (the store kept it aside, or refuses votes), the section says 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import gradio as gr
+
+from runtime.parameters import CHAT_MODES
 
 from . import checks, votes, widgets
 from .compare_tab import METRIC_HEADERS, PRESETS, metric_row, preset_config
@@ -24,7 +27,8 @@ from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
 UPDATE_EVERY = 0.05  # seconds between UI updates while streaming
-CHAT_PRESETS = [name for name, fields in PRESETS.items() if fields.get("num_beams", 1) == 1]
+# The presets a chat model can reply with: those that do not search with beams.
+CHAT_PRESETS = [name for name in PRESETS if preset_config(name, 1, 1, 0).mode in CHAT_MODES]
 DEFAULT_PRESETS = ["top-p 0.95", "greedy", "top-k 5", "min-p 0.1"]
 TIE = "tie: both / all as good"
 ARENA_HEADERS = METRIC_HEADERS[: METRIC_HEADERS.index("mean log p") + 1]
@@ -118,6 +122,47 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
     )
     if store.notice:
         gr.Markdown(store.notice, elem_classes="notice", elem_id="arena-notice")
+    page = _settings()
+    _columns(names, page)
+    with gr.Row():
+        page.run = gr.Button("Ask every column", variant="primary")
+        page.stop = gr.Button("Stop", variant="stop")
+    _results(page)
+    page.count.change(
+        lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
+        page.count,
+        page.blocks,
+        queue=False,
+        api_visibility="private",
+    )
+    event = _wire_rounds(registry, names, page)
+    _wire_votes(store, page, event, tab)
+
+
+@dataclass
+class _Page:
+    """The arena's components, filled in part by part."""
+
+    message: gr.Textbox
+    count: gr.Radio  # how many columns show
+    system_prompt: gr.Textbox
+    max_tokens: gr.Slider
+    seed: gr.Number
+    columns: list = field(default_factory=list)  # model, preset, model, preset, …
+    outputs: list = field(default_factory=list)  # each column's reply
+    blocks: list = field(default_factory=list)  # each column
+    run: gr.Button = None
+    stop: gr.Button = None
+    table: gr.Dataframe = None  # the metrics
+    round_state: gr.State = None  # {"contestants": [...], "voted": bool} of the latest round
+    choice: gr.Radio = None  # the vote's options
+    vote: gr.Button = None
+    said: gr.Markdown = None  # what the vote did
+    tally: gr.Dataframe = None
+
+
+def _settings() -> _Page:
+    """The message, the number of columns, the system prompt and the shared settings."""
     with gr.Row():
         message = gr.Textbox(
             "Name three rivers.",
@@ -130,13 +175,13 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
     with gr.Row():
         system_prompt = gr.Textbox("", label="System prompt (optional)", scale=3)
-        max_tokens = widgets.setting_slider(
-            1, checks.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens", scale=2
-        )
-        seed = widgets.setting_number(
-            value=0, precision=0, minimum=0, maximum=checks.LIMITS.max_seed, label="Seed"
-        )
-    inputs, outputs, blocks = [], [], []
+        max_tokens = widgets.setting("max_new_tokens", value=48, scale=2)
+        seed = widgets.setting("seed")
+    return _Page(message, count, system_prompt, max_tokens, seed)
+
+
+def _columns(names: list[str], page: _Page) -> None:
+    """MAX_COLUMNS columns (two shown), each a model, a preset and the reply."""
     with gr.Row(equal_height=True):
         for i in range(MAX_COLUMNS):
             with gr.Column(visible=i < 2, min_width=240) as block:
@@ -148,38 +193,36 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
                     elem_classes="column-output",
                     elem_id=f"arena-output-{i + 1}",
                 )
-            inputs += [model, preset]
-            outputs.append(output)
-            blocks.append(block)
-    with gr.Row():
-        run = gr.Button("Ask every column", variant="primary")
-        stop = gr.Button("Stop", variant="stop")
-    table = gr.Dataframe(
+            page.columns += [model, preset]
+            page.outputs.append(output)
+            page.blocks.append(block)
+
+
+def _results(page: _Page) -> None:
+    """The metrics table, the vote and the tally."""
+    page.table = gr.Dataframe(
         headers=ARENA_HEADERS,
         label="Metrics per column",
         interactive=False,
         wrap=True,
         elem_id="arena-metrics",
     )
-    round_state = gr.State(None)  # {"contestants": [...], "voted": bool} of the latest round
+    page.round_state = gr.State(None)
     with gr.Row():
-        choice = gr.Radio([], label="Which reply is better?", scale=4, elem_id="arena-choice")
-        vote = gr.Button("Vote", scale=1, interactive=False, elem_id="arena-vote")
-    said = gr.Markdown(elem_id="arena-said")
-    tally = gr.Dataframe(
-        value=None,  # read when the tab opens, below
+        page.choice = gr.Radio([], label="Which reply is better?", scale=4, elem_id="arena-choice")
+        page.vote = gr.Button("Vote", scale=1, interactive=False, elem_id="arena-vote")
+    page.said = gr.Markdown(elem_id="arena-said")
+    page.tally = gr.Dataframe(
+        value=None,  # read when the tab opens (`_wire_votes`)
         headers=TALLY_HEADERS,
         label="Tally per pair",
         interactive=False,
         elem_id="arena-tally",
     )
-    count.change(
-        lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
-        count,
-        blocks,
-        queue=False,
-        api_visibility="private",
-    )
+
+
+def _wire_rounds(registry, names: list[str], page: _Page):
+    """The `/arena` endpoint on the button, and Stop; returns the round's event."""
 
     @checks.shown_to_user
     def arena(
@@ -201,10 +244,8 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         message = checks.text("message", message)
         system_prompt = checks.text("system_prompt", system_prompt, allow_empty=True)
         columns = checks.integer("columns", columns, 2, MAX_COLUMNS)
-        max_new_tokens = checks.integer(
-            "max_new_tokens", max_new_tokens, 1, checks.LIMITS.max_new_tokens
-        )
-        seed = checks.integer("seed", seed, 0, checks.LIMITS.max_seed)
+        max_new_tokens = checks.setting("max_new_tokens", max_new_tokens)
+        seed = checks.setting("seed", seed)
         pairs = [(model_1, preset_1), (model_2, preset_2), (model_3, preset_3)]
         pairs = (pairs + [(model_4, preset_4)])[:columns]
         for n, (model, preset) in enumerate(pairs, start=1):
@@ -222,14 +263,20 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         choices = gr.Radio(choices=vote_choices(labels), value=None)
         yield *texts, *blank, rows, done, choices, gr.Button(interactive=True)
 
-    event = run.click(
+    settings = [page.message, page.system_prompt, page.count, page.max_tokens, page.seed]
+    event = page.run.click(
         arena,
-        [message, system_prompt, count, max_tokens, seed, *inputs],
-        [*outputs, table, round_state, choice, vote],
+        [*settings, *page.columns],
+        [*page.outputs, page.table, page.round_state, page.choice, page.vote],
         api_name="arena",
         concurrency_id=checks.CONCURRENCY_ID,
     )
-    stop.click(None, cancels=[event])
+    page.stop.click(None, cancels=[event])
+    return event
+
+
+def _wire_votes(store: votes.VoteStore, page: _Page, event, tab) -> None:
+    """The tally, read when the tab opens and after each round, and the vote."""
 
     @checks.shown_to_user
     def read_tally():
@@ -238,8 +285,8 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
     # Whenever a visitor opens the tab (not on page load: a page load runs nothing) and after
     # each round, so every visitor sees every vote kept so far.
     if tab is not None:
-        tab.select(read_tally, None, tally, queue=False, api_visibility="private")
-    event.then(read_tally, None, tally, queue=False, api_visibility="private")
+        tab.select(read_tally, None, page.tally, queue=False, api_visibility="private")
+    event.then(read_tally, None, page.tally, queue=False, api_visibility="private")
 
     @checks.shown_to_user
     def cast(chosen, current):
@@ -251,10 +298,10 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
         voted = {**current, "voted": True}
         return tally_rows(store), voted, thanks, gr.Button(interactive=False)
 
-    vote.click(
+    page.vote.click(
         cast,
-        [choice, round_state],
-        [tally, round_state, said, vote],
+        [page.choice, page.round_state],
+        [page.tally, page.round_state, page.said, page.vote],
         api_visibility="private",
         concurrency_limit=1,  # one writer at a time (SQLite would wait anyway)
     )

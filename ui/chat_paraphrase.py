@@ -82,7 +82,7 @@ def comparison(registry, paraphraser_name, chat_model, sentence, num_candidates,
     """Rows for seed 003's closest candidates and the chat model's, scored alike."""
     sentence = checks.text("sentence", sentence)
     num_candidates = checks.integer("num_candidates", num_candidates, 1, 256)
-    seed = checks.integer("seed", seed, -1, checks.LIMITS.max_seed)
+    seed = checks.integer("seed", seed, -1, checks.offered("seed").limits.high)
     seed = None if seed < 0 else seed  # -1: random, as the tab's own seed
     checks.choice("chat_model", chat_model, registry.chat_models())
     paraphraser = registry.get(paraphraser_name)

@@ -29,8 +29,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import html
-import inspect
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import gradio as gr
@@ -46,9 +46,10 @@ UPDATE_EVERY = 0.15  # seconds between UI updates while streaming
 # The defaults a fresh Chat tab opens with, chosen by bench/chat_defaults.py (docs/APP.md has its
 # table): the system prompt and sampling setting with SmolLM2-135M-Instruct's best share of right,
 # loop-free answers to 22 everyday questions (0.79 with 3 seeds; the former defaults, T 0.7 / top-p
-# 0.95 with "Answer briefly.", 0.74; SmolLM's own system prompt rambles, 0.65).
+# 0.95 with "Answer briefly.", 0.74; SmolLM's own system prompt rambles, 0.65). The other settings
+# keep the app's first values (min-p and the repetition penalty off).
 SYSTEM_PROMPT = "You are a helpful assistant. Answer in one or two sentences, in English."
-DEFAULTS = {"temperature": 0.2, "top_p": 0.9, "min_p": 0.0, "repetition_penalty": 1.0}
+DEFAULTS = {"temperature": 0.2, "top_p": 0.9}
 # The chips of an empty chat: questions the chosen setting answered right with every seed.
 EXAMPLES = (
     "What is the capital of Japan?",
@@ -82,8 +83,7 @@ DRAW_SEED = """() => {
 
 
 # chat_config's parameters: the decoding settings of a reply, as the endpoints name them
-SETTINGS = ("mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p")
-SETTINGS += ("repetition_penalty", "no_repeat_ngram_size", "seed")
+SETTINGS = tuple(checks.decoding_names(CHAT_MODES, samples=False))
 MARK_STOPPED = """() => setTimeout(() => {
   document.querySelectorAll('#chat-turns td.finish').forEach((cell) => {
     cell.textContent = cell.textContent.replaceAll('running', 'stopped');
@@ -94,32 +94,12 @@ MARK_STOPPED = """() => setTimeout(() => {
 # ---- pure functions: settings, conversations, what the page shows -----------------------------
 
 
-def chat_config(
-    mode,
-    max_new_tokens,
-    temperature,
-    top_k,
-    top_p,
-    min_p,
-    repetition_penalty,
-    no_repeat_ngram_size,
-    seed,
-):
-    """A validated GenerationConfig for one reply (greedy or sampling, one sequence)."""
+@checks.taking(SETTINGS)
+def chat_config(mode, **settings):
+    """A validated GenerationConfig for one reply (greedy or sampling, one sequence) from the
+    `SETTINGS`."""
     checks.choice("mode", mode, CHAT_MODES)
-    return checks.decoding(
-        mode,
-        max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        min_p,
-        repetition_penalty,
-        no_repeat_ngram_size,
-        1,
-        1,
-        seed,
-    )
+    return checks.decoding(mode, **settings)
 
 
 def user_turns_value(value) -> list[str]:
@@ -320,244 +300,264 @@ def build(registry, missing: str | None = None) -> None:
                 gr.Markdown(missing, elem_classes="notice", elem_id="chat-missing")
         return
     with gr.Tab("Chat", id="chat"):
-        turns_state = gr.State([])
+        page = _Page(turns=gr.State([]))
         with gr.Row():
             with gr.Column(scale=3):
-                gr.Markdown(ABOUT, elem_id="chat-about")
-                chatbot = gr.Chatbot(
-                    label="Chat",
-                    show_label=False,  # a floating label would cover the first message
-                    height=460,
-                    feedback_options=None,
-                    buttons=["copy"],
-                    examples=[{"text": text} for text in EXAMPLES],
-                    elem_id="chat-conversation",
-                )
-                with gr.Row():
-                    message = gr.Textbox(
-                        placeholder="Write a message and press Enter",
-                        show_label=False,
-                        lines=1,
-                        scale=5,
-                        max_length=checks.LIMITS.max_prompt_chars,
-                        elem_id="chat-message",
-                    )
-                    send = gr.Button("Send", variant="primary", scale=1, min_width=80)
-                with gr.Row():
-                    stop = gr.Button("Stop", variant="stop", size="sm", elem_id="chat-stop")
-                    retry = gr.Button("Retry", size="sm", elem_id="chat-retry")
-                    undo = gr.Button("Undo", size="sm", elem_id="chat-undo")
-                    clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
-                meter = gr.HTML(meter_html(0, context_of(registry, names[0])), elem_id="chat-meter")
-                table = gr.HTML(turns_html([]), elem_id="chat-turns")
-                result = gr.State(None)
-                download = gr.DownloadButton(
-                    "Download JSON", visible=False, size="sm", elem_id="chat-download"
-                )
+                _conversation_column(registry, names, page)
             with gr.Column(scale=2, elem_id="chat-settings"):
-                model = widgets.model_picker(names)
-                widgets.model_card(registry, model)
-                system_prompt = gr.Textbox(
-                    SYSTEM_PROMPT,
-                    label="System prompt",
-                    lines=2,
-                    max_length=checks.LIMITS.max_prompt_chars,
-                )
-                decoding = widgets.decoding_inputs(
-                    mode="sampling",
-                    max_new_tokens=96,
-                    temperature=DEFAULTS["temperature"],
-                    top_p=DEFAULTS["top_p"],
-                    with_samples=False,
-                )
-                decoding.mode.choices = [(mode, mode) for mode in CHAT_MODES]
-                decoding.min_p.value = DEFAULTS["min_p"]
-                decoding.repetition_penalty.value = DEFAULTS["repetition_penalty"]
-                decoding.seed.elem_id = "chat-seed"
-                settings_inputs = {
-                    name: component
-                    for name, component in decoding.by_name().items()
-                    if name != "num_beams"
-                }
-                user_turns = gr.JSON([], visible=False, label="user_turns")
-                links.shareable(
-                    "chat",
-                    "chat",
-                    {"model": model, "system_prompt": system_prompt, "user_turns": user_turns}
-                    | settings_inputs,
-                )
-        result.change(downloads.button, result, download, queue=False, api_visibility="private")
-        settings_components = list(settings_inputs.values())
-        outputs = [chatbot, table, meter, user_turns, turns_state, result]
-
-        def shown(model, system_prompt, turns, used, settings, done: bool):
-            """The outputs of a chat event for `turns` with `used` context tokens."""
-            record = (
-                chat_record(registry, model, system_prompt, turns, settings, used)
-                if done
-                else gr.skip()
-            )
-            return (
-                chatbot_value(turns),
-                turns_html(turns),
-                meter_html(used, registry.get(model).context_length),
-                user_turns_of(turns),
-                turns,
-                record,
-            )
-
-        def checked(model, system_prompt, *values):
-            """(generator, system prompt, config, settings) from an event's arguments."""
-            settings = dict(zip(SETTINGS, values))
-            system_prompt = checks.text("system_prompt", system_prompt, allow_empty=True)
-            config = chat_config(*values)
-            if model not in names:
-                raise ValueError(f"`model` must be one of {names}, got {checks.shown(model)}")
-            return registry.get(model), system_prompt, config, settings
-
-        @checks.shown_to_user
-        def respond(model, system_prompt, turns, *values):
-            """Stream the reply to the conversation in the session (its last turn a user's)."""
-            gen, system_prompt, config, settings = checked(model, system_prompt, *values)
-            turns = [dict(t) for t in turns]
-            if not turns or turns[-1]["role"] != "user":
-                raise ValueError("there is no message to answer: write one first")
-            settings = {"model": model, "system_prompt": system_prompt} | settings
-            updates = stream_reply(gen, system_prompt, turns, config, settings)
-            for turns, used in updates:
-                yield shown(model, system_prompt, turns, used, settings, False)
-            yield shown(model, system_prompt, turns, used, settings, True)
-
-        @checks.shown_to_user
-        def chat(
-            model,
-            system_prompt,
-            user_turns,
-            mode,
-            max_new_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty,
-            no_repeat_ngram_size,
-            seed,
-        ):
-            """Replay a conversation from its user turns (a JSON list of strings): each gets the
-            reply these settings and seed give; streams (conversation, turns table HTML, context
-            meter HTML, the user turns)."""
-            arguments = locals()
-            settings = {name: arguments[name] for name in inspect.signature(chat).parameters}
-            del settings["user_turns"]
-            values = [arguments[name] for name in SETTINGS]
-            gen, system_prompt, config, _ = checked(model, system_prompt, *values)
-            asked = user_turns_value(user_turns)
-            turns: list[dict] = []
-            used = 0
-            for text in asked:
-                asking = [*turns, {"role": "user", "content": text, "tokens": None}]
-                for turns, used in stream_reply(gen, system_prompt, asking, config, settings):
-                    yield shown(model, system_prompt, turns, used, settings, False)
-            yield shown(model, system_prompt, turns, used, settings, True)
-
-        def add_message(text, turns):
-            text = checks.text("message", text)
-            turns = [*turns, {"role": "user", "content": text, "tokens": None}]
-            return "", chatbot_value(turns), turns
-
-        def add_example(turns, chosen: gr.SelectData):
-            return add_message(chosen.value["text"], turns)
-
-        reply_inputs = [model, system_prompt, turns_state, *settings_components]
-
-        def replying(event):  # the reply that follows a message added to the conversation
-            return event.success(
-                respond,
-                reply_inputs,
-                outputs,
-                api_visibility="private",
-                concurrency_id=checks.CONCURRENCY_ID,
-            )
-
-        added = [message, chatbot, turns_state]
-        private = {"queue": False, "api_visibility": "private"}
-        running = [replying(chatbot.example_select(add_example, turns_state, added, **private))]
-        adder = checks.shown_to_user(add_message)
-        for trigger in (send.click, message.submit):
-            adding = trigger(adder, [message, turns_state], added, **private)
-            running.append(replying(adding))
-
-        def retry_setup(turns, mode, seed):
-            kept = without_last_reply(turns)
-            if not kept:
-                raise gr.Error("there is no message to answer again")
-            # Sampling with the same seed would give the same reply: take the next seed.
-            again = mode == "sampling" and isinstance(seed, int | float)
-            next_seed = int(seed) + 1 if again and seed < checks.LIMITS.max_seed else gr.skip()
-            return chatbot_value(kept), kept, next_seed
-
-        running.append(
-            retry.click(
-                retry_setup,
-                [turns_state, decoding.mode, decoding.seed],
-                [chatbot, turns_state, decoding.seed],
-                queue=False,
-                api_visibility="private",
-            ).success(
-                respond,
-                reply_inputs,
-                outputs,
-                api_visibility="private",
-                concurrency_id=checks.CONCURRENCY_ID,
-            )
+                _settings_column(registry, names, page)
+        page.result.change(
+            downloads.button, page.result, page.download, queue=False, api_visibility="private"
         )
-
-        def emptied(name):
-            """A new conversation: (chatbot, table, meter, user turns, turns)."""
-            return [], turns_html([]), meter_html(0, context_of(registry, name)), [], []
-
-        emptied_outputs = [chatbot, table, meter, user_turns, turns_state]
-        # "input", not "change": a link sets the model without clearing what it restores
-        model.input(emptied, model, emptied_outputs, queue=False, api_visibility="private")
-
-        def undo_last(turns, model, system_prompt):
-            kept, text = without_last_exchange(turns)
-            used = 0
-            if kept:  # tokenizing only: the model is loaded, since it answered
-                conversation = messages(system_prompt, kept)
-                used = registry.get(model).count_chat_tokens(conversation, False)
-            meter = meter_html(used, context_of(registry, model))
-            return text, chatbot_value(kept), turns_html(kept), meter, user_turns_of(kept), kept
-
-        undo.click(
-            checks.shown_to_user(undo_last),
-            [turns_state, model, system_prompt],
-            [message, chatbot, table, meter, user_turns, turns_state],
-            queue=False,
-            api_visibility="private",
-        )
-        clear.click(
-            lambda name: ("", *emptied(name)),
-            model,
-            [message, *emptied_outputs],
-            queue=False,
-            api_visibility="private",
-        )
-        chatbot.clear(emptied, model, emptied_outputs, queue=False, api_visibility="private")
-        # The public endpoint (and what a link runs); no button of its own.
-        replay = gr.Button("Replay the user turns", visible=False, elem_id="chat-replay")
-        running.append(
-            replay.click(
-                chat,
-                [model, system_prompt, user_turns, *settings_components],
-                outputs,
-                api_name="chat",
-                concurrency_id=checks.CONCURRENCY_ID,
-            )
-        )
-        stop.click(None, cancels=running, js=MARK_STOPPED)
+        running = _wire_replies(registry, names, page)
+        _wire_edits(registry, page)
+        page.stop.click(None, cancels=running, js=MARK_STOPPED)
         # A fresh page draws its own seed (SEED_ON_LOAD, DRAW_SEED).
         with gr.Row(elem_classes="link-triggers"):  # hidden by CSS, so still clicked by the script
             draw = gr.Button("draw a seed", elem_id="chat-draw-seed")
-        draw.click(None, None, decoding.seed, js=SEED_ON_LOAD, api_visibility="private")
+        seed = page.decoding["seed"]
+        draw.click(None, None, seed, js=SEED_ON_LOAD, api_visibility="private")
         Context.root_block.load(None, js=DRAW_SEED, api_visibility="private")
+
+
+@dataclass
+class _Page:
+    """The tab's components, filled in by the two columns."""
+
+    turns: gr.State  # the conversation's turn records
+    chatbot: gr.Chatbot = None
+    message: gr.Textbox = None
+    send: gr.Button = None
+    stop: gr.Button = None
+    retry: gr.Button = None
+    undo: gr.Button = None
+    clear: gr.Button = None
+    meter: gr.HTML = None
+    table: gr.HTML = None
+    result: gr.State = None
+    download: gr.DownloadButton = None
+    model: gr.Dropdown = None
+    system_prompt: gr.Textbox = None
+    decoding: widgets.DecodingInputs = None
+    user_turns: gr.JSON = None
+
+    def settings(self) -> list:
+        """The decoding settings' components, in `SETTINGS`' order."""
+        return self.decoding.components()
+
+    def outputs(self) -> list:
+        """What a chat event updates (`_shown`'s values)."""
+        return [self.chatbot, self.table, self.meter, self.user_turns, self.turns, self.result]
+
+    def emptied(self) -> list:
+        """What a new conversation empties (`_emptied`'s values)."""
+        return [self.chatbot, self.table, self.meter, self.user_turns, self.turns]
+
+
+def _conversation_column(registry, names: list[str], page: _Page) -> None:
+    """The chat, the message box, the buttons, the context meter, the turns table and the
+    download button."""
+    gr.Markdown(ABOUT, elem_id="chat-about")
+    page.chatbot = gr.Chatbot(
+        label="Chat",
+        show_label=False,  # a floating label would cover the first message
+        height=460,
+        feedback_options=None,
+        buttons=["copy"],
+        examples=[{"text": text} for text in EXAMPLES],
+        elem_id="chat-conversation",
+    )
+    with gr.Row():
+        page.message = gr.Textbox(
+            placeholder="Write a message and press Enter",
+            show_label=False,
+            lines=1,
+            scale=5,
+            max_length=checks.LIMITS.max_prompt_chars,
+            elem_id="chat-message",
+        )
+        page.send = gr.Button("Send", variant="primary", scale=1, min_width=80)
+    with gr.Row():
+        page.stop = gr.Button("Stop", variant="stop", size="sm", elem_id="chat-stop")
+        page.retry = gr.Button("Retry", size="sm", elem_id="chat-retry")
+        page.undo = gr.Button("Undo", size="sm", elem_id="chat-undo")
+        page.clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
+    page.meter = gr.HTML(meter_html(0, context_of(registry, names[0])), elem_id="chat-meter")
+    page.table = gr.HTML(turns_html([]), elem_id="chat-turns")
+    page.result = gr.State(None)
+    page.download = gr.DownloadButton(
+        "Download JSON", visible=False, size="sm", elem_id="chat-download"
+    )
+
+
+def _settings_column(registry, names: list[str], page: _Page) -> None:
+    """The model, its card, the system prompt, the decoding settings and the link."""
+    page.model = widgets.model_picker(names)
+    widgets.model_card(registry, page.model)
+    page.system_prompt = gr.Textbox(
+        SYSTEM_PROMPT,
+        label="System prompt",
+        lines=2,
+        max_length=checks.LIMITS.max_prompt_chars,
+    )
+    page.decoding = widgets.decoding_inputs(
+        with_samples=False, modes=CHAT_MODES, mode="sampling", max_new_tokens=96, **DEFAULTS
+    )
+    page.decoding["seed"].elem_id = "chat-seed"
+    page.user_turns = gr.JSON([], visible=False, label="user_turns")
+    links.shareable(
+        "chat",
+        "chat",
+        {"model": page.model, "system_prompt": page.system_prompt, "user_turns": page.user_turns}
+        | page.decoding.by_name(),
+    )
+
+
+def _shown(registry, model, system_prompt, turns, used, settings, done: bool):
+    """The outputs of a chat event (`_Page.outputs`) for `turns` with `used` context tokens."""
+    record = (
+        chat_record(registry, model, system_prompt, turns, settings, used) if done else gr.skip()
+    )
+    return (
+        chatbot_value(turns),
+        turns_html(turns),
+        meter_html(used, registry.get(model).context_length),
+        user_turns_of(turns),
+        turns,
+        record,
+    )
+
+
+def _checked(registry, names, model, system_prompt, *values):
+    """(generator, system prompt, config, settings) from an event's arguments."""
+    settings = dict(zip(SETTINGS, values))
+    system_prompt = checks.text("system_prompt", system_prompt, allow_empty=True)
+    config = chat_config(*values)
+    if model not in names:
+        raise ValueError(f"`model` must be one of {names}, got {checks.shown(model)}")
+    return registry.get(model), system_prompt, config, settings
+
+
+def _wire_replies(registry, names: list[str], page: _Page) -> list:
+    """The events that generate: a reply to a message (sent, or an example chip), Retry, and
+    the public `/chat` endpoint that replays user turns. Returns them, for Stop to cancel."""
+
+    @checks.shown_to_user
+    def respond(model, system_prompt, turns, *values):
+        """Stream the reply to the conversation in the session (its last turn a user's)."""
+        gen, system_prompt, config, settings = _checked(
+            registry, names, model, system_prompt, *values
+        )
+        turns = [dict(t) for t in turns]
+        if not turns or turns[-1]["role"] != "user":
+            raise ValueError("there is no message to answer: write one first")
+        settings = {"model": model, "system_prompt": system_prompt} | settings
+        updates = stream_reply(gen, system_prompt, turns, config, settings)
+        for turns, used in updates:
+            yield _shown(registry, model, system_prompt, turns, used, settings, False)
+        yield _shown(registry, model, system_prompt, turns, used, settings, True)
+
+    @checks.shown_to_user
+    @checks.taking(["model", "system_prompt", "user_turns", *SETTINGS])
+    def chat(model, system_prompt, user_turns, **decoding):
+        """Replay a conversation from its user turns (a JSON list of strings): each gets the
+        reply these settings and seed give; streams (conversation, turns table HTML, context
+        meter HTML, the user turns)."""
+        settings = {"model": model, "system_prompt": system_prompt, **decoding}
+        values = [decoding[name] for name in SETTINGS]
+        gen, system_prompt, config, _ = _checked(registry, names, model, system_prompt, *values)
+        asked = user_turns_value(user_turns)
+        turns: list[dict] = []
+        used = 0
+        for text in asked:
+            asking = [*turns, {"role": "user", "content": text, "tokens": None}]
+            for turns, used in stream_reply(gen, system_prompt, asking, config, settings):
+                yield _shown(registry, model, system_prompt, turns, used, settings, False)
+        yield _shown(registry, model, system_prompt, turns, used, settings, True)
+
+    def add_message(text, turns):
+        text = checks.text("message", text)
+        turns = [*turns, {"role": "user", "content": text, "tokens": None}]
+        return "", chatbot_value(turns), turns
+
+    def add_example(turns, chosen: gr.SelectData):
+        return add_message(chosen.value["text"], turns)
+
+    reply_inputs = [page.model, page.system_prompt, page.turns, *page.settings()]
+
+    def replying(event):  # the reply that follows a message added to the conversation
+        return event.success(
+            respond,
+            reply_inputs,
+            page.outputs(),
+            api_visibility="private",
+            concurrency_id=checks.CONCURRENCY_ID,
+        )
+
+    added = [page.message, page.chatbot, page.turns]
+    private = {"queue": False, "api_visibility": "private"}
+    running = [replying(page.chatbot.example_select(add_example, page.turns, added, **private))]
+    adder = checks.shown_to_user(add_message)
+    for trigger in (page.send.click, page.message.submit):
+        running.append(replying(trigger(adder, [page.message, page.turns], added, **private)))
+    seed, mode = page.decoding["seed"], page.decoding["mode"]
+    retried = page.retry.click(
+        _retry_setup, [page.turns, mode, seed], [page.chatbot, page.turns, seed], **private
+    )
+    running.append(replying(retried))
+    # The public endpoint (and what a link runs); no button of its own.
+    replay = gr.Button("Replay the user turns", visible=False, elem_id="chat-replay")
+    running.append(
+        replay.click(
+            chat,
+            [page.model, page.system_prompt, page.user_turns, *page.settings()],
+            page.outputs(),
+            api_name="chat",
+            concurrency_id=checks.CONCURRENCY_ID,
+        )
+    )
+    return running
+
+
+def _retry_setup(turns, mode, seed):
+    """The conversation without its last reply (and with sampling, the next seed)."""
+    kept = without_last_reply(turns)
+    if not kept:
+        raise gr.Error("there is no message to answer again")
+    # Sampling with the same seed would give the same reply: take the next seed.
+    again = mode == "sampling" and isinstance(seed, int | float)
+    largest = checks.offered("seed").limits.high
+    next_seed = int(seed) + 1 if again and seed < largest else gr.skip()
+    return chatbot_value(kept), kept, next_seed
+
+
+def _wire_edits(registry, page: _Page) -> None:
+    """Undo, Clear, the chat's own clear button, and a new model starting a new conversation."""
+
+    def emptied(name):
+        """A new conversation (`_Page.emptied`)."""
+        return [], turns_html([]), meter_html(0, context_of(registry, name)), [], []
+
+    private = {"queue": False, "api_visibility": "private"}
+    # "input", not "change": a link sets the model without clearing what it restores
+    page.model.input(emptied, page.model, page.emptied(), **private)
+
+    def undo_last(turns, model, system_prompt):
+        kept, text = without_last_exchange(turns)
+        used = 0
+        if kept:  # tokenizing only: the model is loaded, since it answered
+            conversation = messages(system_prompt, kept)
+            used = registry.get(model).count_chat_tokens(conversation, False)
+        meter = meter_html(used, context_of(registry, model))
+        return text, chatbot_value(kept), turns_html(kept), meter, user_turns_of(kept), kept
+
+    page.undo.click(
+        checks.shown_to_user(undo_last),
+        [page.turns, page.model, page.system_prompt],
+        [page.message, page.chatbot, page.table, page.meter, page.user_turns, page.turns],
+        **private,
+    )
+    page.clear.click(
+        lambda name: ("", *emptied(name)), page.model, [page.message, *page.emptied()], **private
+    )
+    page.chatbot.clear(emptied, page.model, page.emptied(), **private)

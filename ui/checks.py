@@ -1,8 +1,10 @@
 """Server-side limits and input validation shared by every tab, and the queue settings.
 
-Every endpoint checks its inputs here before any model runs: text length caps, token caps and
-parameter ranges (their values: `runtime.request_caps.LIMITS`), with messages in the project's one
-template (`` `top_p` must be in (0, 1], got 1.5 ``). The checks raise `ValueError`;
+Every endpoint checks its inputs here before any model runs: text length caps
+(`runtime.request_caps.LIMITS`) and the decoding settings, each against the app's range that
+runtime/parameters.py declares (`decoding`, `setting`; `taking` gives an endpoint the decoding
+parameters without its naming them), with messages in the project's one template
+(`` `top_p` must be in (0, 1], got 1.5 ``). The checks raise `ValueError`;
 `shown_to_user` turns that (and the runtime's own `ValueError`s) into `gr.Error`, which the UI
 shows as a message and an API client receives as the error text; the server logs such an error
 as one line (it is the user's, not the server's), and keeps it for the page's error box
@@ -19,6 +21,8 @@ import threading
 from collections import OrderedDict
 
 import runtime
+from runtime.budget import check_sequences
+from runtime.parameters import PARAMETERS, Parameter
 from runtime.request_caps import LIMITS
 
 CONCURRENCY_ID = "models"  # every event that runs a model shares one concurrency limit
@@ -129,65 +133,139 @@ def choice(name: str, value, options) -> str:
     return value
 
 
-MODES = ("greedy", "sampling", "beam search")
+# The app's decoding modes, each with the `GenerationConfig.mode` it decodes in.
+RUNTIME_MODES = {"greedy": "greedy", "sampling": "sample", "beam search": "beam"}
+MODES = tuple(RUNTIME_MODES)
+OFFERED = tuple(p for p in PARAMETERS if p.app)  # the decoding parameters the app offers
+SEQUENCES = "num_return_sequences"  # the parameter a tab returning one sequence leaves out
 
 
-def decoding(
-    mode: str,
-    max_new_tokens,
-    temperature=1.0,
-    top_k=0,
-    top_p=1.0,
-    min_p=0.0,
-    repetition_penalty=1.0,
-    no_repeat_ngram_size=0,
-    num_beams=1,
-    samples=1,
-    seed=0,
-) -> runtime.GenerationConfig:
-    """A validated GenerationConfig from the UI's decoding settings.
+def app_name(parameter: Parameter) -> str:
+    """The endpoints' name for a parameter."""
+    return parameter.app.name or parameter.name
 
-    Only the settings the mode uses are checked; the others are ignored whatever their value
-    (an API caller may send `num_beams=1` with sampling, or no temperature for greedy). All modes
-    use max_new_tokens, repetition_penalty, no_repeat_ngram_size and samples (1 for greedy);
-    sampling also temperature, top_k, top_p, min_p and seed, drawing `samples` sequences; beam
-    search also num_beams, returning `samples` of its best hypotheses.
+
+def decoding_names(modes=MODES, samples: bool = True) -> list[str]:
+    """The decoding parameters of an endpoint that offers `modes`, in order: "mode", then each
+    offered parameter one of the modes reads (the count of sequences only with `samples`)."""
+    read = {RUNTIME_MODES[mode] for mode in modes}
+    return ["mode"] + [
+        app_name(p) for p in OFFERED if read & set(p.modes) and (samples or p.name != SEQUENCES)
+    ]
+
+
+def offered(name: str) -> Parameter:
+    """The offered parameter the endpoints call `name`."""
+    return next(p for p in OFFERED if app_name(p) == name)
+
+
+def setting(name: str, value):
+    """`value` checked against the app's range of the decoding parameter the endpoints call
+    `name` (runtime/parameters.py, `limits`)."""
+    parameter = offered(name)
+    limits = parameter.limits
+    if parameter.type is int:
+        return integer(name, value, limits.low, limits.high)
+    return number(name, value, limits.low, limits.high, limits.low_open)
+
+
+def taking(names):
+    """Give the decorated function the API parameters `names`, in order (then its own parameters
+    with defaults, such as a `gr.Progress`); it receives them by name, so that it can take the
+    decoding settings as `**settings` and hand them on to `decoding` without naming them.
+    Gradio names an endpoint's API parameters from this signature."""
+
+    def decorate(fn):
+        own = inspect.signature(fn).parameters.values()
+        listed = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+        defaulted = [p for p in own if p.default is not p.empty and p.name not in names]
+        signature = inspect.Signature(listed + defaulted)
+
+        if inspect.isgeneratorfunction(fn):
+
+            @functools.wraps(fn)
+            def streaming(*args, **kwargs):
+                yield from fn(**signature.bind(*args, **kwargs).arguments)
+
+            streaming.__signature__ = signature
+            return streaming
+
+        @functools.wraps(fn)
+        def plain(*args, **kwargs):
+            return fn(**signature.bind(*args, **kwargs).arguments)
+
+        plain.__signature__ = signature
+        return plain
+
+    return decorate
+
+
+def _endpoint_default(parameter: Parameter):
+    """`decoding`'s default for a parameter: the runtime's, or the app's first value where the
+    runtime's (None) is not one the app takes."""
+    return parameter.app.value if parameter.default is None else parameter.default
+
+
+def decoding(*args, **kwargs) -> runtime.GenerationConfig:
+    """A validated GenerationConfig from the UI's decoding settings (`decoding_names()`, in
+    that order, by position or name; each but `mode` defaults to the runtime's default).
+
+    Only the settings the mode reads (runtime/parameters.py, `modes`) are checked; the others are
+    ignored whatever their value (an API caller may send `num_beams=1` with sampling, or no
+    temperature for greedy). Each is checked against the app's range (`setting`); greedy gives
+    one sequence, sampling draws `samples` sequences and beam search returns `samples` of its
+    best hypotheses. The runtime's own refusals name the settings as the endpoints do.
     """
-    choice("mode", mode, MODES)
-    penalty_low, penalty_high = LIMITS.repetition_penalty
-    settings = dict(
-        max_new_tokens=integer("max_new_tokens", max_new_tokens, 1, LIMITS.max_new_tokens),
-        repetition_penalty=number(
-            "repetition_penalty", repetition_penalty, penalty_low, penalty_high
-        ),
-        no_repeat_ngram_size=integer(
-            "no_repeat_ngram_size", no_repeat_ngram_size, 0, LIMITS.max_no_repeat_ngram
-        ),
-        num_return_sequences=integer("samples", samples, 1, LIMITS.max_samples),
-    )
-    if mode == "sampling":
-        settings.update(
-            do_sample=True,
-            seed=integer("seed", seed, 0, LIMITS.max_seed),
-            temperature=number("temperature", temperature, 0, LIMITS.max_temperature, True),
-            top_k=integer("top_k", top_k, 0, LIMITS.max_top_k),
-            top_p=number("top_p", top_p, 0, 1, low_open=True),
-            min_p=number("min_p", min_p, 0, 1),
-        )
-    elif mode == "beam search":
-        beams = integer("num_beams", num_beams, 2, LIMITS.max_beams)
-        if settings["num_return_sequences"] > beams:
-            raise ValueError(
-                f"`samples` must be <= `num_beams` ({beams}) for beam search, "
-                f"got {settings['num_return_sequences']}"
-            )
-        settings.update(num_beams=beams, do_sample=False)
-    elif settings["num_return_sequences"] != 1:
+    bound = DECODING_SIGNATURE.bind(*args, **kwargs)
+    bound.apply_defaults()
+    settings = bound.arguments
+    mode = choice("mode", settings["mode"], MODES)
+    read = RUNTIME_MODES[mode]
+    config = {"do_sample": read == "sample"}
+    for parameter in OFFERED:
+        if read in parameter.modes:
+            name = app_name(parameter)
+            config[parameter.name] = setting(name, settings[name])
+    count = offered("samples")
+    if read == "greedy" and config[count.name] != 1:
         raise ValueError(
-            f"`samples` must be 1 for greedy decoding (every sample would be the same), "
-            f"got {settings['num_return_sequences']}"
+            f"`{app_name(count)}` must be 1 for greedy decoding (every sample would be the "
+            f"same), got {config[count.name]}"
         )
-    return runtime.GenerationConfig(**settings).validate()
+    try:
+        return runtime.GenerationConfig(**config).validate()
+    except ValueError as error:
+        raise ValueError(in_app_words(str(error))) from None
+
+
+# `decoding`'s parameters: the mode, then every offered parameter with its default.
+DECODING_SIGNATURE = inspect.Signature(
+    [inspect.Parameter("mode", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    + [
+        inspect.Parameter(
+            app_name(p), inspect.Parameter.POSITIONAL_OR_KEYWORD, default=_endpoint_default(p)
+        )
+        for p in OFFERED
+    ]
+)
+
+decoding.__signature__ = DECODING_SIGNATURE
+
+
+def sequences(prompts: int, what: str, config: runtime.GenerationConfig) -> None:
+    """The cap on prompts × samples × beams (runtime/budget.py), the prompts called `what`."""
+    check_sequences(prompts, config, names=(what, "samples", "num_beams"))
+
+
+def in_app_words(message: str) -> str:
+    """A runtime message with each parameter named as the endpoints name it.
+
+    >>> in_app_words("`num_return_sequences` must be <= `num_beams` (2) for beam search, got 3")
+    '`samples` must be <= `num_beams` (2) for beam search, got 3'
+    """
+    for parameter in OFFERED:
+        message = message.replace(f"`{parameter.name}`", f"`{app_name(parameter)}`")
+    return message
 
 
 def _user_error(name: str, error: Exception):

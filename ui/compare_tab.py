@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from dataclasses import dataclass, field
 
 import gradio as gr
 
@@ -156,185 +157,221 @@ def build(registry, sections=()) -> None:
     """The tab, then each of `sections` (functions of the registry) drawn inside it."""
     manifests = {name: registry.manifest(name) for name in registry.generators()}
     names = expectations.best_first(list(manifests), manifests)
-    choices = [(expectations.choice_label(n, manifests[n]), n) for n in names]
-    columns = default_columns(registry, names)
     with gr.Tab("Compare", id="compare"):
         gr.Markdown(INTRO, elem_classes="model-note")
+        page = _settings(registry, names)
+        _columns(registry, names, manifests, page)
         with gr.Row():
-            prompt = gr.Textbox(
-                label="Prompt",
-                value="In the beginning",
-                lines=2,
-                scale=4,
-            )
-            count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
-        with gr.Row():
-            max_tokens = widgets.setting_slider(
-                1, checks.LIMITS.max_new_tokens, value=48, step=1, label="Max new tokens"
-            )
-            samples = widgets.setting_slider(
-                1,
-                checks.LIMITS.max_samples,
-                value=1,
-                step=1,
-                label="Samples per column (≥ 2 adds Self-BLEU and UNGC)",
-            )
-            seed = widgets.setting_number(
-                value=0, precision=0, minimum=0, maximum=checks.LIMITS.max_seed, label="Seed"
-            )
-        pickers = widgets.ControlPickers(registry, None, names)
-        inputs, outputs, blocks, loops = [], [], [], []
-        with gr.Row(equal_height=True):
-            for i in range(MAX_COLUMNS):
-                with gr.Column(visible=i < 2, min_width=240) as block:
-                    model = gr.Dropdown(choices, value=columns[i][0], label=f"Model {i + 1}")
-                    preset = gr.Dropdown(
-                        list(PRESETS), value=columns[i][1], label="Decoding preset"
-                    )
-                    widgets.model_note(registry, model, f"compare-model-note-{i + 1}")
-                    output = gr.Textbox(
-                        label=f"Output {i + 1}",
-                        lines=12,
-                        elem_classes="column-output",
-                        elem_id=f"compare-output-{i + 1}",
-                    )
-                    loops.append(widgets.loop_warning(f"compare-loops-{i + 1}"))
-                inputs += [model, preset]
-                outputs.append(output)
-                blocks.append(block)
-        with gr.Row():
-            run = gr.Button("Compare", variant="primary", interactive=bool(names))
-            stop = gr.Button("Stop", variant="stop")
-        errors = widgets.error_box("compare-error")
-        column_inputs = {
-            f"{kind}_{i // 2 + 1}": component
-            for i, (kind, component) in enumerate(zip(["model", "preset"] * MAX_COLUMNS, inputs))
-        }
-        links.shareable(
-            "compare",
-            "compare",
-            {
-                "prompt": prompt,
-                "controls": pickers.controls,
-                "columns": count,
-                "max_new_tokens": max_tokens,
-                "samples": samples,
-                "seed": seed,
-            }
-            | column_inputs,
-        )
-        table = gr.Dataframe(
-            headers=METRIC_HEADERS,
-            label="Metrics per column",
-            interactive=False,
-            wrap=True,
-            elem_id="compare-metrics",
-        )
-        result = gr.State(None)
-        with gr.Row():
-            json_file = gr.DownloadButton(
-                "Download JSON", visible=False, size="sm", elem_id="compare-download"
-            )
-            csv_file = gr.DownloadButton(
-                "Download metrics (CSV)", visible=False, size="sm", elem_id="compare-csv"
-            )
-        # One event per button: Gradio 6.17's page froze for minutes (Chromium's main thread busy
-        # in Svelte's flush) when one event showed both buttons at once, as in gradio#12932.
-        result.change(
-            downloads.button, result, json_file, queue=False, api_visibility="private"
-        ).then(
-            lambda record: downloads.button(record, metrics_csv),
-            result,
-            csv_file,
-            queue=False,
-            api_visibility="private",
-        )
-        count.change(
-            lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
-            count,
-            blocks,
-            queue=False,
-            api_visibility="private",
-        )
-        # A control picker shows only while a shown column's model has that control.
-        models = inputs[::2]
-        defaults = [model.value for model in models]
-        for picker, used in zip(pickers.dropdowns, pickers.visible_for(count.value, defaults)):
-            picker.visible = widgets.shown(used)
-        for trigger in (count, *models):
-            trigger.change(
-                pickers.for_columns,
-                [count, *models],
-                pickers.dropdowns,
-                queue=False,
-                api_visibility="private",
-            )
-
-        @checks.shown_to_user
-        def compare(
-            prompt,
-            controls,
-            columns,
-            max_new_tokens,
-            samples,
-            seed,
-            model_1,
-            preset_1,
-            model_2,
-            preset_2,
-            model_3=None,
-            preset_3=None,
-            model_4=None,
-            preset_4=None,
-        ):
-            """Stream each column's text and the metrics table (one row per column)."""
-            arguments = locals()  # the API arguments (and closure names), for the record
-            settings = {name: arguments[name] for name in inspect.signature(compare).parameters}
-            prompt = checks.text("prompt", prompt)
-            columns = checks.integer("columns", columns, 2, MAX_COLUMNS)
-            max_new_tokens = checks.integer(
-                "max_new_tokens", max_new_tokens, 1, checks.LIMITS.max_new_tokens
-            )
-            samples = checks.integer("samples", samples, 1, checks.LIMITS.max_samples)
-            seed = checks.integer("seed", seed, 0, checks.LIMITS.max_seed)
-            pairs = [
-                (model_1, preset_1),
-                (model_2, preset_2),
-                (model_3, preset_3),
-                (model_4, preset_4),
-            ][:columns]
-            controls = widgets.controls_value(controls)
-            blank = [""] * (MAX_COLUMNS - columns)
-            texts, rows, collectors = [], [], []
-            for update in run_columns(
-                registry, prompt, controls, pairs, max_new_tokens, samples, seed
-            ):
-                texts, rows, collectors = update
-                yield *texts, *blank, rows, gr.skip()
-            runs = [
-                downloads.run_record(registry, model, collector)
-                for (model, _), collector in zip(pairs, collectors)
-            ]
-            metric_rows = [dict(zip(METRIC_HEADERS, row)) for row in rows]
-            record = downloads.record("compare", settings, runs, metric_rows)
-            yield *texts, *blank, rows, record  # the last update again, with the record
-
-        event = run.click(
-            compare,
-            [prompt, pickers.controls, count, max_tokens, samples, seed, *inputs],
-            [*outputs, table, result],
-            api_name="compare",
-            concurrency_id=checks.CONCURRENCY_ID,
-        )
-        stop.click(None, cancels=[event])
-        stale = {output: "" for output in outputs} | {table: None, result: None}
-        stale |= {button: gr.DownloadButton(visible=False) for button in (json_file, csv_file)}
-        widgets.show_errors(errors, event, [run.click], stale)
-        for output, box in zip(outputs, loops):
-            widgets.label_loops(box, output, samples_of)
+            page.run = gr.Button("Compare", variant="primary", interactive=bool(names))
+            page.stop = gr.Button("Stop", variant="stop")
+        page.errors = widgets.error_box("compare-error")
+        links.shareable("compare", "compare", page.by_name())
+        _results(page)
+        _wire_columns(page)
+        _wire_compare(registry, page)
         study_section.build(registry, names)
         for build_section in sections:  # e.g. ui/arena.py's, which imports this module
             build_section(registry)
+
+
+@dataclass
+class _Page:
+    """The tab's components, filled in part by part."""
+
+    prompt: gr.Textbox
+    count: gr.Radio  # how many columns show
+    max_tokens: gr.Slider
+    samples: gr.Slider
+    seed: gr.Number
+    pickers: widgets.ControlPickers
+    columns: list = field(default_factory=list)  # (model, preset) dropdowns per column
+    outputs: list = field(default_factory=list)  # each column's text
+    blocks: list = field(default_factory=list)  # each column
+    loops: list = field(default_factory=list)  # each column's loop warning
+    run: gr.Button = None
+    stop: gr.Button = None
+    errors: gr.Markdown = None
+    table: gr.Dataframe = None
+    result: gr.State = None
+    json_file: gr.DownloadButton = None
+    csv_file: gr.DownloadButton = None
+
+    def column_inputs(self) -> dict:
+        """model_1, preset_1, model_2, … by the endpoint's names."""
+        return {
+            f"{kind}_{n}": component
+            for n, pair in enumerate(self.columns, start=1)
+            for kind, component in zip(("model", "preset"), pair)
+        }
+
+    def by_name(self) -> dict:
+        """The `/compare` endpoint's inputs by its parameter names, in their order."""
+        return {
+            "prompt": self.prompt,
+            "controls": self.pickers.controls,
+            "columns": self.count,
+            "max_new_tokens": self.max_tokens,
+            "samples": self.samples,
+            "seed": self.seed,
+        } | self.column_inputs()
+
+
+def _settings(registry, names: list[str]) -> _Page:
+    """The prompt, the number of columns, the settings every column shares, the controls."""
+    with gr.Row():
+        prompt = gr.Textbox(label="Prompt", value="In the beginning", lines=2, scale=4)
+        count = gr.Radio([2, 3, 4], value=2, label="Columns", scale=1)
+    with gr.Row():
+        max_tokens = widgets.setting("max_new_tokens", value=48)
+        samples = widgets.setting(
+            "samples", label="Samples per column (≥ 2 adds Self-BLEU and UNGC)"
+        )
+        seed = widgets.setting("seed")
+    pickers = widgets.ControlPickers(registry, None, names)
+    return _Page(prompt, count, max_tokens, samples, seed, pickers)
+
+
+def _columns(registry, names: list[str], manifests: dict, page: _Page) -> None:
+    """MAX_COLUMNS columns (two shown), each a model, a preset, the model's note, its text and
+    its loop warning."""
+    choices = [(expectations.choice_label(n, manifests[n]), n) for n in names]
+    columns = default_columns(registry, names)
+    with gr.Row(equal_height=True):
+        for i in range(MAX_COLUMNS):
+            with gr.Column(visible=i < 2, min_width=240) as block:
+                model = gr.Dropdown(choices, value=columns[i][0], label=f"Model {i + 1}")
+                preset = gr.Dropdown(list(PRESETS), value=columns[i][1], label="Decoding preset")
+                widgets.model_note(registry, model, f"compare-model-note-{i + 1}")
+                output = gr.Textbox(
+                    label=f"Output {i + 1}",
+                    lines=12,
+                    elem_classes="column-output",
+                    elem_id=f"compare-output-{i + 1}",
+                )
+                page.loops.append(widgets.loop_warning(f"compare-loops-{i + 1}"))
+            page.columns.append((model, preset))
+            page.outputs.append(output)
+            page.blocks.append(block)
+
+
+def _results(page: _Page) -> None:
+    """The metrics table and the two download buttons, shown once a run has a record."""
+    page.table = gr.Dataframe(
+        headers=METRIC_HEADERS,
+        label="Metrics per column",
+        interactive=False,
+        wrap=True,
+        elem_id="compare-metrics",
+    )
+    page.result = gr.State(None)
+    with gr.Row():
+        page.json_file = gr.DownloadButton(
+            "Download JSON", visible=False, size="sm", elem_id="compare-download"
+        )
+        page.csv_file = gr.DownloadButton(
+            "Download metrics (CSV)", visible=False, size="sm", elem_id="compare-csv"
+        )
+    # One event per button: Gradio 6.17's page froze for minutes (Chromium's main thread busy
+    # in Svelte's flush) when one event showed both buttons at once, as in gradio#12932.
+    page.result.change(
+        downloads.button, page.result, page.json_file, queue=False, api_visibility="private"
+    ).then(
+        lambda record: downloads.button(record, metrics_csv),
+        page.result,
+        page.csv_file,
+        queue=False,
+        api_visibility="private",
+    )
+
+
+def _wire_columns(page: _Page) -> None:
+    """The column count shows that many columns; a control picker shows only while a shown
+    column's model has that control."""
+    page.count.change(
+        lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
+        page.count,
+        page.blocks,
+        queue=False,
+        api_visibility="private",
+    )
+    pickers = page.pickers
+    models = [model for model, _ in page.columns]
+    defaults = [model.value for model in models]
+    for picker, used in zip(pickers.dropdowns, pickers.visible_for(page.count.value, defaults)):
+        picker.visible = widgets.shown(used)
+    for trigger in (page.count, *models):
+        trigger.change(
+            pickers.for_columns,
+            [page.count, *models],
+            pickers.dropdowns,
+            queue=False,
+            api_visibility="private",
+        )
+
+
+def _wire_compare(registry, page: _Page) -> None:
+    """The `/compare` endpoint on the button, Stop, the error box and the loop warnings."""
+
+    @checks.shown_to_user
+    def compare(
+        prompt,
+        controls,
+        columns,
+        max_new_tokens,
+        samples,
+        seed,
+        model_1,
+        preset_1,
+        model_2,
+        preset_2,
+        model_3=None,
+        preset_3=None,
+        model_4=None,
+        preset_4=None,
+    ):
+        """Stream each column's text and the metrics table (one row per column)."""
+        arguments = locals()  # the API arguments (and closure names), for the record
+        settings = {name: arguments[name] for name in inspect.signature(compare).parameters}
+        prompt = checks.text("prompt", prompt)
+        columns = checks.integer("columns", columns, 2, MAX_COLUMNS)
+        max_new_tokens = checks.setting("max_new_tokens", max_new_tokens)
+        samples = checks.setting("samples", samples)
+        seed = checks.setting("seed", seed)
+        pairs = [
+            (model_1, preset_1),
+            (model_2, preset_2),
+            (model_3, preset_3),
+            (model_4, preset_4),
+        ][:columns]
+        controls = widgets.controls_value(controls)
+        blank = [""] * (MAX_COLUMNS - columns)
+        texts, rows, collectors = [], [], []
+        updates = run_columns(registry, prompt, controls, pairs, max_new_tokens, samples, seed)
+        for update in updates:
+            texts, rows, collectors = update
+            yield *texts, *blank, rows, gr.skip()
+        runs = [
+            downloads.run_record(registry, model, collector)
+            for (model, _), collector in zip(pairs, collectors)
+        ]
+        metric_rows = [dict(zip(METRIC_HEADERS, row)) for row in rows]
+        record = downloads.record("compare", settings, runs, metric_rows)
+        yield *texts, *blank, rows, record  # the last update again, with the record
+
+    event = page.run.click(
+        compare,
+        list(page.by_name().values()),
+        [*page.outputs, page.table, page.result],
+        api_name="compare",
+        concurrency_id=checks.CONCURRENCY_ID,
+    )
+    page.stop.click(None, cancels=[event])
+    stale = {output: "" for output in page.outputs} | {page.table: None, page.result: None}
+    buttons = (page.json_file, page.csv_file)
+    stale |= {button: gr.DownloadButton(visible=False) for button in buttons}
+    widgets.show_errors(page.errors, event, [page.run.click], stale)
+    for output, box in zip(page.outputs, page.loops):
+        widgets.label_loops(box, output, samples_of)
 
 
 def metrics_csv(record: dict) -> str:

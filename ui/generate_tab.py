@@ -10,9 +10,9 @@ its Bible models.
 
 from __future__ import annotations
 
-import inspect
 import re
 import time
+from dataclasses import dataclass
 
 import gradio as gr
 
@@ -83,9 +83,6 @@ INTRO = (
     "steer the text; with controls chosen the prompt may stay empty. The small models are the "
     "seeds' reproductions, one click away in the list."
 )
-# The decoding settings `widgets.decoding_inputs` takes from a model's generation defaults.
-DECODING_DEFAULTS = ("mode", "max_new_tokens", "temperature", "top_k", "top_p")
-DECODING_DEFAULTS += ("no_repeat_ngram_size", "repetition_penalty")
 
 
 def build(registry) -> None:
@@ -95,116 +92,123 @@ def build(registry) -> None:
         gr.Markdown(INTRO, elem_classes="model-note")
         with gr.Row():
             with gr.Column(scale=2, min_width=280):
-                model = widgets.model_picker(names, registry=registry, elem_id="generate-model")
-                widgets.model_card(registry, model)
-                prompt = gr.Textbox(
-                    label="Prompt",
-                    value=examples.GENERATE[0][0],
-                    lines=3,
-                )
-                pickers = widgets.ControlPickers(registry, model, names)
-                own = widgets.model_defaults(manifests[names[0]]) if names else {}
-                decoding = widgets.decoding_inputs(
-                    **{name: own[name] for name in DECODING_DEFAULTS if name in own}
-                )
-                decoding.follow(model, registry)
-                with gr.Row():
-                    run = gr.Button("Generate", variant="primary", interactive=bool(names))
-                    stop = gr.Button("Stop", variant="stop")
-                links.shareable(
-                    "generate",
-                    "generate",
-                    {"model": model, "prompt": prompt, "controls": pickers.controls}
-                    | decoding.by_name(),
-                )
-                gr.Examples(
-                    examples.GENERATE,
-                    [prompt, decoding.mode, decoding.temperature],
-                    label="Prompts from seed 002",
-                    example_labels=examples.labels(examples.GENERATE),
-                )
+                inputs = _inputs(registry, manifests, names)
             with gr.Column(scale=3, min_width=280):
-                widgets.model_note(registry, model, "generate-model-note")
-                errors = widgets.error_box("generate-error")
-                loops = widgets.loop_warning("generate-loops")
-                stats = gr.HTML(stats_html(_empty_stats()), label="Stats", elem_id="generate-stats")
-                output = gr.Textbox(
-                    label="Output", lines=10, buttons=["copy"], elem_id="generate-output"
-                )
-                with gr.Accordion("Tokens by probability (hover for the top 5)", open=True):
-                    tokens = gr.HTML(legend_html(), elem_id="token-view")
-                result = gr.State(None)
-                download = gr.DownloadButton(
-                    "Download JSON", visible=False, size="sm", elem_id="generate-download"
-                )
-                result.change(
-                    downloads.button,
-                    result,
-                    download,
-                    queue=False,
-                    api_visibility="private",
-                )
+                outputs = _outputs(registry, inputs.model)
+        _wire(registry, inputs, outputs)
 
-        @checks.shown_to_user
-        def generate(
-            model,
-            prompt,
-            controls,
-            mode,
-            max_new_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty,
-            no_repeat_ngram_size,
-            num_beams,
-            samples,
-            seed,
-        ):
-            """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
-            arguments = locals()  # the API arguments (and closure names), for the record
-            settings = {name: arguments[name] for name in inspect.signature(generate).parameters}
-            controls = widgets.controls_value(controls)
-            # Controls alone are a valid start (a causal LM writes from its control tokens and
-            # its format's `[s:text]`, runtime/generator.py); with neither, a prompt is needed.
-            started = bool(controls) or bool(registry.manifest(model).get("prompt_prefix"))
-            prompt = checks.text("prompt", prompt, allow_empty=started)
-            config = checks.decoding(
-                mode,
-                max_new_tokens,
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                repetition_penalty,
-                no_repeat_ngram_size,
-                num_beams,
-                samples,
-                seed,
-            )
-            yield from stream_generation(registry, model, prompt, controls, config, settings)
 
-        event = run.click(
-            generate,
-            [model, prompt, pickers.controls, *decoding.components()],
-            [output, tokens, stats, result],
-            api_name="generate",
-            concurrency_id=checks.CONCURRENCY_ID,
-        )
-        submitted = prompt.submit(
-            generate,
-            [model, prompt, pickers.controls, *decoding.components()],
-            [output, tokens, stats, result],
-            api_visibility="private",
-            concurrency_id=checks.CONCURRENCY_ID,
-        )
-        stop.click(None, cancels=[event, submitted], js=MARK_STOPPED)
-        stale = {output: "", tokens: legend_html(), stats: stats_html(_empty_stats()), result: None}
-        stale[download] = gr.DownloadButton(visible=False)  # the last run's file is not this run's
-        for started, trigger in ((event, run.click), (submitted, prompt.submit)):
-            widgets.show_errors(errors, started, [trigger], stale)
-        widgets.label_loops(loops, output, samples_of)
+@dataclass
+class _Inputs:
+    model: gr.Dropdown
+    prompt: gr.Textbox
+    pickers: widgets.ControlPickers
+    decoding: widgets.DecodingInputs
+    run: gr.Button
+    stop: gr.Button
+
+    def components(self) -> list:
+        """The `/generate` endpoint's inputs, in its parameters' order."""
+        return [self.model, self.prompt, self.pickers.controls, *self.decoding.components()]
+
+
+@dataclass
+class _Outputs:
+    errors: gr.Markdown
+    loops: gr.Markdown
+    stats: gr.HTML
+    output: gr.Textbox
+    tokens: gr.HTML
+    result: gr.State
+    download: gr.DownloadButton
+
+
+def _inputs(registry, manifests: dict, names: list[str]) -> _Inputs:
+    """The settings column: model, prompt, controls, decoding settings (opening on the first
+    model's own defaults), the buttons, the link and the examples."""
+    model = widgets.model_picker(names, registry=registry, elem_id="generate-model")
+    widgets.model_card(registry, model)
+    prompt = gr.Textbox(label="Prompt", value=examples.GENERATE[0][0], lines=3)
+    pickers = widgets.ControlPickers(registry, model, names)
+    own = widgets.model_defaults(manifests[names[0]]) if names else {}
+    decoding = widgets.decoding_inputs(**own)
+    decoding.follow(model, registry)
+    with gr.Row():
+        run = gr.Button("Generate", variant="primary", interactive=bool(names))
+        stop = gr.Button("Stop", variant="stop")
+    links.shareable(
+        "generate",
+        "generate",
+        {"model": model, "prompt": prompt, "controls": pickers.controls} | decoding.by_name(),
+    )
+    # The examples set the prompt and the settings examples.GENERATE gives after it.
+    gr.Examples(
+        examples.GENERATE,
+        [prompt, decoding["mode"], decoding["temperature"]],
+        label="Prompts from seed 002",
+        example_labels=examples.labels(examples.GENERATE),
+    )
+    return _Inputs(model, prompt, pickers, decoding, run, stop)
+
+
+def _outputs(registry, model: gr.Dropdown) -> _Outputs:
+    """The output column: the model's note, the error box, the loop warning, the stats, the
+    text, the token view and the download button."""
+    widgets.model_note(registry, model, "generate-model-note")
+    errors = widgets.error_box("generate-error")
+    loops = widgets.loop_warning("generate-loops")
+    stats = gr.HTML(stats_html(_empty_stats()), label="Stats", elem_id="generate-stats")
+    output = gr.Textbox(label="Output", lines=10, buttons=["copy"], elem_id="generate-output")
+    with gr.Accordion("Tokens by probability (hover for the top 5)", open=True):
+        tokens = gr.HTML(legend_html(), elem_id="token-view")
+    result = gr.State(None)
+    download = gr.DownloadButton(
+        "Download JSON", visible=False, size="sm", elem_id="generate-download"
+    )
+    result.change(downloads.button, result, download, queue=False, api_visibility="private")
+    return _Outputs(errors, loops, stats, output, tokens, result, download)
+
+
+def _wire(registry, inputs: _Inputs, outputs: _Outputs) -> None:
+    """The `/generate` endpoint on the button and on Enter, Stop, and the error box."""
+
+    @checks.shown_to_user
+    @checks.taking(["model", "prompt", "controls", *inputs.decoding.by_name()])
+    def generate(model, prompt, controls, **settings):
+        """Stream a continuation of `prompt` (text, token view HTML, stats HTML)."""
+        arguments = {"model": model, "prompt": prompt, "controls": controls, **settings}
+        controls = widgets.controls_value(controls)
+        # Controls alone are a valid start (a causal LM writes from its control tokens and
+        # its format's `[s:text]`, runtime/generator.py); with neither, a prompt is needed.
+        started = bool(controls) or bool(registry.manifest(model).get("prompt_prefix"))
+        prompt = checks.text("prompt", prompt, allow_empty=started)
+        config = checks.decoding(**settings)
+        yield from stream_generation(registry, model, prompt, controls, config, arguments)
+
+    shown = [outputs.output, outputs.tokens, outputs.stats, outputs.result]
+    event = inputs.run.click(
+        generate,
+        inputs.components(),
+        shown,
+        api_name="generate",
+        concurrency_id=checks.CONCURRENCY_ID,
+    )
+    submitted = inputs.prompt.submit(
+        generate,
+        inputs.components(),
+        shown,
+        api_visibility="private",
+        concurrency_id=checks.CONCURRENCY_ID,
+    )
+    inputs.stop.click(None, cancels=[event, submitted], js=MARK_STOPPED)
+    stale = {outputs.output: "", outputs.tokens: legend_html()}
+    stale |= {outputs.stats: stats_html(_empty_stats()), outputs.result: None}
+    # the last run's file is not this run's
+    stale[outputs.download] = gr.DownloadButton(visible=False)
+    triggers = ((event, inputs.run.click), (submitted, inputs.prompt.submit))
+    for started, trigger in triggers:
+        widgets.show_errors(outputs.errors, started, [trigger], stale)
+    widgets.label_loops(outputs.loops, outputs.output, samples_of)
 
 
 def samples_of(text: str) -> list[str]:

@@ -8,8 +8,9 @@ server; for a chat model also `chat` and `stream_chat` over `/v1/chat/completion
 (serve/chat.py), while the conversation is rendered and counted here from the manifest's chat
 template, as the runtime does (`apply_chat_template`, `count_chat_tokens`). Only the tokenizer
 (tokenizer.json, for counting tokens), the model card and the input embeddings are downloaded
-(`GET /v1/models/{id}/files/{name}`). Settings travel as request fields that map back onto the
-same `runtime.GenerationConfig`, so a seed gives the same text as the in-process app. Closing a
+(`GET /v1/models/{id}/files/{name}`). Settings travel as the request fields runtime/parameters.py
+names for them, which map back onto the same `runtime.GenerationConfig`, so a seed gives the same
+text as the in-process app. Closing a
 stream closes its HTTP response, which makes the server cancel the generation (the Stop
 button). Errors: the server's 4xx answers raise `ValueError` with its message, anything else
 (5xx, an unreachable server) `ConnectionError`. A server started with `--api-key` gets the key
@@ -30,6 +31,7 @@ from tokenizers import Tokenizer
 
 import runtime
 from runtime.chat import ChatMixin
+from runtime.parameters import request_fields
 
 from .registry import ModelRegistry, inline_images
 
@@ -37,26 +39,14 @@ STREAM_LOGPROBS = 5  # top alternatives per token the token view shows
 
 
 def completion_body(model, prompt, config: runtime.GenerationConfig, controls=None, **extra):
-    """The completions request for `config`: OpenAI's fields plus our extras (serve/api.py
-    maps them back onto an equal GenerationConfig; temperature 0 means greedy)."""
+    """The completions request for `config`: OpenAI's fields plus our extras, as
+    runtime/parameters.py names them (`request_fields`; serve/api.py maps them back onto an
+    equal GenerationConfig; temperature 0 means greedy)."""
     return {
         "model": model,
         "prompt": prompt,
-        "max_tokens": config.max_new_tokens,
-        "temperature": config.temperature if config.do_sample else 0,
-        "top_p": config.top_p,
-        "n": config.num_return_sequences,
-        "seed": config.seed,
+        **request_fields(config),
         "stop": list(config.stop) or None,
-        "top_k": config.top_k,
-        "min_p": config.min_p,
-        "typical_p": config.typical_p,
-        "repetition_penalty": config.repetition_penalty,
-        "no_repeat_ngram_size": config.no_repeat_ngram_size,
-        "min_tokens": config.min_new_tokens,
-        "num_beams": config.num_beams,
-        "length_penalty": config.length_penalty,
-        "early_stopping": config.early_stopping,
         "controls": controls or {},
         **extra,
     }
@@ -65,12 +55,16 @@ def completion_body(model, prompt, config: runtime.GenerationConfig, controls=No
 def chat_body(model, messages, config: runtime.GenerationConfig, controls=None, **extra):
     """The chat completions request for `config` (serve/chat.py maps it back onto an equal
     GenerationConfig); beam search is not offered for chat, as in the runtime."""
-    if config.num_beams > 1:
-        raise ValueError(f"`num_beams` must be 1 for chat, got {config.num_beams}")
-    body = completion_body(model, None, config, controls, **extra)
-    for key in ("prompt", "max_tokens", "num_beams", "length_penalty", "early_stopping"):
-        del body[key]
-    return {**body, "messages": list(messages), "max_completion_tokens": config.max_new_tokens}
+    fields = request_fields(config, chat=True)
+    fields["max_completion_tokens"] = fields.pop("max_tokens")  # chat's name for it
+    return {
+        "model": model,
+        "messages": list(messages),
+        **fields,
+        "stop": list(config.stop) or None,
+        "controls": controls or {},
+        **extra,
+    }
 
 
 def _raise_for(response: httpx.Response) -> None:

@@ -100,9 +100,7 @@ def build(registry, names: list[str]) -> None:
                 label="Samples per prompt and setting",
             )
             max_tokens = widgets.setting_slider(8, 128, value=40, step=1, label="Max new tokens")
-            seed = widgets.setting_number(
-                value=0, precision=0, minimum=0, maximum=checks.LIMITS.max_seed, label="Seed"
-            )
+            seed = widgets.setting("seed")
         with gr.Row():
             prompts = gr.Textbox(examples.STUDY_PROMPTS, lines=4, label="Prompts (one per line)")
             reference = gr.Textbox(examples.REFERENCE, lines=4, label="Reference text")
@@ -129,7 +127,7 @@ def build(registry, names: list[str]) -> None:
             reference = checks.text("reference", reference, max_chars=20_000)
             samples = checks.integer("samples", samples, 2, checks.LIMITS.max_study_samples)
             max_new_tokens = checks.integer("max_new_tokens", max_new_tokens, 1, 128)
-            seed = checks.integer("seed", seed, 0, checks.LIMITS.max_seed)
+            seed = checks.setting("seed", seed)
             rows = run_study(
                 registry.get(model), lines, reference, samples, max_new_tokens, seed, progress
             )

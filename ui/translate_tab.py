@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import gradio as gr
 
-from runtime.budget import check_sequences
-
 from . import checks, examples, links, widgets
 from .registry import languages
 
@@ -58,7 +56,7 @@ def build(registry) -> None:
                     label=f"English (one sentence per line, at most {checks.LIMITS.max_lines})",
                 )
                 decoding = widgets.decoding_inputs(
-                    mode="beam search", max_new_tokens=128, num_beams=5, top_p=0.9
+                    mode="beam search", max_new_tokens=128, top_p=0.9
                 )
                 run = gr.Button("Translate", variant="primary", interactive=bool(names))
                 links.shareable(
@@ -87,21 +85,8 @@ def build(registry) -> None:
         )
 
         @checks.shown_to_user
-        def translate(
-            model,
-            text,
-            mode,
-            max_new_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty,
-            no_repeat_ngram_size,
-            num_beams,
-            samples,
-            seed,
-        ):
+        @checks.taking(["model", "text", *decoding.by_name()])
+        def translate(model, text, **settings):
             """Translate each line of `text`; candidates numbered when samples > 1."""
             text = checks.text("text", text)
             lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -109,20 +94,8 @@ def build(registry) -> None:
                 raise ValueError(
                     f"`text` must have at most {checks.LIMITS.max_lines} lines, got {len(lines)}"
                 )
-            config = checks.decoding(
-                mode,
-                max_new_tokens,
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                repetition_penalty,
-                no_repeat_ngram_size,
-                num_beams,
-                samples,
-                seed,
-            )
-            check_sequences(len(lines), config, names=("lines", "samples", "num_beams"))
+            config = checks.decoding(**settings)
+            checks.sequences(len(lines), "lines", config)
             outputs = registry.get(model).generate(lines, config)
             return format_translations(outputs, len(lines), config.num_return_sequences)
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+import runtime
+from runtime.parameters import PENALTY_ROW
+
 from . import checks, expectations
-from .checks import LIMITS, MODES
 
 NONE = "(none)"
 
@@ -171,26 +173,34 @@ def model_card(registry, picker: gr.Dropdown) -> None:
     )
 
 
+def setting(name: str, **shown) -> gr.Slider | gr.Number:
+    """The slider (or number field) of the decoding parameter the endpoints call `name`, as
+    runtime/parameters.py declares it (the app's range, step, label and first value); `shown`
+    overrides any of Gradio's arguments (`value`, `label`, `visible`, `scale`, …)."""
+    parameter = checks.offered(name)
+    app, limits = parameter.app, parameter.limits
+    value = parameter.default if app.value is None else app.value
+    if app.step is None:
+        precision = 0 if parameter.type is int else None
+        arguments = dict(value=value, precision=precision, minimum=limits.low)
+        return setting_number(**arguments | dict(maximum=limits.high, label=app.label) | shown)
+    low = limits.low + app.step if limits.low_open else limits.low  # an open end is not offered
+    arguments = dict(value=value, step=app.step, label=app.label) | shown
+    return setting_slider(low, limits.high, **arguments)
+
+
 @dataclass
 class DecodingInputs:
     mode: gr.Radio
-    max_new_tokens: gr.Slider
-    temperature: gr.Slider
-    top_k: gr.Slider
-    top_p: gr.Slider
-    min_p: gr.Slider
-    repetition_penalty: gr.Slider
-    no_repeat_ngram_size: gr.Slider
-    num_beams: gr.Slider
-    samples: gr.Slider | None  # None: the tab returns one sequence (no `samples` parameter)
-    seed: gr.Number
+    settings: dict  # the decoding components by the endpoints' names, in `checks.decoding`'s order
 
     def by_name(self) -> dict:
         """The components by the API parameter names the endpoints give them, in the order of
-        `checks.decoding`'s parameters (`samples` left out when there is no samples slider)."""
-        names = ["mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p"]
-        names += ["repetition_penalty", "no_repeat_ngram_size", "num_beams", "samples", "seed"]
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        `checks.decoding`'s parameters ("mode" first)."""
+        return {"mode": self.mode} | self.settings
+
+    def __getitem__(self, name: str):
+        return self.by_name()[name]
 
     def components(self) -> list:
         """The components of `by_name`, in its order."""
@@ -198,13 +208,12 @@ class DecodingInputs:
 
     def follow(self, picker: gr.Dropdown, registry) -> None:
         """When the visitor picks a model in `picker`, set the settings its manifest's
-        `generation_defaults` name (mode, max new tokens, temperature, top-k, top-p, min-p,
-        repetition penalty, no-repeat n-gram size); the others keep their values. Only on the
-        visitor's own pick (`.input`): a link or an example that sets the model keeps its own
-        settings."""
-        names = ["mode", "max_new_tokens", "temperature", "top_k", "top_p", "min_p"]
-        names += ["repetition_penalty", "no_repeat_ngram_size"]
-        outputs = [getattr(self, name) for name in names]
+        `generation_defaults` name (the mode and each setting runtime/parameters.py lets a model
+        set, `from_model`); the others keep their values. Only on the visitor's own pick
+        (`.input`): a link or an example that sets the model keeps its own settings."""
+        names = ["mode"] + [checks.app_name(p) for p in checks.OFFERED if p.app.from_model]
+        names = [name for name in names if name in self.by_name()]
+        outputs = [self[name] for name in names]
 
         def defaults(model):
             found = model_defaults(registry.manifest(model)) if model else {}
@@ -214,125 +223,98 @@ class DecodingInputs:
 
 
 def model_defaults(manifest: dict) -> dict:
-    """The decoding settings (by `DecodingInputs` names) a manifest's `generation_defaults` give.
+    """The decoding settings (by the endpoints' names) a manifest's `generation_defaults` give:
+    the mode, and each setting a model may set, within the app's range (a larger one is cut
+    to the app's largest).
 
-    >>> model_defaults({"generation_defaults": {"do_sample": True, "temperature": 0.9,
-    ...     "repetition_penalty": 1.1, "stop": ["[e:text]"]}})
-    {'mode': 'sampling', 'temperature': 0.9, 'repetition_penalty': 1.1}
+    >>> model_defaults({"generation_defaults": {"do_sample": True, "top_k": 40,
+    ...     "max_new_tokens": 500, "stop": ["[e:text]"]}})
+    {'mode': 'sampling', 'max_new_tokens': 256, 'top_k': 40}
     """
     given = manifest.get("generation_defaults") or {}
     found = {}
     if "do_sample" in given or "num_beams" in given:
-        beams = given.get("num_beams", 1) > 1
-        found["mode"] = "beam search" if beams else "greedy"
-        if given.get("do_sample"):
-            found["mode"] = "sampling"
-    if "max_new_tokens" in given:
-        found["max_new_tokens"] = min(int(given["max_new_tokens"]), LIMITS.max_new_tokens)
-    for name in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty"):
-        if name in given:
-            found[name] = given[name]
-    if "no_repeat_ngram_size" in given:
-        found["no_repeat_ngram_size"] = given["no_repeat_ngram_size"]
+        mode = runtime.GenerationConfig.from_dict(given).mode
+        found["mode"] = APP_MODES.get(mode, "sampling")  # sampling wins over beams (beam_sample)
+    for parameter in checks.OFFERED:
+        if parameter.app.from_model and parameter.name in given:
+            value, high = given[parameter.name], parameter.limits.high
+            found[checks.app_name(parameter)] = parameter.type(high) if value > high else value
     return found
 
 
-def decoding_inputs(
-    mode: str = "sampling",
-    max_new_tokens: int = 64,
-    temperature: float = 0.8,
-    top_k: int = 0,
-    top_p: float = 0.95,
-    num_beams: int = 5,
-    no_repeat_ngram_size: int = 0,
-    samples: int = 1,
-    with_samples: bool = True,
-    repetition_penalty: float = 1.0,
-) -> DecodingInputs:
-    """Greedy / sampling / beam search with their settings; irrelevant ones hide. Without
-    `with_samples` there is no samples slider (for a tab that returns one sequence)."""
-    sampling, beam = mode == "sampling", mode == "beam search"
+APP_MODES = {mode: app for app, mode in checks.RUNTIME_MODES.items()}  # runtime mode -> app's
+
+
+def decoding_inputs(with_samples: bool = True, modes=checks.MODES, **values) -> DecodingInputs:
+    """The decoding settings runtime/parameters.py declares for the app, under a mode radio of
+    `modes` (greedy / sampling / beam search); settings the chosen mode does not read hide, and
+    settings no mode of `modes` reads are left out. `values` are first values by the endpoints'
+    names ("mode" too; default: sampling, or the first of `modes`). Without `with_samples`
+    there is no samples slider (for a tab that returns one sequence)."""
+    names = checks.decoding_names(modes, with_samples)
+    mode = values.pop("mode", "sampling" if "sampling" in modes else modes[0])
+    unknown = set(values) - set(names)
+    if unknown:
+        raise ValueError(f"`values` must name settings of {names}, got {sorted(unknown)}")
+    read = checks.RUNTIME_MODES[mode]
+    offered_modes = {checks.RUNTIME_MODES[m] for m in modes}
+    parameters = [checks.offered(name) for name in names[1:]]
+    settings = {}
     with gr.Group():
+        for row in sorted({0} | {p.app.row for p in parameters if p.app.row < PENALTY_ROW}):
+            with gr.Row():
+                if row == 0:
+                    mode_radio = gr.Radio(list(modes), value=mode, label="Decoding", scale=3)
+                for parameter in (p for p in parameters if p.app.row == row):
+                    settings[checks.app_name(parameter)] = _decoding_setting(
+                        parameter, values, read
+                    )
+    penalties = [p for p in parameters if p.app.row >= PENALTY_ROW]
+    opened = any(
+        p.app.opens and values.get(checks.app_name(p), p.default) != p.default for p in penalties
+    )
+    with gr.Accordion("Penalties", open=opened):
         with gr.Row():
-            mode_radio = gr.Radio(list(MODES), value=mode, label="Decoding", scale=3)
-            max_tokens = setting_slider(
-                1,
-                LIMITS.max_new_tokens,
-                value=max_new_tokens,
-                step=1,
-                label="Max new tokens",
-                scale=2,
-            )
-        with gr.Row():
-            temp = setting_slider(
-                0.05,
-                LIMITS.max_temperature,
-                value=temperature,
-                step=0.05,
-                label="Temperature",
-                visible=sampling,
-            )
-            p = setting_slider(0.01, 1.0, value=top_p, step=0.01, label="Top-p", visible=sampling)
-        with gr.Row():
-            k = setting_slider(
-                0, LIMITS.max_top_k, value=top_k, step=1, label="Top-k (0 = off)", visible=sampling
-            )
-            min_p = setting_slider(
-                0.0, 1.0, value=0.0, step=0.01, label="Min-p (0 = off)", visible=sampling
-            )
-        with gr.Row():
-            beams = setting_slider(
-                2, LIMITS.max_beams, value=num_beams, step=1, label="Beams", visible=beam
-            )
-            count = None
-            if with_samples:
-                count = setting_slider(
-                    1,
-                    LIMITS.max_samples,
-                    value=samples,
-                    step=1,
-                    label="Samples (or best beams)",
-                    visible=mode != "greedy",
-                )
-            seed = setting_number(
-                value=0,
-                precision=0,
-                minimum=0,
-                maximum=LIMITS.max_seed,
-                label="Seed",
-                min_width=100,
-            )
-    with gr.Accordion("Penalties", open=no_repeat_ngram_size > 0):
-        with gr.Row():
-            penalty = setting_slider(
-                *LIMITS.repetition_penalty,
-                value=repetition_penalty,
-                step=0.05,
-                label="Repetition penalty (1 = off)",
-            )
-            ngram = setting_slider(
-                0,
-                LIMITS.max_no_repeat_ngram,
-                value=no_repeat_ngram_size,
-                step=1,
-                label="No-repeat n-gram size (0 = off)",
-            )
+            for parameter in penalties:
+                settings[checks.app_name(parameter)] = _decoding_setting(parameter, values, read)
+    settings = {name: settings[name] for name in names[1:]}  # the endpoints' order
+    # The settings that show in some of the offered modes only, shown or hidden with the mode.
+    toggled = {name: checks.offered(name) for name in settings}
+    toggled = {n: p for n, p in toggled.items() if offered_modes - _shown_in(p)}
 
     def show(chosen):
-        sampling, beam = chosen == "sampling", chosen == "beam search"
-        updates = [gr.update(visible=sampling)] * 4 + [gr.update(visible=beam)]
-        if count is not None:
-            several = chosen != "greedy"
-            updates.append(
-                gr.update(visible=True) if several else gr.update(visible=False, value=1)
-            )
+        read = checks.RUNTIME_MODES[chosen]
+        updates = []
+        for parameter in toggled.values():
+            if read in _shown_in(parameter):
+                updates.append(gr.update(visible=True))
+            elif read in parameter.modes:  # read but not offered: its default (one sequence)
+                updates.append(gr.update(visible=False, value=parameter.default))
+            else:
+                updates.append(gr.update(visible=False))
         return updates
 
-    shown = [temp, k, p, min_p, beams] + ([count] if count is not None else [])
+    shown = [settings[name] for name in toggled]
     mode_radio.change(show, mode_radio, shown, queue=False, api_visibility="private")
-    return DecodingInputs(
-        mode_radio, max_tokens, temp, k, p, min_p, penalty, ngram, beams, count, seed
-    )
+    return DecodingInputs(mode_radio, settings)
+
+
+def _shown_in(parameter) -> set[str]:
+    """The runtime modes of the app's modes in which a parameter's setting shows."""
+    return set(parameter.app.shown_in or parameter.modes) & set(checks.RUNTIME_MODES.values())
+
+
+def _decoding_setting(parameter, values: dict, read: str):
+    name = checks.app_name(parameter)
+    shown = {"visible": read in _shown_in(parameter)}
+    if name in values:
+        shown["value"] = values[name]
+    if parameter.app.row == 0:
+        shown["scale"] = 2  # beside the mode radio (scale 3)
+    if parameter.app.step is None:
+        shown["min_width"] = 100
+    return setting(name, **shown)
 
 
 class ControlPickers:
