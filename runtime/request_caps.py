@@ -3,8 +3,12 @@ study's size, and how many model-running requests run or wait at once. The decod
 caps (tokens, samples, beams, their ranges) are declared with the parameters, as their `allowed`
 range (runtime/parameters.py).
 
-One frozen `Limits` value, `LIMITS`, read by the app (ui/checks.py checks every endpoint's
-inputs against it) and by bench/ (the load test queues requests as the app does). Plain data:
+Two parts. The app's: one frozen `Limits` value, `LIMITS`, read by the app (ui/checks.py checks
+every endpoint's inputs against it) and by bench/ (the load test queues requests as the app
+does). `scriptorium serve`'s: `ServeLimits` (`SERVE_LIMITS`, the command's flags of the same
+names) and the API's fixed field caps, which serve/protocol.py's request bodies declare; the
+serve part says which of its caps differ from the app's, and why. Both share `LIMITS`'s
+temperature and seed ranges and runtime/budget.py's cap on prompts × samples × beams. Plain data:
 this module checks nothing itself.
 """
 
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .budget import MAX_SEQUENCES
 from .parameters import NAMED
 
 
@@ -36,3 +41,45 @@ class Limits:
 
 
 LIMITS = Limits()
+
+
+# ---- scriptorium serve (serve/: the OpenAI-compatible API) ---------------------------------------
+#
+# The same temperature and seed ranges as the app's (`LIMITS`) and the same cap on prompts ×
+# samples × beams (runtime/budget.py). What differs from the app, on purpose:
+# - prompt characters (32,768 against 2,000) and new tokens (as many as the context leaves,
+#   against 256): the app is a public page whose visitors share one machine and one queue, so
+#   each request is kept short; the API's operator sizes these with `scriptorium serve`'s flags
+#   (and guards the server with `--api-key`) for clients such as evaluation harnesses, which
+#   send long prompts and score them.
+# - samples and beams: the app caps each (its sliders' ends); the API caps only prompts × `n` ×
+#   `num_beams` (`max_sequences`), as an OpenAI client sets `n` and `num_beams` as it likes.
+# - top-k, repetition penalty and no-repeat n-gram size: the app's sliders need ends chosen for a
+#   visitor; the API takes every value the runtime takes (runtime/config.py's `BOUNDS`), as an
+#   OpenAI client expects of a server.
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one client may ask of `scriptorium serve` (docs/SCALING.md, "Limits"; the command's
+    flags of the same names)."""
+
+    max_body_bytes: int = 1 << 20  # request body; larger ones get a 413 before being read
+    max_prompt_chars: int = 32_768  # one prompt, or one conversation's messages together
+    max_sequences: int = MAX_SEQUENCES  # prompts × n × num_beams in one request
+    max_downloads: int = 4  # file downloads the gateway streams at once; more get a 429
+
+
+SERVE_LIMITS = ServeLimits()
+
+# The API's fixed field caps (no flag): OpenAI's own where it states one, else what one request
+# needs to name.
+MAX_LOGPROBS = 5  # OpenAI's (completions' `logprobs`, chat's `top_logprobs`): the runtime's top 5
+MAX_STOP_STRINGS = 4  # OpenAI's
+MAX_STOP_CHARS = 256  # characters of one stop string
+MAX_NAME_CHARS = 256  # characters of a model id, a user id, a control name or value, a role's name
+MAX_CONTROLS = 16  # control tokens in one request
+MAX_MESSAGES = 1024  # turns in one conversation
+MAX_METADATA_PAIRS = 16  # OpenAI's, for chat's `metadata` (accepted, not used)
+MAX_METADATA_CHARS = 512  # OpenAI's, for one `metadata` value
+MAX_INT = 2**31 - 1  # the largest count or token id any field takes (an int32)
