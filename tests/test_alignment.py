@@ -1,7 +1,8 @@
 """runtime/alignment.py and ui/alignment_view.py: cross-attention read from the shipped rewriter's
 bundle (its files untouched), rows that sum to 1, a copied verse attending along the diagonal, a
 rewritten verse attending to the words it keeps, models with their own `cross_attention` (the
-GRUs of runtime/recurrent.py) and those without attention, and the heat map's cells and labels.
+GRUs of runtime/recurrent.py) and those without attention, the heat map's cells and labels, and
+what the Rewrite tab shows for each.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from onnx import TensorProto, helper
 
 import runtime
 from runtime.alignment import Alignment, alignment, attention_graph
-from ui import alignment_view
+from ui import alignment_view, rewrite_tab
+from ui.registry import ModelRegistry
 
 REWRITER = Path(__file__).resolve().parents[1] / "models" / "rewriter" / "int8"
 RATIO = {"length_ratio": 1.0}
@@ -184,3 +186,21 @@ def test_heat_map_caps_long_axes_and_says_so():
     assert frame[alignment_view.SOURCE].iloc[0] == "01 w0"  # zero-padded: text order = order
     assert "15 source tokens left out" in alignment_view.caption("m", found)
     assert "output tokens" not in alignment_view.caption("m", found)
+
+
+def test_the_rewrite_tab_shows_the_map_or_says_why_there_is_none(rewriter):
+    registry = ModelRegistry({})
+    registry.add("rewriter (int8)", REWRITER, rewriter)
+    without = copy.copy(rewriter)
+    without.model = OwnAttention(error="`model` has no attention (one context vector)")
+    registry.add("no attention (int8)", REWRITER, without)
+    shown = {"source": "Jesus wept.", "controls": RATIO, "text": "Jesus wept."}
+    plot, line = rewrite_tab.attention_view(registry, shown | {"model": "rewriter (int8)"})
+    assert plot["visible"] is True and len(plot["value"]) >= 4  # at least a cell per output row
+    assert plot["caption"].startswith("rewriter (int8): each row is an output token")
+    assert "3 decoder layers × 4 heads" in line and "No heat map" not in line
+    plot, line = rewrite_tab.attention_view(registry, shown | {"model": "no attention (int8)"})
+    assert plot["visible"] is False
+    assert line.endswith("No heat map: `model` has no attention (one context vector).")
+    plot, line = rewrite_tab.attention_view(registry, None)  # a failed run: the map hides
+    assert plot["visible"] is False

@@ -12,10 +12,11 @@ token is numbered: "03 beginning" keeps its place and two " the" stay two rows. 
 left to right (x, labels upright to save width), output tokens top to bottom (y); the plot grows
 20 px a row (Vega's default band).
 
-Length: an upright label needs about 13 px, so the plot keeps at least 600 px and scrolls
-sideways inside its box on a phone (ui/style.py, `.alignment-scroll`), and each axis shows at
-most `MAX_TOKENS` tokens (40 fill 600 px); the caption says how many were left out. This module
-runs no model.
+Length: an upright label needs about 13 px. A source of up to `NARROW_TOKENS` tokens fits a
+390 px phone beside the output labels; a longer one keeps the plot at least 600 px wide, and it
+scrolls sideways inside its box on a phone (ui/style.py, `.alignment-scroll`, `.alignment-wide`).
+Each axis shows at most `MAX_TOKENS` tokens (40 fill 600 px); the caption says how many were left
+out. This module runs no model.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from runtime.alignment import Alignment
 
 SOURCE, OUTPUT, WEIGHT = "source token", "output token", "attention"
 MAX_TOKENS = 40  # per axis: 40 upright labels fit the plot's 600 px minimum
+NARROW_TOKENS = 16  # source tokens that fit a phone's width without scrolling
 MIN_WEIGHT = 0.05  # weaker cells are left out unless they are their row's or column's strongest
 LABEL_CHARACTERS = 14  # a longer token is cut with "…", so labels keep the plot's left edge
-SCROLL_CLASS, PLOT_CLASS = "alignment-scroll", "alignment-plot"  # ui/style.py sizes these
+# ui/style.py sizes these: the scrolling box, the plot, and a plot that needs 600 px
+SCROLL_CLASS, PLOT_CLASS, WIDE_CLASS = "alignment-scroll", "alignment-plot", "alignment-wide"
 
 
 def token_label(number: int, token: str, width: int) -> str:
@@ -124,7 +127,13 @@ def model_line(manifest: dict) -> str:
 
 def heat_map(model: str, found: Alignment) -> dict:
     """The update that shows `found`, computed with `model`, in the plot `alignment_plot` made."""
-    return gr.update(value=cells(found), caption=caption(model, found), visible=True)
+    wide = len(found.source_tokens) > NARROW_TOKENS
+    return gr.update(
+        value=cells(found),
+        caption=caption(model, found),
+        elem_classes=[PLOT_CLASS, WIDE_CLASS] if wide else [PLOT_CLASS],
+        visible=True,
+    )
 
 
 def alignment_plot(elem_id: str) -> gr.ScatterPlot:

@@ -4,7 +4,10 @@ The target is a ratio (the `length_ratio` control; the runtime takes the nearest
 or a category (the `length` control), whichever the model has. The output is measured against
 the source (achieved ratio in subwords and in characters, ui/subtitles.py) and against
 configurable subtitle limits, with pass/fail badges. The sweep rewrites the line at every ratio
-the model knows (or every category) and plots requested against achieved.
+the model knows (or every category) and plots requested against achieved. After each rewrite
+the attention heat map shows where in the source the model looked for each output token
+(runtime/alignment.py, drawn by ui/alignment_view.py), under one line on how the model attends
+and what seed 001 says to look for; a model without attention gets the line and no map.
 Endpoints: `/rewrite` → (text, report HTML, measurements), `/rewrite_sweep` → (plot, table).
 """
 
@@ -12,10 +15,13 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass
 
 import gradio as gr
 
-from . import checks, examples, links, plots, subtitles, widgets
+from runtime import alignment
+
+from . import alignment_view, checks, examples, links, plots, subtitles, widgets
 
 PROGRESS = gr.Progress()  # Gradio fills this parameter with the request's progress bar
 
@@ -160,6 +166,47 @@ def intro(registry, names: list[str]) -> str:
     return line
 
 
+@dataclass
+class RewriteInputs:
+    """The tab's inputs and buttons."""
+
+    model: gr.Dropdown
+    source: gr.Textbox
+    target: gr.Radio
+    ratio: gr.Slider
+    category: gr.Dropdown
+    decoding: widgets.DecodingInputs
+    subtitle: list  # characters per line, lines, characters per second, duration
+    run: gr.Button
+    sweep: gr.Button
+
+    def settings(self) -> list:
+        """The components after model and source, in the endpoints' parameter order."""
+        return [
+            self.target,
+            self.ratio,
+            self.category,
+            *self.decoding.components(),
+            *self.subtitle,
+        ]
+
+
+@dataclass
+class RewriteOutputs:
+    """The tab's outputs: the rewrite, its checks, its alignment and the sweep."""
+
+    errors: gr.Markdown
+    loops: gr.Markdown
+    output: gr.Textbox
+    report: gr.HTML
+    measured: gr.JSON
+    shown: gr.State  # what the heat map shows: model, source, controls and text of the last run
+    attention_note: gr.Markdown
+    attention_plot: gr.ScatterPlot
+    chart: gr.LinePlot
+    table: gr.Dataframe
+
+
 def build(registry) -> None:
     names = registry.rewriters()
     with gr.Tab("Rewrite", id="rewrite"):
@@ -172,262 +219,328 @@ def build(registry) -> None:
             )
         with gr.Row():
             with gr.Column(scale=2):
-                model = widgets.model_picker(names)
-                widgets.model_card(registry, model)
-                source = gr.Textbox(
-                    examples.KJV[0],
-                    label="Line to rewrite",
-                    lines=3,
-                )
-                has = registry.controls_of(names[0]) if names else {}
-                with gr.Row():
-                    target = gr.Radio(
-                        list(TARGETS),
-                        value="ratio" if "length_ratio" in has else "category",
-                        label="Target length",
-                    )
-                    ratio = widgets.setting_slider(
-                        0.1,
-                        2.0,
-                        value=0.8,
-                        step=0.1,
-                        label="Ratio (output / source)",
-                        scale=2,
-                        min_width=200,  # narrower, the slider's maximum label is cut off
-                    )
-                    categories = list(has.get("length", {}).get("values", {}))
-                    category = gr.Dropdown(
-                        categories,
-                        value=categories[0] if categories else None,
-                        label="Category",
-                        allow_custom_value=True,
-                    )
-                decoding = widgets.decoding_inputs(
-                    mode="beam search", max_new_tokens=96, num_beams=5, with_samples=False
-                )
-                with gr.Accordion("Subtitle limits", open=True):
-                    with gr.Row():
-                        per_line = widgets.setting_number(
-                            42, precision=0, minimum=10, maximum=200, label="Characters per line"
-                        )
-                        max_lines = widgets.setting_number(
-                            2, precision=0, minimum=1, maximum=10, label="Lines"
-                        )
-                        speed = widgets.setting_number(
-                            17, minimum=1, maximum=100, label="Characters per second"
-                        )
-                        duration = widgets.setting_number(
-                            4.0, minimum=0, maximum=600, label="Duration (s, 0 = none)"
-                        )
-                with gr.Row():
-                    run = gr.Button("Rewrite", variant="primary", interactive=bool(names))
-                    sweep = gr.Button("Sweep every ratio", interactive=bool(names))
-                links.shareable(
-                    "rewrite",
-                    "rewrite",
-                    {
-                        "model": model,
-                        "source": source,
-                        "target": target,
-                        "ratio": ratio,
-                        "category": category,
-                    }
-                    | decoding.by_name()
-                    | {
-                        "chars_per_line": per_line,
-                        "max_lines": max_lines,
-                        "chars_per_second": speed,
-                        "duration": duration,
-                    },
-                )
-                gr.Examples(
-                    [[line] for line in examples.KJV],
-                    [source],
-                    label="KJV verses",
-                    example_labels=examples.KJV,
-                )
+                inputs = input_column(registry, names)
             with gr.Column(scale=3):
-                widgets.model_note(registry, model, "rewrite-model-note")
-                errors = widgets.error_box("rewrite-error")
-                loops = widgets.loop_warning("rewrite-loops")
-                output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])
-                report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
-                with gr.Accordion("Measurements", open=False):
-                    measured = gr.JSON(label="Measurements")
-                chart = gr.LinePlot(
-                    label="Requested vs achieved length", show_label=False, elem_id="rewrite-plot"
-                )
-                table = gr.Dataframe(
-                    headers=SWEEP_HEADERS,
-                    label="Every ratio",
-                    interactive=False,
-                    wrap=True,
-                    column_widths=["8%", "36%", "8%", "8%", "8%", "8%", "8%", "8%", "8%"],
-                    elem_id="rewrite-sweep-table",
-                )
+                outputs = output_column(registry, inputs.model)
+        follow_model(registry, inputs, outputs)
+        wire(registry, inputs, outputs)
 
-        def for_model(name):
-            has = registry.controls_of(name) if name else {}
-            values = list(has.get("length", {}).get("values", {}))
-            return (
-                gr.update(value="ratio" if "length_ratio" in has else "category"),
-                gr.update(choices=values, value=values[0] if values else None),
-            )
 
-        model.change(for_model, model, [target, category], queue=False, api_visibility="private")
-        settings = [
-            target,
-            ratio,
-            category,
-            *decoding.components(),
-            per_line,
-            max_lines,
-            speed,
-            duration,
-        ]
+def input_column(registry, names: list[str]) -> RewriteInputs:
+    """The model, the line, the target length, decoding and subtitle limits, the buttons, the
+    Link and the example verses."""
+    model = widgets.model_picker(names)
+    widgets.model_card(registry, model)
+    source = gr.Textbox(examples.KJV[0], label="Line to rewrite", lines=3)
+    target, ratio, category = target_inputs(registry.controls_of(names[0]) if names else {})
+    decoding = widgets.decoding_inputs(
+        mode="beam search", max_new_tokens=96, num_beams=5, with_samples=False
+    )
+    subtitle = subtitle_inputs()
+    with gr.Row():
+        run = gr.Button("Rewrite", variant="primary", interactive=bool(names))
+        sweep = gr.Button("Sweep every ratio", interactive=bool(names))
+    inputs = RewriteInputs(model, source, target, ratio, category, decoding, subtitle, run, sweep)
+    parameters = {"model": model, "source": source, "target": target, "ratio": ratio}
+    parameters |= {"category": category} | decoding.by_name()
+    subtitle_names = ("chars_per_line", "max_lines", "chars_per_second", "duration")
+    links.shareable("rewrite", "rewrite", parameters | dict(zip(subtitle_names, subtitle)))
+    gr.Examples(
+        [[line] for line in examples.KJV],
+        [source],
+        label="KJV verses",
+        example_labels=examples.KJV,
+    )
+    return inputs
 
-        def prepare(model, source, decoding_values, subtitle_values):
-            source = checks.text("source", source)
-            config = checks.decoding(*decoding_values)
-            limits_ = subtitle_limits(*subtitle_values[:3])
-            duration = checks.number("duration", subtitle_values[3] or 0, 0, 600)
-            return registry.get(model), source, config, limits_, duration
 
-        @checks.shown_to_user
-        def rewrite(
+def target_inputs(has: dict) -> tuple[gr.Radio, gr.Slider, gr.Dropdown]:
+    """The target kind, the ratio and the category, for a first model with controls `has`."""
+    with gr.Row():
+        target = gr.Radio(
+            list(TARGETS),
+            value="ratio" if "length_ratio" in has else "category",
+            label="Target length",
+        )
+        ratio = widgets.setting_slider(
+            0.1,
+            2.0,
+            value=0.8,
+            step=0.1,
+            label="Ratio (output / source)",
+            scale=2,
+            min_width=200,  # narrower, the slider's maximum label is cut off
+        )
+        categories = list(has.get("length", {}).get("values", {}))
+        category = gr.Dropdown(
+            categories,
+            value=categories[0] if categories else None,
+            label="Category",
+            allow_custom_value=True,
+        )
+    return target, ratio, category
+
+
+def subtitle_inputs() -> list:
+    """Characters per line, lines, characters per second and duration, in an open accordion."""
+    with gr.Accordion("Subtitle limits", open=True):
+        with gr.Row():
+            return [
+                widgets.setting_number(
+                    42, precision=0, minimum=10, maximum=200, label="Characters per line"
+                ),
+                widgets.setting_number(2, precision=0, minimum=1, maximum=10, label="Lines"),
+                widgets.setting_number(17, minimum=1, maximum=100, label="Characters per second"),
+                widgets.setting_number(4.0, minimum=0, maximum=600, label="Duration (s, 0 = none)"),
+            ]
+
+
+def output_column(registry, model: gr.Dropdown) -> RewriteOutputs:
+    """The model's note, errors, the rewrite and its subtitle check, the attention heat map with
+    its line, and the sweep's plot and table."""
+    widgets.model_note(registry, model, "rewrite-model-note")
+    errors = widgets.error_box("rewrite-error")
+    loops = widgets.loop_warning("rewrite-loops")
+    output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])
+    report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
+    with gr.Accordion("Measurements", open=False):
+        measured = gr.JSON(label="Measurements")
+    attention_note = gr.Markdown(
+        alignment_view.model_line(registry.manifest(model.value)) if model.value else "",
+        elem_id="rewrite-attention-note",
+        elem_classes="model-note",
+    )
+    attention_plot = alignment_view.alignment_plot("rewrite-attention")
+    chart = gr.LinePlot(
+        label="Requested vs achieved length", show_label=False, elem_id="rewrite-plot"
+    )
+    table = gr.Dataframe(
+        headers=SWEEP_HEADERS,
+        label="Every ratio",
+        interactive=False,
+        wrap=True,
+        column_widths=["8%", "36%", "8%", "8%", "8%", "8%", "8%", "8%", "8%"],
+        elem_id="rewrite-sweep-table",
+    )
+    shown = gr.State(None)
+    return RewriteOutputs(
+        errors, loops, output, report, measured, shown, attention_note, attention_plot, chart, table
+    )
+
+
+def follow_model(registry, inputs: RewriteInputs, outputs: RewriteOutputs) -> None:
+    """A picked model sets the target kind and categories it offers, and the attention line."""
+
+    def for_model(name):
+        has = registry.controls_of(name) if name else {}
+        values = list(has.get("length", {}).get("values", {}))
+        return (
+            gr.update(value="ratio" if "length_ratio" in has else "category"),
+            gr.update(choices=values, value=values[0] if values else None),
+            alignment_view.model_line(registry.manifest(name)) if name else "",
+        )
+
+    inputs.model.change(
+        for_model,
+        inputs.model,
+        [inputs.target, inputs.category, outputs.attention_note],
+        queue=False,
+        api_visibility="private",
+    )
+
+
+def wire(registry, inputs: RewriteInputs, outputs: RewriteOutputs) -> None:
+    """The Rewrite and Sweep buttons, the heat map after each rewrite, errors and loop labels."""
+    rewritten = inputs.run.click(
+        rewrite_endpoint(registry),
+        [inputs.model, inputs.source, *inputs.settings()],
+        [outputs.output, outputs.report, outputs.measured, outputs.shown],
+        api_name="rewrite",
+        concurrency_id=checks.CONCURRENCY_ID,
+    )
+    swept = inputs.sweep.click(
+        sweep_endpoint(registry),
+        [inputs.model, inputs.source, *inputs.settings()],
+        [outputs.chart, outputs.table],
+        api_name="rewrite_sweep",
+        concurrency_id=checks.CONCURRENCY_ID,
+    )
+    # On the state rather than after the click, so a Link's run (which calls the endpoint
+    # itself) draws the heat map too; an identical rerun leaves the state, and the map, as is.
+    outputs.shown.change(
+        lambda shown: attention_view(registry, shown),
+        outputs.shown,
+        [outputs.attention_plot, outputs.attention_note],
+        concurrency_id=checks.CONCURRENCY_ID,
+        api_visibility="private",
+    )
+    stale = {
+        outputs.output: "",
+        outputs.report: "",
+        outputs.measured: None,
+        outputs.shown: None,
+        outputs.chart: None,
+        outputs.table: None,
+    }
+    widgets.show_errors(outputs.errors, rewritten, [inputs.run.click, inputs.sweep.click], stale)
+    widgets.show_errors(outputs.errors, swept, [], stale)
+    widgets.label_loops(outputs.loops, outputs.output, lambda text: [text])
+
+
+def attention_view(registry, shown: dict | None) -> tuple:
+    """(plot update, attention line) for the run `shown` describes: the heat map, or, for a
+    model whose attention cannot be read, the plot hidden and the line saying why."""
+    if not shown:
+        return gr.update(visible=False), gr.skip()
+    line = alignment_view.model_line(registry.manifest(shown["model"]))
+    try:
+        found = alignment.alignment(
+            registry.get(shown["model"]), shown["source"], shown["text"], shown["controls"]
+        )
+    except ValueError as error:
+        return gr.update(visible=False), f"{line} No heat map: {error}."
+    return alignment_view.heat_map(shown["model"], found), line
+
+
+def _prepare(registry, model, source, decoding_values, subtitle_values):
+    source = checks.text("source", source)
+    config = checks.decoding(*decoding_values)
+    limits_ = subtitle_limits(*subtitle_values[:3])
+    duration = checks.number("duration", subtitle_values[3] or 0, 0, 600)
+    return registry.get(model), source, config, limits_, duration
+
+
+def rewrite_endpoint(registry):
+    """`/rewrite`: the rewrite, its subtitle report and measurements (and, off the API, what
+    the heat map is to show)."""
+
+    @checks.shown_to_user
+    def rewrite(
+        model,
+        source,
+        target,
+        ratio,
+        category,
+        mode,
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        repetition_penalty,
+        no_repeat_ngram_size,
+        num_beams,
+        seed,
+        chars_per_line,
+        max_lines,
+        chars_per_second,
+        duration,
+    ):
+        """Rewrite `source` to the target length; return (text, report HTML, measurements)."""
+        gen, source, config, limits_, duration = _prepare(
+            registry,
             model,
             source,
-            target,
-            ratio,
-            category,
-            mode,
-            max_new_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty,
-            no_repeat_ngram_size,
-            num_beams,
-            seed,
-            chars_per_line,
-            max_lines,
-            chars_per_second,
-            duration,
-        ):
-            """Rewrite `source` to the target length; return (text, report HTML, measurements)."""
-            gen, source, config, limits_, duration = prepare(
-                model,
-                source,
-                (
-                    mode,
-                    max_new_tokens,
-                    temperature,
-                    top_k,
-                    top_p,
-                    min_p,
-                    repetition_penalty,
-                    no_repeat_ngram_size,
-                    num_beams,
-                    1,
-                    seed,
-                ),
-                (chars_per_line, max_lines, chars_per_second, duration),
-            )
-            controls = target_controls(registry, model, target, ratio, category)
-            text = gen.generate(source, config, controls=controls)[0].text.strip()
+            (
+                mode,
+                max_new_tokens,
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repetition_penalty,
+                no_repeat_ngram_size,
+                num_beams,
+                1,
+                seed,
+            ),
+            (chars_per_line, max_lines, chars_per_second, duration),
+        )
+        controls = target_controls(registry, model, target, ratio, category)
+        text = gen.generate(source, config, controls=controls)[0].text.strip()
+        numbers = measure(gen, source, text, limits_, duration)
+        shown = {"model": model, "source": source, "controls": controls, "text": text}
+        return text, report_html(numbers, limits_), numbers, shown
+
+    return rewrite
+
+
+def sweep_endpoint(registry):
+    """`/rewrite_sweep`: the line rewritten at every ratio (or category), as a plot and a table."""
+
+    @checks.shown_to_user
+    def rewrite_sweep(
+        model,
+        source,
+        target,
+        ratio,
+        category,
+        mode,
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        repetition_penalty,
+        no_repeat_ngram_size,
+        num_beams,
+        seed,
+        chars_per_line,
+        max_lines,
+        chars_per_second,
+        duration,
+        progress=PROGRESS,
+    ):
+        """Rewrite `source` at every ratio (or category); return (plot, table)."""
+        gen, source, config, limits_, duration = _prepare(
+            registry,
+            model,
+            source,
+            (
+                mode,
+                max_new_tokens,
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repetition_penalty,
+                no_repeat_ngram_size,
+                num_beams,
+                1,
+                seed,
+            ),
+            (chars_per_line, max_lines, chars_per_second, duration),
+        )
+        control, values = sweep_values(registry, model)
+        found = steered(registry.manifest(model)) if control == "length_ratio" else None
+
+        def in_range(value):
+            if found is None:
+                return "–"
+            return "yes" if found[0] - 1e-9 <= value <= found[1] + 1e-9 else "no"
+
+        rows, subword_ratios, char_ratios = [], [], []
+        for value in progress.tqdm(values, desc="rewriting"):
+            text = gen.generate(source, config, controls={control: value})[0].text.strip()
             numbers = measure(gen, source, text, limits_, duration)
-            return text, report_html(numbers, limits_), numbers
-
-        @checks.shown_to_user
-        def rewrite_sweep(
-            model,
-            source,
-            target,
-            ratio,
-            category,
-            mode,
-            max_new_tokens,
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            repetition_penalty,
-            no_repeat_ngram_size,
-            num_beams,
-            seed,
-            chars_per_line,
-            max_lines,
-            chars_per_second,
-            duration,
-            progress=PROGRESS,
-        ):
-            """Rewrite `source` at every ratio (or category); return (plot, table)."""
-            gen, source, config, limits_, duration = prepare(
-                model,
-                source,
-                (
-                    mode,
-                    max_new_tokens,
-                    temperature,
-                    top_k,
-                    top_p,
-                    min_p,
-                    repetition_penalty,
-                    no_repeat_ngram_size,
-                    num_beams,
-                    1,
-                    seed,
-                ),
-                (chars_per_line, max_lines, chars_per_second, duration),
+            subword_ratios.append(numbers["subword_ratio"])
+            char_ratios.append(numbers["character_ratio"])
+            rows.append(
+                [
+                    value,
+                    text,
+                    _round(numbers["subword_ratio"]),
+                    _round(numbers["character_ratio"]),
+                    in_range(value),
+                    len(numbers["lines"]),
+                    numbers["longest_line"],
+                    _round(numbers["chars_per_second"]),
+                    "✓" if numbers["fits"] else "✗",
+                ]
             )
-            control, values = sweep_values(registry, model)
-            found = steered(registry.manifest(model)) if control == "length_ratio" else None
+        return plots.length_sweep(values, subword_ratios, char_ratios), rows
 
-            def in_range(value):
-                if found is None:
-                    return "–"
-                return "yes" if found[0] - 1e-9 <= value <= found[1] + 1e-9 else "no"
-
-            rows, subword_ratios, char_ratios = [], [], []
-            for value in progress.tqdm(values, desc="rewriting"):
-                text = gen.generate(source, config, controls={control: value})[0].text.strip()
-                numbers = measure(gen, source, text, limits_, duration)
-                subword_ratios.append(numbers["subword_ratio"])
-                char_ratios.append(numbers["character_ratio"])
-                rows.append(
-                    [
-                        value,
-                        text,
-                        _round(numbers["subword_ratio"]),
-                        _round(numbers["character_ratio"]),
-                        in_range(value),
-                        len(numbers["lines"]),
-                        numbers["longest_line"],
-                        _round(numbers["chars_per_second"]),
-                        "✓" if numbers["fits"] else "✗",
-                    ]
-                )
-            return plots.length_sweep(values, subword_ratios, char_ratios), rows
-
-        rewritten = run.click(
-            rewrite,
-            [model, source, *settings],
-            [output, report, measured],
-            api_name="rewrite",
-            concurrency_id=checks.CONCURRENCY_ID,
-        )
-        swept = sweep.click(
-            rewrite_sweep,
-            [model, source, *settings],
-            [chart, table],
-            api_name="rewrite_sweep",
-            concurrency_id=checks.CONCURRENCY_ID,
-        )
-        stale = {output: "", report: "", measured: None, chart: None, table: None}
-        widgets.show_errors(errors, rewritten, [run.click, sweep.click], stale)
-        widgets.show_errors(errors, swept, [], stale)
-        widgets.label_loops(loops, output, lambda text: [text])
+    return rewrite_sweep
 
 
 def _round(value):

@@ -76,6 +76,11 @@ CSS = """
 .paraphrases td.candidate, .paraphrases td.source {
   font-family: ui-monospace, SFMono-Regular, Menlo, monospace; white-space: pre-wrap;
   word-break: break-word; }
+/* The Rewrite tab's attention heat map of a long source keeps room for its upright token labels
+   (about 13 px each) and scrolls sideways on a phone instead of overlapping them
+   (ui/alignment_view.py). */
+.alignment-scroll { overflow-x: auto; max-width: 100%; }
+.alignment-scroll .alignment-wide { min-width: 600px !important; }
 """
 
 
