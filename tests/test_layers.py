@@ -261,3 +261,26 @@ def test_serve_declares_bodies_in_its_protocol_module_and_takes_caps_from_reques
                 if isinstance(node.value, ast.BinOp | ast.UnaryOp):
                     found.append(f"{module}: {node.arg}={ast.unparse(node.value)} is a cap")
     assert len(models) > 5 and not found, "\n".join(found)
+
+
+# Source files that name each decoding parameter (runtime/parameters.py declares them once; the
+# app derives its widgets, checks and requests from it). serve/ is left out until it derives its
+# request bodies from the declaration too; the budgets only shrink.
+PARAMETER_FILES_BUDGET = {
+    "repetition_penalty": 10,
+    "no_repeat_ngram_size": 7,
+    "num_beams": 17,
+    "top_p": 21,
+    "temperature": 31,
+}
+
+
+@pytest.mark.parametrize("name", PARAMETER_FILES_BUDGET)
+def test_few_files_name_a_decoding_parameter(name):
+    word = re.compile(rf"\b{name}\b")
+    naming = [
+        module
+        for module, path in FILES.items()
+        if not module.startswith("serve") and word.search(path.read_text(encoding="utf-8"))
+    ]
+    assert len(naming) <= PARAMETER_FILES_BUDGET[name], naming

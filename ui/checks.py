@@ -4,7 +4,7 @@ Every endpoint checks its inputs here before any model runs: text length caps
 (`runtime.request_caps.LIMITS`) and the decoding settings, each against the app's range that
 runtime/parameters.py declares (`decoding`, `setting`; `taking` gives an endpoint the decoding
 parameters without its naming them), with messages in the project's one template
-(`` `top_p` must be in (0, 1], got 1.5 ``). The checks raise `ValueError`;
+(`` `top_k` must be an int in [0, 1000], got -1 ``). The checks raise `ValueError`;
 `shown_to_user` turns that (and the runtime's own `ValueError`s) into `gr.Error`, which the UI
 shows as a message and an API client receives as the error text; the server logs such an error
 as one line (it is the user's, not the server's), and keeps it for the page's error box
@@ -211,10 +211,11 @@ def decoding(*args, **kwargs) -> runtime.GenerationConfig:
     that order, by position or name; each but `mode` defaults to the runtime's default).
 
     Only the settings the mode reads (runtime/parameters.py, `modes`) are checked; the others are
-    ignored whatever their value (an API caller may send `num_beams=1` with sampling, or no
-    temperature for greedy). Each is checked against the app's range (`setting`); greedy gives
-    one sequence, sampling draws `samples` sequences and beam search returns `samples` of its
-    best hypotheses. The runtime's own refusals name the settings as the endpoints do.
+    ignored whatever their value (an API caller may send `num_beams=1` with sampling, or leave
+    out the sampling settings for greedy). Each is checked against the app's range (`setting`);
+    greedy gives one sequence, sampling draws `samples` sequences and beam search returns
+    `samples` of its best hypotheses. The runtime's own refusals name the settings as the
+    endpoints do.
     """
     bound = DECODING_SIGNATURE.bind(*args, **kwargs)
     bound.apply_defaults()

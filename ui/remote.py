@@ -41,7 +41,7 @@ STREAM_LOGPROBS = 5  # top alternatives per token the token view shows
 def completion_body(model, prompt, config: runtime.GenerationConfig, controls=None, **extra):
     """The completions request for `config`: OpenAI's fields plus our extras, as
     runtime/parameters.py names them (`request_fields`; serve/api.py maps them back onto an
-    equal GenerationConfig; temperature 0 means greedy)."""
+    equal GenerationConfig; a config that does not sample asks for `GREEDY_TEMPERATURE`)."""
     return {
         "model": model,
         "prompt": prompt,
