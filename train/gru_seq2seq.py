@@ -1,0 +1,339 @@
+"""Training recipe for seed 001's GRU encoder-decoders (modeling/gru_seq2seq.py): the
+single-context-vector model and the attention model, on the shipped rewriter's task.
+
+Same task, split and tokenizer as the mBART rewriter (train/seq2seq.py): KJV -> WEB verse pairs
+filtered by train/data.py's bounds, whole books held out for validation and test, the
+rewriter's English 8,000-token tokenizer (the shipped bundle's tokenizer.json, which wraps a
+source as `<|bos|> … <|eos|>`); no length-control tokens. The decoder starts from `<|bos|>` and
+learns the target followed by `<|eos|>`.
+
+The pairs are tokenized once into an .npz (`--pairs FILE`: written on the first run from the
+verse table, read on every later one), so a machine without Debian's SWORD packages can train
+from that file alone. A run is a fixed number of optimizer steps, the same on every device, with
+train/common.py's loop: tqdm, loss.csv, resumable checkpoints (`--resume`); `train.log` records
+the run. A finished run folder holds what export/gru_seq2seq.py reads: gru_seq2seq.json,
+model.pt, tokenizer.json (and loss.csv, loss.png, checkpoint.pt, train.log).
+
+    python -m train.gru_seq2seq --pairs /tmp/pairs.npz --pairs-only     # build the pairs file
+    python -m train.gru_seq2seq --variant attention --pairs /tmp/pairs.npz --out RUN --device cuda
+
+Does not cover: the models (modeling/gru_seq2seq.py), export and evaluation through the
+runtime (export/gru_seq2seq.py), the mBART recipes (train/seq2seq_recipes.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import random
+import shutil
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from modeling import gru_seq2seq as model_definition
+from train import common, data, seq2seq
+
+TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "rewriter" / "int8" / "tokenizer.json"
+SOURCE, TARGET = "kjv", "web"
+POSITIONS = seq2seq.REWRITER_FULL.positions  # the rewriter's pair filter: sources and targets fit
+LOG_FILE = "train.log"
+
+
+@dataclass(frozen=True)
+class GRUTrainSize:
+    steps: int = 3500  # optimizer steps, the same on every device (under 40 min on 2 CPU cores)
+    batch_size: int = 64  # pairs per step, as the rewriter
+    lr: float = 2e-3  # peak learning rate (AdamW), cosine decay to a tenth
+    warmup: int = 200  # steps of linear warm-up
+    val_pairs: int = 256  # validation pairs in the periodic validation loss
+    log_every: int = 20  # steps between loss.csv rows
+    eval_every: int = 200  # steps between validation losses
+    checkpoint_every: int = 200  # steps between checkpoints
+
+
+FULL = GRUTrainSize()
+
+
+# ---------------------------------------------------------------------------------------------
+# The pairs file
+
+
+def _ragged(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token lists as one flat int32 array and offsets (len(rows) + 1,)."""
+    offsets = np.cumsum([0, *map(len, rows)]).astype(np.int64)
+    flat = np.fromiter((t for row in rows for t in row), dtype=np.int32, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def _unragged(flat: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
+    return [flat[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+def _texts(values: list[str]) -> np.ndarray:
+    """Lines (verses hold no newline) as UTF-8 bytes: an .npz needs no pickle for them."""
+    return np.frombuffer("\n".join(values).encode("utf-8"), dtype=np.uint8)
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_pairs(verses: Path, tokenizer_path: Path, out: Path) -> dict[str, int]:
+    """Tokenize every split's KJV -> WEB pairs (the rewriter's filter) into `out`; return the
+    pair count per split."""
+    from tokenizers import Tokenizer
+
+    rows = data.load_verses(verses)
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    arrays: dict[str, np.ndarray] = {"tokenizer_sha256": np.array(file_sha256(tokenizer_path))}
+    counts = {}
+    for split in data.SPLITS:
+        pairs = seq2seq.make_pairs(rows, SOURCE, TARGET, split, tokenizer, POSITIONS)
+        counts[split] = len(pairs)
+        for side in ("source", "target"):
+            flat, offsets = _ragged([getattr(p, f"{side}_ids") for p in pairs])
+            arrays[f"{split}_{side}_ids"], arrays[f"{split}_{side}_offsets"] = flat, offsets
+            arrays[f"{split}_{side}_text"] = _texts([getattr(p, side) for p in pairs])
+        arrays[f"{split}_book"] = _texts([p.book for p in pairs])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    tmp.replace(out)
+    return counts
+
+
+def read_pairs(path: Path, split: str, tokenizer_path: Path | None = None) -> list[seq2seq.Pair]:
+    """One split's pairs from a pairs file; with `tokenizer_path`, checks that the file was
+    tokenized with that tokenizer."""
+    if split not in data.SPLITS:
+        raise ValueError(f"`split` must be one of {data.SPLITS}, got {split!r}")
+    with np.load(path, allow_pickle=False) as arrays:
+        if tokenizer_path is not None and str(arrays["tokenizer_sha256"]) != file_sha256(
+            tokenizer_path
+        ):
+            raise ValueError(
+                f"`pairs` must be tokenized with {tokenizer_path}, got {path} made with another "
+                "tokenizer (delete it to rebuild)"
+            )
+        ids = {
+            side: _unragged(arrays[f"{split}_{side}_ids"], arrays[f"{split}_{side}_offsets"])
+            for side in ("source", "target")
+        }
+        texts = {
+            key: bytes(arrays[f"{split}_{key}"]).decode("utf-8").split("\n")
+            for key in ("source_text", "target_text", "book")
+        }
+    return [
+        seq2seq.Pair(s, t, b, si, ti)
+        for s, t, b, si, ti in zip(
+            texts["source_text"], texts["target_text"], texts["book"], ids["source"], ids["target"]
+        )
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The task the training loop runs
+
+
+def special_ids(tokenizer_path: Path) -> dict[str, int]:
+    from tokenizers import Tokenizer
+
+    from train.tokenizer import BOS, EOS, PAD
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    return {
+        "bos": tokenizer.token_to_id(BOS),
+        "eos": tokenizer.token_to_id(EOS),
+        "pad": tokenizer.token_to_id(PAD),
+    }
+
+
+def example(pair: seq2seq.Pair, special: dict[str, int]) -> seq2seq.Example:
+    """`<|bos|> source <|eos|>` -> `target <|eos|>`, as the runtime encodes a source."""
+    return seq2seq.Example(
+        [special["bos"], *pair.source_ids, special["eos"]], [*pair.target_ids, special["eos"]]
+    )
+
+
+class PairsTask(common.Task):
+    """Length-bucketed batches of training pairs (a fresh order per epoch) and a fixed
+    validation sample; batches go to the model's device when they are used."""
+
+    def __init__(self, train, validation, special, size: GRUTrainSize, device: str, seed: int):
+        self.train = [example(p, special) for p in train]
+        self.special, self.size, self.device, self.seed = special, size, device, seed
+        chosen = random.Random(seed).sample(validation, min(size.val_pairs, len(validation)))
+        examples = [example(p, special) for p in chosen]
+        self.val_batches = [
+            seq2seq.collate(examples[i : i + size.batch_size], special["pad"], special["bos"])
+            for i in range(0, len(examples), size.batch_size)
+        ]
+
+    def batches(self, epoch: int) -> list[dict]:
+        rng = random.Random(self.seed * 1_000_003 + epoch)
+        batches = seq2seq.length_batches(self.train, self.size.batch_size, rng)
+        return [seq2seq.collate(b, self.special["pad"], self.special["bos"]) for b in batches]
+
+    def _on_device(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+
+    def loss(self, model, batch: dict) -> torch.Tensor:
+        # Matrix products in bfloat16 on either device (weights, gradients and the optimizer in
+        # float32): the tied output layer dominates a step, and bfloat16 runs it 2-3x faster on
+        # this machine's AVX512-BF16 cores.
+        with torch.autocast(self.device, dtype=torch.bfloat16):
+            return model(**self._on_device(batch)).loss
+
+    def validation_loss(self, model) -> float:
+        nll, tokens = 0.0, 0
+        model.eval()
+        with torch.no_grad():
+            for batch in self.val_batches:
+                n = int((batch["labels"] != -100).sum())
+                nll += float(model(**self._on_device(batch)).loss) * n
+                tokens += n
+        return nll / max(tokens, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# A run
+
+
+def _logger(out: Path) -> logging.Logger:
+    logger = logging.getLogger(f"train.gru_seq2seq.{out}")
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        handler = logging.FileHandler(out / LOG_FILE)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+    return logger
+
+
+def run(
+    variant: str,
+    pairs_path: Path,
+    out: Path,
+    device: str = "cpu",
+    size: GRUTrainSize = FULL,
+    tokenizer_path: Path = TOKENIZER,
+    resume: bool = False,
+    max_steps: int | None = None,
+    threads: int = common.THREADS,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict:
+    """Train `variant` ("context" or "attention") on the pairs file into `out`; once the step
+    budget is reached, write the run folder export reads. Returns the loop's state."""
+    if variant not in model_definition.PRESETS:
+        raise ValueError(
+            f"`variant` must be one of {sorted(model_definition.PRESETS)}, got {variant!r}"
+        )
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"`device` must be 'cpu' or 'cuda', got {device!r}")
+    out.mkdir(parents=True, exist_ok=True)
+    log = _logger(out)
+    special = special_ids(tokenizer_path)
+    config = replace(
+        model_definition.PRESETS[variant],
+        bos_token_id=special["bos"],
+        eos_token_id=special["eos"],
+        pad_token_id=special["pad"],
+    )
+    common.seed_everything(seed)
+    model = model_definition.build(config).to(device)
+    train_pairs = read_pairs(pairs_path, "train", tokenizer_path)
+    task = PairsTask(train_pairs, read_pairs(pairs_path, "validation"), special, size, device, seed)
+    train_config = common.TrainConfig(
+        steps=size.steps,
+        lr=size.lr,
+        warmup=min(size.warmup, size.steps - 1),
+        log_every=size.log_every,
+        eval_every=size.eval_every,
+        checkpoint_every=size.checkpoint_every,
+        seed=seed,
+    )
+    parameters = model_definition.count_parameters(model)
+    log.info(
+        f"{'resume' if resume else 'start'} {variant}: {parameters:,} parameters, "
+        f"{len(train_pairs):,} training pairs, {size.steps} steps, device {device}, "
+        f"threads {threads}, size {asdict(size)}"
+    )
+    state = common.train(
+        model,
+        task,
+        train_config,
+        out,
+        resume=resume,
+        max_steps=max_steps,
+        progress=progress,
+        describe=f"gru {variant}",
+        threads=threads,
+    )
+    rate = common.steps_per_second(out / common.LOSS_CSV)
+    log.info(
+        f"stopped at step {state['step']} of {size.steps} after {state['train_seconds']:.0f} s "
+        f"of training ({rate or 0:.2f} steps/s)"
+    )
+    if state["finished"]:
+        model_definition.save_config(config, out)
+        weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        torch.save(weights, out / model_definition.WEIGHTS_FILE)
+        shutil.copyfile(tokenizer_path, out / "tokenizer.json")
+        common.plot_losses(out / common.LOSS_CSV, out / common.LOSS_PNG, f"GRU {variant}")
+        log.info(f"finished: {out / model_definition.WEIGHTS_FILE}")
+    return state
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m train.gru_seq2seq", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--variant", choices=sorted(model_definition.PRESETS))
+    parser.add_argument("--pairs", type=Path, required=True, help="tokenized pairs (.npz)")
+    parser.add_argument("--pairs-only", action="store_true", help="write --pairs and stop")
+    parser.add_argument("--verses", type=Path, default=data.DEFAULT_OUT, help="verse table")
+    parser.add_argument("--tokenizer", type=Path, default=TOKENIZER)
+    parser.add_argument("--out", type=Path, help="run folder")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--max-steps", type=int, help="stop this invocation at this step")
+    parser.add_argument("--steps", type=int, default=FULL.steps, help="the run's step budget")
+    parser.add_argument("--threads", type=int, default=common.THREADS)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if not args.pairs.exists():
+        if not args.verses.exists():
+            raise FileNotFoundError(
+                f"{args.verses} not found: build it with `python -m train.data`"
+            )
+        counts = write_pairs(args.verses, args.tokenizer, args.pairs)
+        print(f"wrote {args.pairs}: {counts}")
+    if args.pairs_only:
+        return 0
+    if args.variant is None or args.out is None:
+        parser.error("--variant and --out are needed to train")
+    if args.steps < 1:
+        raise ValueError(f"`--steps` must be at least 1, got {args.steps}")
+    state = run(
+        args.variant,
+        args.pairs,
+        args.out,
+        device=args.device,
+        size=replace(FULL, steps=args.steps),
+        tokenizer_path=args.tokenizer,
+        resume=args.resume,
+        max_steps=args.max_steps,
+        threads=args.threads,
+        seed=args.seed,
+    )
+    print(f"{args.variant}: step {state['step']}, finished {state['finished']}, out {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
