@@ -7,9 +7,8 @@ Two parts. The app's: one frozen `Limits` value, `LIMITS`, read by the app (ui/c
 every endpoint's inputs against it) and by bench/ (the load test queues requests as the app
 does). `scriptorium serve`'s: `ServeLimits` (`SERVE_LIMITS`, the command's flags of the same
 names) and the API's fixed field caps, which serve/protocol.py's request bodies declare; the
-serve part says which of its caps differ from the app's, and why. Both share `LIMITS`'s
-temperature and seed ranges and runtime/budget.py's cap on prompts × samples × beams. Plain data:
-this module checks nothing itself.
+serve part says which of its caps differ from the app's, and why, and which decoding ranges it
+shares with the app (`SERVE_APP_RANGES`). Plain data: this module checks nothing itself.
 """
 
 from __future__ import annotations
@@ -45,8 +44,10 @@ LIMITS = Limits()
 
 # ---- scriptorium serve (serve/: the OpenAI-compatible API) ---------------------------------------
 #
-# The same temperature and seed ranges as the app's (`LIMITS`) and the same cap on prompts ×
-# samples × beams (runtime/budget.py). What differs from the app, on purpose:
+# The decoding parameters' ranges are runtime/parameters.py's: the app checks each one's
+# `allowed` range; the API the same for those in `SERVE_APP_RANGES`, and the runtime's whole
+# `valid` range for the others. Both share the cap on prompts × samples × beams
+# (runtime/budget.py). What differs from the app, on purpose:
 # - prompt characters (32,768 against 2,000) and new tokens (as many as the context leaves,
 #   against 256): the app is a public page whose visitors share one machine and one queue, so
 #   each request is kept short; the API's operator sizes these with `scriptorium serve`'s flags
@@ -55,8 +56,8 @@ LIMITS = Limits()
 # - samples and beams: the app caps each (its sliders' ends); the API caps only prompts × `n` ×
 #   `num_beams` (`max_sequences`), as an OpenAI client sets `n` and `num_beams` as it likes.
 # - top-k, repetition penalty and no-repeat n-gram size: the app's sliders need ends chosen for a
-#   visitor; the API takes every value the runtime takes (runtime/config.py's `BOUNDS`), as an
-#   OpenAI client expects of a server.
+#   visitor; the API takes every value the runtime takes, as an OpenAI client expects of a server.
+SERVE_APP_RANGES = frozenset({"temperature", "seed"})  # OpenAI's [0, 2]; one seed range for both
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,10 @@ Pure functions, no Ray and no HTTP server, so every rule here is testable on its
   maps to. OpenAI's names map to transformers' ones: `max_tokens` → `max_new_tokens`, `n` →
   `num_return_sequences`, `stop` → `stop`; `temperature` 0 means greedy decoding (as OpenAI
   documents it), any other temperature means sampling at that temperature (OpenAI's default is
-  1). Our extras in the same body: `top_k`, `min_p`, `typical_p`, `repetition_penalty`,
-  `no_repeat_ngram_size`, `min_tokens`, `num_beams`, `length_penalty`, `early_stopping` and
-  `controls` ({"section": "gospels"}). With `num_beams` > 1, temperature 0 is beam search and
-  any other temperature beam sampling.
+  1). The other decoding parameters (Scriptorium's extras in the same body: top-k, beam search
+  and the rest) are runtime/parameters.py's, each under its declared request field and mapped by
+  `runtime.parameters.from_request`; `controls` ({"section": "gospels"}) picks control tokens.
+  With `num_beams` > 1, temperature 0 is beam search and any other temperature beam sampling.
 - `complete(gen, request)` / `stream(gen, request)` are the replica's work (serve/replica.py runs
   them, as it runs chat's, in its thread pool): every prompt in turn, `max_tokens` capped by what
   the context leaves after it (`scriptorium.max_tokens` says the cap applied).
@@ -38,30 +38,20 @@ from dataclasses import dataclass, field
 
 import runtime
 from runtime.budget import check_sequences
+from runtime.parameters import PARAMETERS, from_request
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
 
 from . import scoring
-from .protocol import CompletionBody, GenerationBody, RequestError, parse_body
+from .protocol import DECODING_FIELDS, CompletionBody, GenerationBody, RequestError, parse_body
 
 OPENAI_DEFAULT_MAX_TOKENS = 16
 
-# Extras in the request body, each a GenerationConfig field of the same name unless mapped here.
-EXTRA_FIELDS = {
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "typical_p": "typical_p",
-    "repetition_penalty": "repetition_penalty",
-    "no_repeat_ngram_size": "no_repeat_ngram_size",
-    "min_tokens": "min_new_tokens",
-    "num_beams": "num_beams",
-    "length_penalty": "length_penalty",
-    "early_stopping": "early_stopping",
-}
+OPENAI_DEFAULT_TEMPERATURE = 1.0  # a request without `temperature` samples at 1
 # The runtime's names of the API's fields, so that its messages can name the API's.
 RUNTIME_NAMES = {
-    "max_new_tokens": "max_tokens",
-    "num_return_sequences": "n",
-    **{runtime_name: key for key, runtime_name in EXTRA_FIELDS.items()},
+    parameter.name: parameter.request_field
+    for parameter in PARAMETERS
+    if parameter.request_field not in (None, parameter.name)
 }
 
 
@@ -87,7 +77,7 @@ def parse_completion(
     >>> req = parse_completion({"model": "m", "prompt": "In", "temperature": 0, "max_tokens": 8})
     >>> req.config.mode, req.config.max_new_tokens, req.prompts
     ('greedy', 8, ('In',))
-    >>> parse_completion(b'{"model": "m", "prompt": "In", "seed": 3}').config.mode
+    >>> parse_completion(b'{"model": "m", "prompt": "In", "temperature": 0.5}').config.mode
     'sample'
     """
     checked = parse_body(CompletionBody, body)
@@ -107,7 +97,7 @@ def parse_completion(
         )
     # max_tokens 0 (echo, scoring only) generates nothing; the config stays a valid one.
     limit = checked.max_tokens or OPENAI_DEFAULT_MAX_TOKENS
-    config = generation_config(checked, limit, EXTRA_FIELDS, RUNTIME_NAMES)
+    config = generation_config(checked, limit, RUNTIME_NAMES)
     try:
         check_sequences(len(prompts), config, limits.max_sequences)
     except ValueError as error:
@@ -144,27 +134,19 @@ def check_text(name: str, text: str, max_chars: int | None = None) -> None:
 
 
 def generation_config(
-    body: GenerationBody, max_new_tokens: int, extras: dict, names: dict
+    body: GenerationBody, max_new_tokens: int, names: dict
 ) -> runtime.GenerationConfig:
-    """The validated GenerationConfig of a checked body, for both routes: OpenAI's temperature
-    (0 = greedy), top_p, n, seed and stop, and the extra fields `extras` maps to the runtime's
-    names; a runtime refusal is a `RequestError` in the API's words (`names`)."""
+    """The validated GenerationConfig of a checked body, for both routes: its decoding fields
+    mapped by their declaration (`runtime.parameters.from_request`: temperature 0 = greedy, any
+    other samples at it; absent, OpenAI's default 1), its stop strings and `max_new_tokens`; a
+    runtime refusal is a `RequestError` in the API's words (`names`)."""
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     for string in stop:
         check_text("stop", string)
-    temperature = 1.0 if body.temperature is None else body.temperature
-    settings = {
-        "max_new_tokens": max_new_tokens,
-        "do_sample": temperature > 0,
-        "temperature": float(temperature) if temperature > 0 else 1.0,
-        "top_p": 1.0 if body.top_p is None else body.top_p,
-        "num_return_sequences": 1 if body.n is None else body.n,
-        "seed": body.seed,
-        "stop": stop,
-    }
-    for key, name in extras.items():
-        if getattr(body, key) is not None:
-            settings[name] = getattr(body, key)
+    fields = {key: getattr(body, key) for key in DECODING_FIELDS if key in type(body).model_fields}
+    if body.temperature is None:
+        fields["temperature"] = OPENAI_DEFAULT_TEMPERATURE
+    settings = {**from_request(fields), "max_new_tokens": max_new_tokens, "stop": stop}
     try:
         return runtime.GenerationConfig(**settings).validate()
     except ValueError as error:

@@ -7,13 +7,13 @@ Three parts, each testable without a server, laid out as serve/api.py lays out c
   it onto a validated `runtime.GenerationConfig` with serve/api.py's mapping:
   `max_completion_tokens` (or the older `max_tokens`; neither: until the end of the turn or of
   the context) → `max_new_tokens`, `n` → `num_return_sequences`, `temperature` 0 → greedy, any
-  other → sampling (OpenAI's default is 1), `top_p`, `seed`, `stop`; the same extras as
-  completions except beam search (`top_k`, `min_p`, `typical_p`, `repetition_penalty`,
-  `no_repeat_ngram_size`, `min_tokens`, `controls`). Messages have a role (system, user,
-  assistant; "developer" is OpenAI's newer name for system) and text content (a string, or a
-  list of text parts, joined by newlines), at most `limits.max_prompt_chars` characters in all;
-  `name` is accepted and not shown to the model. Tools, penalties, `logit_bias` and non-text
-  responses are refused unless at the value that means "off".
+  other → sampling (OpenAI's default is 1), `stop`, `controls`, and the decoding parameters a
+  chat reply reads (runtime/parameters.py's; completions' without beam search). Messages have
+  a role (system, user, assistant; "developer" is OpenAI's newer name for system) and text
+  content (a string, or a list of text parts, joined by newlines), at most
+  `limits.max_prompt_chars` characters in all; `name` is accepted and not shown to the model.
+  Tools, penalties, `logit_bias` and non-text responses are refused unless at the value that
+  means "off".
 - the replica's work: `complete(gen, request)` and `stream(gen, request)` run `gen.chat` /
   `gen.stream_chat` (serve/replica.py runs them, as it runs completions', in its thread pool).
 - the response: OpenAI's `chat.completion` object, or `chat.completion.chunk` server-sent events
@@ -48,12 +48,6 @@ from . import api
 from .protocol import ChatBody, RequestError, parse_body
 
 UNTIL_CONTEXT = 1 << 30  # max_new_tokens when the request sets no limit: the context caps it
-# Completions' extras, without beam search (chat replies are sampled or greedy).
-EXTRA_FIELDS = {
-    key: name
-    for key, name in api.EXTRA_FIELDS.items()
-    if name not in ("num_beams", "length_penalty", "early_stopping")
-}
 # The runtime's names of the API's fields, so that its messages can name the API's.
 RUNTIME_NAMES = {
     **api.RUNTIME_NAMES,
@@ -113,7 +107,7 @@ def parse_chat(raw: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS) -> C
     except ValueError as error:
         raise RequestError(str(error), param=api.param_named_in(str(error))) from None
     limit = body.max_completion_tokens or body.max_tokens or UNTIL_CONTEXT
-    config = api.generation_config(body, limit, EXTRA_FIELDS, RUNTIME_NAMES)
+    config = api.generation_config(body, limit, RUNTIME_NAMES)
     if config.num_return_sequences > limits.max_sequences:
         raise RequestError(
             f"`n` must be at most {limits.max_sequences}, got {config.num_return_sequences}",

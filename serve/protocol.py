@@ -14,26 +14,36 @@ Echoed values are cut to a short prefix (`shown`), so a bad request never gets a
 standard library would accept or choke on: lone surrogates (`"\\ud800"`), nesting deeper than
 its recursion limit, NaN and infinities, and bytes that are not UTF-8 (a UTF-16 body).
 
-What is checked here is the shape and each field's range, with the caps of
-runtime/request_caps.py; what needs the model (the prompt's tokens against the context, control
-values) is checked by the runtime, and the server's configurable limits (prompt characters,
-total sequences) by serve/api.py and serve/chat.py, which map the bodies onto the runtime. A
-decoding setting's range is the runtime's (`runtime.config.BOUNDS`), never a looser one: the
-fields whose whole range the runtime declares (`repetition_penalty`, `length_penalty`, the low end
-of `temperature`) leave the check to it, so their 400 carries its message.
+The decoding parameters a request passes through to the runtime are not declared here: each
+body takes them from their one declaration, runtime/parameters.py (`decoding_field`: type, rule,
+range), completions all of those with a request field, chat those a chat reply reads. Their
+range is the runtime's, or the app's for those runtime/request_caps.py's `SERVE_APP_RANGES`
+names; where it is the runtime's whole range of a real number, the runtime checks it, so the 400
+carries its message. What needs the model (the prompt's tokens against the context, control
+values) is checked by the runtime too, and the server's configurable limits (prompt characters,
+total sequences) by serve/api.py and serve/chat.py, which map the bodies onto the runtime. The
+other caps are runtime/request_caps.py's.
 """
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from runtime.config import BOUNDS
+from runtime.parameters import (
+    CHAT_MODES,
+    GREEDY_TEMPERATURE,
+    MODES,
+    NAMED,
+    PARAMETERS,
+    Parameter,
+    Range,
+)
 from runtime.request_caps import (
-    LIMITS,
     MAX_CONTROLS,
     MAX_INT,
     MAX_LOGPROBS,
@@ -43,19 +53,10 @@ from runtime.request_caps import (
     MAX_NAME_CHARS,
     MAX_STOP_CHARS,
     MAX_STOP_STRINGS,
+    SERVE_APP_RANGES,
 )
 
 SHOWN_CHARS = 40  # characters of a bad value echoed back in an error message
-
-
-def runtime_range(name: str) -> str:
-    """The runtime's range of a real-valued setting, as a rule states it.
-
-    >>> runtime_range("repetition_penalty")
-    '[0.01, 100]'
-    """
-    low, high = BOUNDS[name]
-    return f"[{low:g}, {high:g}]"
 
 
 class RequestError(ValueError):
@@ -69,7 +70,7 @@ class RequestError(ValueError):
 def error_body(message: str, kind="invalid_request_error", param=None, code=None) -> dict:
     """OpenAI's error object.
 
-    >>> error_body("`top_p` must be in (0, 1], got 1.5", param="top_p")["error"]["type"]
+    >>> error_body("`n` must be 1 for greedy decoding, got 2", param="n")["error"]["type"]
     'invalid_request_error'
     """
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
@@ -110,9 +111,20 @@ Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 Count = Annotated[int, Field(le=MAX_INT)]
 TokenId = Annotated[int, Field(ge=0, le=MAX_INT)]
 StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+
+
+def served_range(parameter: Parameter) -> Range:
+    """The range the API allows a parameter: the app's (`allowed`) for those
+    runtime/request_caps.py's `SERVE_APP_RANGES` names, else the runtime's (`valid`)."""
+    return parameter.limits if parameter.name in SERVE_APP_RANGES else parameter.valid
+
+
+# OpenAI's temperature: 0 asks for greedy decoding, any other value samples at that temperature,
+# within the range the API allows the runtime's (runtime/parameters.py's `temperature`).
+TEMPERATURE = served_range(NAMED["temperature"])
 TEMPERATURE_RULE = (
-    f"a number in [0, {LIMITS.max_temperature:g}] (0: greedy; else at least "
-    f"{BOUNDS['temperature'][0]:g})"
+    f"a number in [{GREEDY_TEMPERATURE}, {TEMPERATURE.high:g}] (0: greedy; else at least "
+    f"{NAMED['temperature'].valid.low:g})"
 )
 
 
@@ -129,21 +141,18 @@ class StreamOptions(Body):
 
 
 class GenerationBody(Body):
-    """What both routes take: the model, OpenAI's sampling fields, streaming, control tokens,
-    and Scriptorium's decoding extras (each a `runtime.GenerationConfig` field, serve/api.py's
-    `EXTRA_FIELDS`)."""
+    """What both routes take besides the decoding parameters they pass through to the runtime
+    (`decoding_field`): the model, OpenAI's temperature (0: greedy), stop strings, streaming,
+    control tokens, and the OpenAI fields accepted only "off"."""
 
     model: Name = must("a model id string from GET /v1/models", default=...)
-    temperature: float | None = must(TEMPERATURE_RULE, ge=0, le=LIMITS.max_temperature)
-    top_p: float | None = must("a number in (0, 1]", gt=0, le=1)
-    seed: int | None = must(f"an int in [0, {LIMITS.max_seed}]", ge=0, le=LIMITS.max_seed)
+    temperature: float | None = must(TEMPERATURE_RULE, ge=GREEDY_TEMPERATURE, le=TEMPERATURE.high)
     stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS)] | None = (
         must(
             f"a string or a list of at most {MAX_STOP_STRINGS} strings, each of 1 to "
             f"{MAX_STOP_CHARS} characters"
         )
     )
-    n: Count | None = must("an int >= 1 (choices per prompt)", ge=1)
     stream: bool | None = must("true or false")
     stream_options: StreamOptions | None = must('an object like {"include_usage": true}')
     user: Annotated[str, Field(max_length=MAX_NAME_CHARS)] | None = must(
@@ -155,15 +164,6 @@ class GenerationBody(Body):
             '{"section": "gospels"}'
         )
     )
-    # Scriptorium's extras (runtime.GenerationConfig's names, min_tokens = min_new_tokens).
-    top_k: Count | None = must("an int >= 0 (0: off)", ge=0)
-    min_p: float | None = must("a number in [0, 1]", ge=0, le=1)
-    typical_p: float | None = must("a number in (0, 1]", gt=0, le=1)
-    repetition_penalty: float | None = must(
-        f"a number in {runtime_range('repetition_penalty')} (1: off)"
-    )
-    no_repeat_ngram_size: Count | None = must("an int >= 0 (0: off)", ge=0)
-    min_tokens: Count | None = must("an int >= 0", ge=0)
     presence_penalty: float | None = unsupported("0 (penalties are not supported)", 0)
     frequency_penalty: float | None = unsupported("0 (penalties are not supported)", 0)
     logit_bias: dict[str, float] | None = unsupported(
@@ -171,10 +171,7 @@ class GenerationBody(Body):
     )
 
 
-class CompletionBody(GenerationBody):
-    """`POST /v1/completions`: OpenAI's legacy completions request, plus Scriptorium's
-    decoding extras, beam search included."""
-
+class _CompletionFields(GenerationBody):
     endpoint: typing.ClassVar[str] = "completions"
     prompt: (
         str
@@ -190,9 +187,6 @@ class CompletionBody(GenerationBody):
         "an int >= 1 (default 16), or 0 with `echo` (score the prompt only)", ge=0
     )
     logprobs: int | None = must(f"an int in [0, {MAX_LOGPROBS}] or null", ge=0, le=MAX_LOGPROBS)
-    num_beams: Count | None = must("an int >= 1 (1: no beam search)", ge=1)
-    length_penalty: float | None = must(f"a number in {runtime_range('length_penalty')}")
-    early_stopping: bool | Literal["never"] | None = must('true, false or "never"')
     echo: bool | None = must(
         "true or false (true: the prompt comes back in front of the completion, with its "
         "tokens' log-probabilities when `logprobs` is set)"
@@ -219,10 +213,7 @@ class Message(Body):
     )
 
 
-class ChatBody(GenerationBody):
-    """`POST /v1/chat/completions`: OpenAI's chat request, plus Scriptorium's decoding extras
-    (no beam search: chat replies are sampled or greedy)."""
-
+class _ChatFields(GenerationBody):
     endpoint: typing.ClassVar[str] = "chat.completions"
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)] = must(
         f"a list of 1 to {MAX_MESSAGES} messages", default=...
@@ -249,6 +240,87 @@ class ChatBody(GenerationBody):
         f"{MAX_METADATA_CHARS} characters (accepted, not used)"
     )
     service_tier: Name | None = must("a string (accepted, not used)")
+
+
+# ---- the decoding parameters, from their declaration (runtime/parameters.py) -----------------
+
+
+def decoding_field(parameter: Parameter) -> tuple[object, object]:
+    """The body field of a decoding parameter that a request passes through to the runtime:
+    its JSON type, its rule and its range, all from the declaration.
+
+    Where the API allows the runtime's whole range of a real number, the runtime checks it (a
+    400 with its own message, in the API's words); the schema still states the range. An int
+    is checked here, up to `MAX_INT` when its range has no top, with the runtime's words.
+    """
+    span = served_range(parameter)
+    constraints, shown_range = {}, {}
+    if parameter.choices:  # strict: a bool choice is a JSON bool, never 0 or 1
+        bools = {choice for choice in parameter.choices if isinstance(choice, bool)}
+        others = tuple(choice for choice in parameter.choices if not isinstance(choice, bool))
+        kind = bool if bools == {True, False} else Literal[tuple(bools)]
+        if others:
+            kind = kind | Literal[others]
+        *first, last = (json.dumps(choice) for choice in parameter.choices)
+        rule = f"{', '.join(first)} or {last}"
+    elif parameter.type is bool:
+        kind, rule = bool, "true or false"
+    elif parameter.type is int:
+        kind = int
+        constraints = {"ge": span.low, "le": MAX_INT if span.high is None else span.high}
+        rule = f"an int >= {span.low}" if span.high is None else f"an int in {_span(span)}"
+    else:
+        kind, rule = float, f"a number in {_span(span)}"
+        low = "exclusiveMinimum" if span.low_open else "minimum"
+        shown_range = {low: span.low, "maximum": span.high}
+        if span != parameter.valid:
+            low_check = "gt" if span.low_open else "ge"
+            constraints = {low_check: span.low, "le": span.high}
+    extra = {"x-must": rule, **{k: v for k, v in shown_range.items() if v is not None}}
+    description = f"{parameter.help[0].upper()}{parameter.help[1:]}. Must be {rule}."
+    info = Field(None, description=description, json_schema_extra=extra, **constraints)
+    return kind | None, info
+
+
+def _span(span: Range) -> str:
+    """A range as the runtime's messages write it: "(0, 1]", "[0, 4294967295]"."""
+    low, high = (
+        f"{end:g}" if isinstance(end, float) else str(end) for end in (span.low, span.high)
+    )
+    return f"{'(' if span.low_open else '['}{low}, {high}]"
+
+
+def _passed_through(base: type[Body], modes: tuple[str, ...]) -> dict:
+    """The decoding fields a body built on `base` adds: each parameter with a request field that
+    `base` does not declare itself and that a decoding mode in `modes` reads."""
+    return {
+        parameter.request_field: decoding_field(parameter)
+        for parameter in PARAMETERS
+        if parameter.request_field
+        and parameter.request_field not in base.model_fields
+        and set(parameter.modes) & set(modes)
+    }
+
+
+CompletionBody = create_model(
+    "CompletionBody",
+    __base__=_CompletionFields,
+    __doc__="`POST /v1/completions`: OpenAI's legacy completions request, and every decoding "
+    "parameter of runtime/parameters.py that has a request field (beam search included).",
+    __module__=__name__,
+    **_passed_through(_CompletionFields, MODES),
+)
+ChatBody = create_model(
+    "ChatBody",
+    __base__=_ChatFields,
+    __doc__="`POST /v1/chat/completions`: OpenAI's chat request, and the decoding parameters a "
+    "chat reply reads (no beam search: chat replies are sampled or greedy).",
+    __module__=__name__,
+    **_passed_through(_ChatFields, CHAT_MODES),
+)
+DECODING_FIELDS = frozenset(
+    parameter.request_field for parameter in PARAMETERS if parameter.request_field
+)  # what `runtime.parameters.from_request` reads of a body
 
 
 def parse_body(model: type[Body], raw: bytes | str | dict) -> Body:

@@ -284,3 +284,37 @@ def test_few_files_name_a_decoding_parameter(name):
         if not module.startswith("serve") and word.search(path.read_text(encoding="utf-8"))
     ]
     assert len(naming) <= PARAMETER_FILES_BUDGET[name], naming
+
+
+# The decoding parameters serve/ gives a meaning of its own (the token limit per route,
+# temperature 0 as greedy, the sequence cap on `n` × `num_beams`); it passes the others through.
+SERVE_OWN_PARAMETERS = {
+    "max_new_tokens",
+    "max_tokens",
+    "temperature",
+    "do_sample",
+    "num_return_sequences",
+    "n",
+    "num_beams",
+}
+
+
+def test_serve_names_no_decoding_parameter_it_only_passes_through():
+    """serve/ takes the decoding parameters it passes to the runtime from runtime/parameters.py
+    (their request fields, types and ranges), so no serve source names one of them."""
+    declaration = ast.parse((REPO / "runtime" / "parameters.py").read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(declaration):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "Parameter" and node.args:
+            names.add(node.args[0].value)
+        if isinstance(node, ast.keyword) and node.arg == "request_field":
+            names.add(node.value.value)
+    passed = names - SERVE_OWN_PARAMETERS - {None}
+    naming = [
+        f"{module}: {name}"
+        for module, path in FILES.items()
+        if top(module) == "serve"
+        for name in sorted(passed)
+        if re.search(rf"\b{name}\b", path.read_text(encoding="utf-8"))
+    ]
+    assert len(passed) >= 10 and not naming, naming

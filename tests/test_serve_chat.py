@@ -185,7 +185,7 @@ def test_chat_body_maps_onto_the_generation_config():
         ({"messages": [{"role": "tool", "content": "4"}]}, "messages[0].role", "must be one of"),
         ({"messages": [{"role": "user"}]}, "messages[0].content", "got nothing"),
         ({"messages": [{"role": "user", "content": "a", "x": 1}]}, "messages", "`x` is not a"),
-        ({"top_p": 1.5}, "top_p", "`top_p` must be a number in (0, 1], got 1.5"),
+        ({"top_p": 1.5}, "top_p", "`top_p` must be in (0, 1], got 1.5"),
         ({"temperature": "hot"}, "temperature", "`temperature` must be a number in [0, 2]"),
         ({"top_logprobs": 9, "logprobs": True}, "top_logprobs", "an int in [0, 5]"),
         ({"top_logprobs": 2}, "top_logprobs", "must come with `logprobs` true"),
