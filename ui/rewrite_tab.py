@@ -176,19 +176,15 @@ class RewriteInputs:
     ratio: gr.Slider
     category: gr.Dropdown
     decoding: widgets.DecodingInputs
-    subtitle: list  # characters per line, lines, characters per second, duration
+    subtitle: dict  # chars_per_line, max_lines, chars_per_second, duration -> component
     run: gr.Button
     sweep: gr.Button
 
-    def settings(self) -> list:
-        """The components after model and source, in the endpoints' parameter order."""
-        return [
-            self.target,
-            self.ratio,
-            self.category,
-            *self.decoding.components(),
-            *self.subtitle,
-        ]
+    def by_name(self) -> dict:
+        """The endpoints' inputs by their API parameter names, in order."""
+        named = {"model": self.model, "source": self.source, "target": self.target}
+        named |= {"ratio": self.ratio, "category": self.category}
+        return named | self.decoding.by_name() | self.subtitle
 
 
 @dataclass
@@ -233,18 +229,13 @@ def input_column(registry, names: list[str]) -> RewriteInputs:
     widgets.model_card(registry, model)
     source = gr.Textbox(examples.KJV[0], label="Line to rewrite", lines=3)
     target, ratio, category = target_inputs(registry.controls_of(names[0]) if names else {})
-    decoding = widgets.decoding_inputs(
-        mode="beam search", max_new_tokens=96, num_beams=5, with_samples=False
-    )
+    decoding = widgets.decoding_inputs(mode="beam search", max_new_tokens=96, with_samples=False)
     subtitle = subtitle_inputs()
     with gr.Row():
         run = gr.Button("Rewrite", variant="primary", interactive=bool(names))
         sweep = gr.Button("Sweep every ratio", interactive=bool(names))
     inputs = RewriteInputs(model, source, target, ratio, category, decoding, subtitle, run, sweep)
-    parameters = {"model": model, "source": source, "target": target, "ratio": ratio}
-    parameters |= {"category": category} | decoding.by_name()
-    subtitle_names = ("chars_per_line", "max_lines", "chars_per_second", "duration")
-    links.shareable("rewrite", "rewrite", parameters | dict(zip(subtitle_names, subtitle)))
+    links.shareable("rewrite", "rewrite", inputs.by_name())
     gr.Examples(
         [[line] for line in examples.KJV],
         [source],
@@ -281,18 +272,25 @@ def target_inputs(has: dict) -> tuple[gr.Radio, gr.Slider, gr.Dropdown]:
     return target, ratio, category
 
 
-def subtitle_inputs() -> list:
-    """Characters per line, lines, characters per second and duration, in an open accordion."""
+def subtitle_inputs() -> dict:
+    """Characters per line, lines, characters per second and duration, in an open accordion,
+    by the endpoints' names."""
     with gr.Accordion("Subtitle limits", open=True):
         with gr.Row():
-            return [
-                widgets.setting_number(
+            return {
+                "chars_per_line": widgets.setting_number(
                     42, precision=0, minimum=10, maximum=200, label="Characters per line"
                 ),
-                widgets.setting_number(2, precision=0, minimum=1, maximum=10, label="Lines"),
-                widgets.setting_number(17, minimum=1, maximum=100, label="Characters per second"),
-                widgets.setting_number(4.0, minimum=0, maximum=600, label="Duration (s, 0 = none)"),
-            ]
+                "max_lines": widgets.setting_number(
+                    2, precision=0, minimum=1, maximum=10, label="Lines"
+                ),
+                "chars_per_second": widgets.setting_number(
+                    17, minimum=1, maximum=100, label="Characters per second"
+                ),
+                "duration": widgets.setting_number(
+                    4.0, minimum=0, maximum=600, label="Duration (s, 0 = none)"
+                ),
+            }
 
 
 def output_column(registry, model: gr.Dropdown) -> RewriteOutputs:
@@ -351,16 +349,17 @@ def follow_model(registry, inputs: RewriteInputs, outputs: RewriteOutputs) -> No
 
 def wire(registry, inputs: RewriteInputs, outputs: RewriteOutputs) -> None:
     """The Rewrite and Sweep buttons, the heat map after each rewrite, errors and loop labels."""
+    names = list(inputs.by_name())
     rewritten = inputs.run.click(
-        rewrite_endpoint(registry),
-        [inputs.model, inputs.source, *inputs.settings()],
+        rewrite_endpoint(registry, names),
+        list(inputs.by_name().values()),
         [outputs.output, outputs.report, outputs.measured, outputs.shown],
         api_name="rewrite",
         concurrency_id=checks.CONCURRENCY_ID,
     )
     swept = inputs.sweep.click(
-        sweep_endpoint(registry),
-        [inputs.model, inputs.source, *inputs.settings()],
+        sweep_endpoint(registry, names),
+        list(inputs.by_name().values()),
         [outputs.chart, outputs.table],
         api_name="rewrite_sweep",
         concurrency_id=checks.CONCURRENCY_ID,
@@ -402,59 +401,36 @@ def attention_view(registry, shown: dict | None) -> tuple:
     return alignment_view.heat_map(shown["model"], found), line
 
 
-def _prepare(registry, model, source, decoding_values, subtitle_values):
+def _prepare(registry, model, source, settings, subtitle_values):
     source = checks.text("source", source)
-    config = checks.decoding(*decoding_values)
+    config = checks.decoding(**settings)
     limits_ = subtitle_limits(*subtitle_values[:3])
     duration = checks.number("duration", subtitle_values[3] or 0, 0, 600)
     return registry.get(model), source, config, limits_, duration
 
 
-def rewrite_endpoint(registry):
-    """`/rewrite`: the rewrite, its subtitle report and measurements (and, off the API, what
-    the heat map is to show)."""
+def rewrite_endpoint(registry, names: list[str]):
+    """`/rewrite`, taking the API parameters `names`: the rewrite, its subtitle report and
+    measurements (and, off the API, what the heat map is to show)."""
 
     @checks.shown_to_user
+    @checks.taking(names)
     def rewrite(
         model,
         source,
         target,
         ratio,
         category,
-        mode,
-        max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        min_p,
-        repetition_penalty,
-        no_repeat_ngram_size,
-        num_beams,
-        seed,
         chars_per_line,
         max_lines,
         chars_per_second,
         duration,
+        **settings,
     ):
         """Rewrite `source` to the target length; return (text, report HTML, measurements)."""
+        subtitle = (chars_per_line, max_lines, chars_per_second, duration)
         gen, source, config, limits_, duration = _prepare(
-            registry,
-            model,
-            source,
-            (
-                mode,
-                max_new_tokens,
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                repetition_penalty,
-                no_repeat_ngram_size,
-                num_beams,
-                1,
-                seed,
-            ),
-            (chars_per_line, max_lines, chars_per_second, duration),
+            registry, model, source, settings, subtitle
         )
         controls = target_controls(registry, model, target, ratio, category)
         text = gen.generate(source, config, controls=controls)[0].text.strip()
@@ -465,51 +441,29 @@ def rewrite_endpoint(registry):
     return rewrite
 
 
-def sweep_endpoint(registry):
-    """`/rewrite_sweep`: the line rewritten at every ratio (or category), as a plot and a table."""
+def sweep_endpoint(registry, names: list[str]):
+    """`/rewrite_sweep`, taking the API parameters `names`: the line rewritten at every ratio
+    (or category), as a plot and a table."""
 
     @checks.shown_to_user
+    @checks.taking(names)
     def rewrite_sweep(
         model,
         source,
         target,
         ratio,
         category,
-        mode,
-        max_new_tokens,
-        temperature,
-        top_k,
-        top_p,
-        min_p,
-        repetition_penalty,
-        no_repeat_ngram_size,
-        num_beams,
-        seed,
         chars_per_line,
         max_lines,
         chars_per_second,
         duration,
         progress=PROGRESS,
+        **settings,
     ):
         """Rewrite `source` at every ratio (or category); return (plot, table)."""
+        subtitle = (chars_per_line, max_lines, chars_per_second, duration)
         gen, source, config, limits_, duration = _prepare(
-            registry,
-            model,
-            source,
-            (
-                mode,
-                max_new_tokens,
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                repetition_penalty,
-                no_repeat_ngram_size,
-                num_beams,
-                1,
-                seed,
-            ),
-            (chars_per_line, max_lines, chars_per_second, duration),
+            registry, model, source, settings, subtitle
         )
         control, values = sweep_values(registry, model)
         found = steered(registry.manifest(model)) if control == "length_ratio" else None
