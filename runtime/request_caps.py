@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .budget import MAX_SEQUENCES
-from .parameters import NAMED
 
 
 @dataclass(frozen=True)
@@ -28,15 +27,6 @@ class Limits:
     max_study_samples: int = 10  # samples per prompt and setting in the decoding study
     concurrency: int = 4  # model-running events that run at once (all tabs together)
     max_queue: int = 64  # events waiting beyond those; more are refused
-
-    # The decoding caps serve/protocol.py reads from here; both are the declaration's.
-    @property
-    def max_temperature(self) -> float:
-        return NAMED["temperature"].limits.high
-
-    @property
-    def max_seed(self) -> int:
-        return NAMED["seed"].limits.high
 
 
 LIMITS = Limits()
