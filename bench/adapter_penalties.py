@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 import runtime
 from runtime.bundle import read_manifest
+from runtime.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 WORD = re.compile(r"\w+")
@@ -39,9 +40,9 @@ def repeats_4gram(text: str) -> bool:
     return any(count >= 2 for count in grams.values())
 
 
-def control_choices(manifest: dict, count: int) -> list[dict]:
+def control_choices(manifest: Manifest, count: int) -> list[dict]:
     """`count` control choices: the first value of every control, then the second, …"""
-    controls = manifest.get("controls") or {}
+    controls = manifest.controls
     choices = []
     for index in range(count):
         choice = {}
@@ -64,12 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     adapters = sorted(
         path.parent
         for path in args.models.glob("*/manifest.json")
-        if read_manifest(path.parent, verify=False).get("adapter")
+        if read_manifest(path.parent, verify=False).adapter
     )
     rows = []
     for folder in adapters:
         gen = runtime.load(folder)
-        defaults = gen.manifest.get("generation_defaults", {})
+        defaults = gen.manifest.generation_defaults
         sampling = {
             "do_sample": True,
             "temperature": defaults.get("temperature", 1.0),

@@ -340,7 +340,7 @@ def bundle_bytes_per_token(bundle: Path) -> dict:
     from runtime.bundle import read_manifest
 
     manifest = read_manifest(bundle, verify=False)
-    graph = onnx.load(bundle / manifest["graphs"]["decoder"]["file"], load_external_data=False)
+    graph = onnx.load(bundle / manifest.graphs["decoder"].file, load_external_data=False)
     uses: dict[str, set] = {}
     for node in _all_nodes(graph.graph):
         for index, name in enumerate(node.input):
@@ -356,7 +356,7 @@ def bundle_bytes_per_token(bundle: Path) -> dict:
     if past:
         elem = past[0].type.tensor_type.elem_type
         itemsize = onnx.helper.tensor_dtype_to_np_dtype(elem).itemsize
-    kv = 2 * manifest["num_layers"] * manifest["num_heads"] * manifest["head_size"] * itemsize
+    kv = 2 * manifest.num_layers * manifest.num_heads * manifest.head_size * itemsize
     return {"weights": weights, "kv_per_position": kv}
 
 
@@ -399,7 +399,7 @@ def gguf_type(gguf: Path) -> str:
 def bundle_precision(bundle: Path) -> str:
     from runtime.bundle import read_manifest
 
-    return read_manifest(bundle, verify=False).get("precision", "fp32")
+    return read_manifest(bundle, verify=False).precision or "fp32"
 
 
 # ---- main --------------------------------------------------------------------------------------

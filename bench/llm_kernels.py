@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     from runtime.bundle import read_manifest
 
     manifest = read_manifest(args.bundle, verify=False)
-    decoder = onnx.load(str(args.bundle / manifest["graphs"]["decoder"]["file"]))
+    decoder = onnx.load(str(args.bundle / manifest.graphs["decoder"].file))
     tokens = args.new_tokens
     runs, weight_bytes, nodes = {}, {}, {}
     for variant, offsets in (("kernels", False), ("kernels + offsets", True)):
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment": common.environment(args.threads),
             "gguf": {"file": args.gguf.name},
             "bundle": str(args.bundle),
-            "accuracy_level": manifest["export"].get("quantization", {}).get("accuracy_level"),
+            "accuracy_level": manifest.export.get("quantization", {}).get("accuracy_level"),
             "new_tokens": tokens,
             "repeats": args.repeats,
             "kernel_graph_nodes": nodes,

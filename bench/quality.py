@@ -17,12 +17,13 @@ precision and its change against fp32. The issue's limits are int8 ≤ 1 % and i
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from runtime.manifest import Manifest
 
 from . import common
 
@@ -89,14 +90,14 @@ def graphs(bundle: Path, work: Path) -> dict[str, Path]:
     cached in `work` under the bundle's name and the graph's checksum."""
     from export.quantize import quantize_graph
 
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    if manifest.get("task") != "causal-lm" or manifest.get("precision") != "fp32":
+    manifest = Manifest.read(bundle / "manifest.json")
+    if manifest.task != "causal-lm" or manifest.precision != "fp32":
         raise ValueError(
             "`--bundle` must be a causal-lm bundle in fp32, got "
-            f"{manifest.get('task')} in {manifest.get('precision')}"
+            f"{manifest.task} in {manifest.precision}"
         )
-    graph = manifest["graphs"]["decoder"]["file"]
-    cache = work / f"{manifest['name']}-{manifest['files'][graph]['sha256'][:8]}"
+    graph = manifest.graphs["decoder"].file
+    cache = work / f"{manifest.name}-{manifest.files[graph].sha256[:8]}"
     paths = {"fp32": bundle / graph}
     for precision in PRECISIONS[1:]:
         target = cache / common.cache_name("quality", precision) / graph
@@ -121,9 +122,9 @@ def logits_function(path: Path) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def run(bundle: Path, verses: Path, split: str, max_tokens: int, work: Path) -> dict:
-    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest = Manifest.read(bundle / "manifest.json")
     ids = held_out_ids(verses, split, bundle / "tokenizer.json")
-    batches = windows(ids, manifest["context_length"], max_tokens)
+    batches = windows(ids, manifest.context_length, max_tokens)
     ppl = {
         p: perplexity(logits_function(path), batches) for p, path in graphs(bundle, work).items()
     }

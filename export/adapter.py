@@ -22,6 +22,7 @@ without it), since the base's quantization error is in both. This module does no
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -32,9 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from runtime.bundle import LORA_FORMAT, read_manifest, sha256_of
+from runtime.manifest import Manifest
 
-from .gguf import PARITY_NEW_TOKENS, PARITY_PROMPTS
-from .manifest import CONTROL_KINDS, SCHEMA_VERSION, card_closing, card_table, seal
+from .llama_bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS
+from .manifest import CONTROL_KINDS, card_closing, card_table, seal
 
 ADAPTER_FILE = "adapter.onnx_adapter"
 BUNDLE_FILES = ("manifest.json", ADAPTER_FILE, "README.md", "training_ngrams.npy")
@@ -286,24 +288,25 @@ def export_adapter(
     base_dir = ensure_bundle(base_gguf)
     base = read_manifest(base_dir, verify=False)
     shape = {
-        "architecture": base["architecture"],
-        "query_heads": base["export"]["gguf"]["metadata_summary"]["query_heads"],
-        "kv_heads": base["num_heads"],
+        "architecture": base.architecture,
+        "query_heads": base.export["gguf"]["metadata_summary"]["query_heads"],
+        "kv_heads": base.num_heads,
     }
-    params = slot_parameters(factors, base["lora"]["slots"], scaling(config), shape)
+    params = slot_parameters(factors, base.lora["slots"], scaling(config), shape)
     _prepare(out_dir)
     write_adapter_file(params, out_dir / ADAPTER_FILE)
     targets = sorted({module for _, module in factors}, key=MODULES.index)
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "name": name or peft_dir.name,
-        "task": "causal-lm",
-        "adapter": {
+    manifest = Manifest(
+        name=name or peft_dir.name,
+        task="causal-lm",
+        # the adapter runs on its base's slot graph, which batches as the base does
+        batch_invariant=base.batch_invariant,
+        adapter={
             "base": {
-                "name": base["name"],
+                "name": base.name,
                 "file": base_gguf.name,
                 "sha256": sha256_of(base_gguf),
-                "architecture": base["architecture"],
+                "architecture": base.architecture,
             },
             "file": ADAPTER_FILE,
             "format": LORA_FORMAT,
@@ -314,29 +317,29 @@ def export_adapter(
             "targets": targets,
             "layers": sorted({layer for layer, _ in factors}),
         },
-        "controls": controls,
-        "prompt_prefix": prompt_prefix,
-        "generation_defaults": generation_defaults or {},
-        "parity": {},
-        "metrics": metrics or {},
-        "training_data": training_data or {},
-        "license": license if license is not None else base.get("license"),
-        "export": {
+        controls=controls,
+        prompt_prefix=prompt_prefix,
+        generation_defaults=generation_defaults or {},
+        metrics=metrics or {},
+        training_data=training_data or {},
+        license=license if license is not None else base.license,
+        export={
             "source": "peft",
             "description": description
-            or f"LoRA adapter (rank {config['r']}) on {base['name']}, from a peft fine-tune",
+            or f"LoRA adapter (rank {config['r']}) on {base.name}, from a peft fine-tune",
             "peft_config": {k: config.get(k) for k in ("r", "lora_alpha", "target_modules")},
             "versions": _versions(),
         },
-    }
+    )
     seal(out_dir, manifest)  # the runtime needs the adapter's sha256 to open it for parity
     if parity:
         gen = load(out_dir, threads=2, base=base_dir)
-        manifest["parity"] = parity_report(gen, base_gguf, peft_dir)
+        manifest = dataclasses.replace(manifest, parity=parity_report(gen, base_gguf, peft_dir))
     if training_texts is not None:
         from .ngram_index import write_ngram_index
 
-        manifest["memorisation_index"] = write_ngram_index(out_dir, training_texts, corpus)
+        index = write_ngram_index(out_dir, training_texts, corpus)
+        manifest = dataclasses.replace(manifest, memorisation_index=index)
     (out_dir / "README.md").write_text(model_card(manifest))
     return seal(out_dir, manifest, ensure_ascii=False)
 
@@ -353,14 +356,14 @@ def _versions() -> dict:
     return found
 
 
-def model_card(manifest: dict) -> str:
+def model_card(manifest: Manifest) -> str:
     """README.md of an adapter bundle, from its manifest."""
-    spec, parity = manifest["adapter"], manifest["parity"]
+    spec, parity = manifest.adapter, manifest.parity
     base = spec["base"]
     lines = [
-        f"# {manifest['name']}",
+        f"# {manifest.name}",
         "",
-        manifest["export"]["description"],
+        manifest.export["description"],
         "",
         f"An adapter bundle: LoRA weights only, applied by the runtime to the base model "
         f"`{base['name']}` (GGUF `{base['file']}`, sha256 `{base['sha256']}`), which the runtime "
@@ -373,22 +376,22 @@ def model_card(manifest: dict) -> str:
                 ("scaling", spec["scaling"]),
                 ("modules", ", ".join(spec["targets"])),
                 ("layers", len(spec["layers"])),
-                ("licence", manifest.get("license") or "not stated"),
+                ("licence", manifest.license or "not stated"),
             ]
         ),
         "",
         "## Controls",
         "",
     ]
-    for control, about in manifest["controls"].items():
+    for control, about in manifest.controls.items():
         values = ", ".join(f"`{v}` → `{t}`" for v, t in about["values"].items())
         lines += [f"- **{control}** ({about['kind']}): {values}"]
-    if not manifest["controls"]:
+    if not manifest.controls:
         lines += ["None."]
-    if manifest["prompt_prefix"]:
+    if manifest.prompt_prefix:
         lines += [
             "",
-            f"Every prompt is preceded by `{manifest['prompt_prefix']}` (after controls).",
+            f"Every prompt is preceded by `{manifest.prompt_prefix}` (after controls).",
         ]
     lines += ["", "## Parity", ""]
     if parity:
@@ -442,10 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as error:
         print(f"python -m export.adapter: error: {error}", file=sys.stderr)
         return 2
-    parity = manifest["parity"]
-    size = sum(entry["size"] for entry in manifest["files"].values())
+    parity = manifest.parity
+    size = sum(entry.size for entry in manifest.files.values())
     print(
-        f"wrote {manifest['name']} (adapter on {manifest['adapter']['base']['name']}) to "
+        f"wrote {manifest.name} (adapter on {manifest.adapter['base']['name']}) to "
         f"{args.out_dir}: {size / 1e6:.2f} MB"
     )
     if parity:

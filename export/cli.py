@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from runtime.manifest import Manifest
+
 from .hf_llama import is_hf_llama
 
 
@@ -63,21 +65,21 @@ def is_masked_lm(model_dir: str) -> bool:
     return any(str(name).endswith("ForMaskedLM") for name in architectures)
 
 
-def _headline(manifest: dict, out_dir: str) -> str:
-    size = sum(entry["size"] for entry in manifest["files"].values())
+def _headline(manifest: Manifest, out_dir: str) -> str:
+    size = sum(entry.size for entry in manifest.files.values())
     return (
-        f"wrote {manifest['name']} ({manifest['task']}, {manifest['architecture']}, "
-        f"{manifest['precision']}) to {out_dir}: {len(manifest['files'])} files, "
+        f"wrote {manifest.name} ({manifest.task}, {manifest.architecture}, "
+        f"{manifest.precision}) to {out_dir}: {len(manifest.files)} files, "
         f"{size / 1e6:.1f} MB"
     )
 
 
-def fill_mask_summary(manifest: dict, out_dir: str) -> str:
-    bundle = manifest["parity"]["bundle"]
+def fill_mask_summary(manifest: Manifest, out_dir: str) -> str:
+    bundle = manifest.parity["bundle"]
     return "\n".join(
         [
             _headline(manifest, out_dir),
-            f"mask token {manifest['mask_token']!r}; against PyTorch on "
+            f"mask token {manifest.mask_token!r}; against PyTorch on "
             f"{bundle['sentences']} sentences: max |Δlogit| {bundle['max_abs_logit_diff']:.3g} "
             f"(logit scale {bundle['max_abs_logit']:.3g}), masked-position argmax agreement "
             f"{bundle['masked_argmax_agreement']:.3f}",
@@ -85,13 +87,13 @@ def fill_mask_summary(manifest: dict, out_dir: str) -> str:
     )
 
 
-def summary(manifest: dict, out_dir: str) -> str:
-    parity = manifest["parity"]
+def summary(manifest: Manifest, out_dir: str) -> str:
+    parity = manifest.parity
     logits, greedy, ppl = parity["logits"], parity["greedy"], parity["perplexity"]
     return "\n".join(
         [
             _headline(manifest, out_dir),
-            f"optimizer: {manifest['export']['optimizer']['summary']}",
+            f"optimizer: {manifest.export['optimizer']['summary']}",
             f"max |Δlogit| prefill {logits['prefill_max_abs_diff']:.3g}, cached step "
             f"{logits['cached_step_max_abs_diff']:.3g} (logit scale {logits['max_abs_logit']:.3g})",
             f"greedy: {greedy['identical_sequences']}/{greedy['prompts']} identical sequences, "
@@ -104,8 +106,9 @@ def summary(manifest: dict, out_dir: str) -> str:
 
 def _export_hf_llama(args: argparse.Namespace) -> int:
     """A Llama / Qwen2 checkpoint: the lean graph, torch-free (export/hf_llama.py)."""
-    from .hf_llama import export_hf_llama, summary
+    from .hf_llama import export_hf_llama
     from .lean_llama import ACCURACY_LEVEL
+    from .llama_bundle import summary
 
     level = ACCURACY_LEVEL if args.accuracy_level is None else args.accuracy_level
     try:

@@ -36,6 +36,7 @@ This module does not train, and it does not handle graphs over 2 GB (external da
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import tempfile
@@ -45,6 +46,8 @@ from pathlib import Path
 
 import onnx
 from tqdm.auto import tqdm
+
+from runtime.manifest import Manifest, SpecialTokens
 
 from . import manifest as bundle_manifest
 from .hf_llama import export_hf_llama, is_hf_llama
@@ -259,11 +262,11 @@ def _check_layout(graphs: dict[str, Path], task: str, num_layers: int) -> None:
     expected = {"input_ids", "logits"}
     expected |= {f"past_key_values.{i}{k}" for i in range(num_layers) for k in kinds}
     expected |= {f"present.{i}{k}" for i in range(num_layers) for k in kinds}
-    missing = sorted(expected - set(decoder["inputs"]) - set(decoder["outputs"]))
+    missing = sorted(expected - set(decoder.inputs) - set(decoder.outputs))
     if missing:
         raise ValueError(
             f"the exported decoder does not follow the bundle layout (docs/bundle.md): missing "
-            f"{missing[:4]}; its inputs are {decoder['inputs'][:8]}. This architecture's KV "
+            f"{missing[:4]}; its inputs are {list(decoder.inputs[:8])}. This architecture's KV "
             "cache layout is not supported by the runtime."
         )
 
@@ -472,7 +475,9 @@ def _quantize(graphs, precision, keep_lm_head, task, work: Path) -> tuple[dict[s
     }
 
 
-def _load_reference(checkpoint: Checkpoint, hf_tokenizer, manifest: dict) -> Reference:
+def _load_reference(
+    checkpoint: Checkpoint, hf_tokenizer, special: dict, context_length: int
+) -> Reference:
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
@@ -483,8 +488,8 @@ def _load_reference(checkpoint: Checkpoint, hf_tokenizer, manifest: dict) -> Ref
         model=model,
         tokenizer=hf_tokenizer,
         task=checkpoint.task,
-        special_tokens=manifest["special_tokens"],
-        context_length=manifest["context_length"],
+        special_tokens=special,
+        context_length=context_length,
     )
 
 
@@ -511,7 +516,7 @@ def export_bundle(
     controls: dict | str | Path | None = None,
     keep_lm_head: bool = False,
     progress: bool = True,
-) -> dict:
+) -> Manifest:
     """Export the checkpoint in `model_dir` to a bundle in `out_dir`; return its manifest.
 
     precision: "fp32", "int8" (weight-only 8-bit MatMulNBits for a causal LM, dynamic for
@@ -555,7 +560,7 @@ def export_bundle(
 
 def _export(
     checkpoint, staging, work, bar, precision, optimize, name, controls, card, keep_lm_head
-) -> dict:
+) -> Manifest:
     from tokenizers import Tokenizer
 
     bar.set_postfix_str(STEPS[0])
@@ -563,28 +568,13 @@ def _export(
     tokenizer = Tokenizer.from_file(str(staging / "tokenizer.json"))
     shape = bundle_manifest.model_shape(checkpoint.config, checkpoint.task)
     special = bundle_manifest.special_tokens(checkpoint.config, checkpoint.generation, hf_tokenizer)
-    manifest = {
-        "schema_version": bundle_manifest.SCHEMA_VERSION,
-        "name": name or card.get("name") or checkpoint.path.name,
-        "task": checkpoint.task,
-        "architecture": checkpoint.architecture,
-        "precision": precision,
-        "files": {},
-        "graphs": {},
-        **shape,
-        "special_tokens": special,
-        "add_bos_token": checkpoint.task == "causal-lm"
-        and bundle_manifest.add_bos_token(hf_tokenizer, tokenizer, special["bos_token_id"]),
-        "controls": bundle_manifest.check_controls(controls, tokenizer),
-        "generation_defaults": bundle_manifest.generation_defaults(checkpoint.generation),
-        "parity": {},
-        "metrics": card.get("metrics", {}),
-        "training_data": card.get("training_data", {}),
-        "license": card.get("license", ""),
-    }
+    add_bos = checkpoint.task == "causal-lm" and bundle_manifest.add_bos_token(
+        hf_tokenizer, tokenizer, special["bos_token_id"]
+    )
+    controls = bundle_manifest.check_controls(controls, tokenizer)
     graphs = _run_optimum(checkpoint, work / "optimum")
     _check_layout(graphs, checkpoint.task, shape["num_layers"])
-    ref = _load_reference(checkpoint, hf_tokenizer, manifest)
+    ref = _load_reference(checkpoint, hf_tokenizer, special, shape["context_length"])
     bar.update()
 
     bar.set_postfix_str(STEPS[1])
@@ -597,37 +587,49 @@ def _export(
     bar.set_postfix_str(STEPS[2])
     graphs, quantization = _quantize(graphs, precision, keep_lm_head, checkpoint.task, work)
     final = _assemble(graphs, checkpoint.task, staging)
-    manifest["batch_invariant"] = all(batch_invariant(onnx.load(str(p))) for p in final.values())
-    manifest["graphs"] = {
-        role: bundle_manifest.graph_entry(path.name, path) for role, path in final.items()
-    }
-    manifest["embeddings"] = _write_embeddings(ref.model, staging / EMBEDDINGS_FILE)
-    manifest["export"] = {
-        "source": checkpoint.path.name,
-        "description": card.get("description", ""),
-        "parameters": sum(p.numel() for p in ref.model.parameters()),
-        "optimizer": optimizer,
-        "quantization": quantization,
-        "versions": versions(),
-    }
+    manifest = Manifest(
+        name=name or card.get("name") or checkpoint.path.name,
+        task=checkpoint.task,
+        architecture=checkpoint.architecture,
+        precision=precision,
+        batch_invariant=all(batch_invariant(onnx.load(str(p))) for p in final.values()),
+        graphs={role: bundle_manifest.graph_entry(path.name, path) for role, path in final.items()},
+        **shape,
+        special_tokens=SpecialTokens(**special),
+        add_bos_token=add_bos,
+        controls=controls,
+        generation_defaults=bundle_manifest.generation_defaults(checkpoint.generation),
+        metrics=card.get("metrics", {}),
+        training_data=card.get("training_data", {}),
+        license=card.get("license", ""),
+        embeddings=_write_embeddings(ref.model, staging / EMBEDDINGS_FILE),
+        export={
+            "source": checkpoint.path.name,
+            "description": card.get("description", ""),
+            "parameters": sum(p.numel() for p in ref.model.parameters()),
+            "optimizer": optimizer,
+            "quantization": quantization,
+            "versions": versions(),
+        },
+    )
     bundle_manifest.write_bundle_metadata(staging, manifest)
     bar.update()
 
     bar.set_postfix_str(STEPS[3])
     with quiet():
-        manifest["parity"] = check_bundle(staging, final, ref, manifest)
+        manifest = dataclasses.replace(manifest, parity=check_bundle(staging, final, ref, manifest))
     bar.update()
 
     bar.set_postfix_str(STEPS[4])
-    greedy = manifest["parity"]["greedy"]
+    greedy = manifest.parity["greedy"]
     if precision == "fp32" and greedy["identical_sequences"] != greedy["prompts"]:
         raise ParityError(
             f"fp32 export does not reproduce PyTorch's greedy tokens: "
             f"{greedy['identical_sequences']} of {greedy['prompts']} prompts identical "
             f"(first divergence at {greedy['first_divergence']}); logits: "
-            f"{manifest['parity']['logits']}"
+            f"{manifest.parity['logits']}"
         )
-    bundle_manifest.write_bundle_metadata(staging, manifest)
+    manifest = bundle_manifest.write_bundle_metadata(staging, manifest)
     bar.update()
     return manifest
 

@@ -29,11 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
+from runtime.manifest import Manifest, SpecialTokens
+
 from . import manifest as bundle_manifest
 from .exporter import EMBEDDINGS_FILE, parity_holds, quiet, versions
 from .manifest import seal
 from .optimize import optimize_graph
-from .quantize import INT8_FORMAT, quantize_graph
+from .quantize import INT8_FORMAT, batch_invariant, quantize_graph
 
 HIDDEN_OUTPUT = "last_hidden_state"
 PARITY_SENTENCES = (
@@ -196,10 +198,11 @@ def _optimize(source: Path, target: Path, config: dict, before: dict, check) -> 
 
 def export_fill_mask_bundle(
     model_dir, out_dir, precision: str = "int8", optimize: bool = True, name: str | None = None
-) -> dict:
+) -> Manifest:
     """Export the masked-LM checkpoint in `model_dir` to a bundle in `out_dir`; return its
     manifest. `precision` is "fp32" or "int8". The checkpoint's tokenizer must have a mask
     token. Raises ValueError for a checkpoint that is not a masked LM."""
+    import onnx
     import torch
     from optimum.exporters.onnx import main_export
     from tokenizers import Tokenizer
@@ -257,29 +260,28 @@ def export_fill_mask_bundle(
         table = model.get_input_embeddings().weight.detach().float().numpy()  # (V, D)
         np.save(staging / EMBEDDINGS_FILE, table.astype(np.float16))
         shape = bundle_manifest.model_shape(config, "causal-lm")
-        manifest = {
-            "schema_version": bundle_manifest.SCHEMA_VERSION,
-            "name": name or card.get("name") or model_dir.name,
-            "task": "fill-mask",
-            "architecture": config.get("model_type"),
-            "precision": precision,
-            "files": {},
-            "graphs": {"model": bundle_manifest.graph_entry("model.onnx", staging / "model.onnx")},
+        graph = staging / "model.onnx"
+        manifest = Manifest(
+            name=name or card.get("name") or model_dir.name,
+            task="fill-mask",
+            architecture=config.get("model_type"),
+            precision=precision,
+            batch_invariant=batch_invariant(onnx.load(str(graph))),
+            graphs={"model": bundle_manifest.graph_entry("model.onnx", graph)},
             **shape,
-            "mask_token": hf_tokenizer.mask_token,
-            "mask_token_id": mask_id,
-            "special_tokens": {
-                "bos_token_id": hf_tokenizer.bos_token_id,
-                "eos_token_id": hf_tokenizer.eos_token_id,
-                "pad_token_id": hf_tokenizer.pad_token_id,
-            },
-            "controls": {},
-            "embeddings": EMBEDDINGS_FILE,
-            "parity": {"unoptimized_fp32": before, "bundle": check(staging / "model.onnx")},
-            "metrics": card.get("metrics", {}),
-            "training_data": card.get("training_data", {}),
-            "license": card.get("license", ""),
-            "export": {
+            mask_token=hf_tokenizer.mask_token,
+            mask_token_id=mask_id,
+            special_tokens=SpecialTokens(
+                bos_token_id=hf_tokenizer.bos_token_id,
+                eos_token_id=hf_tokenizer.eos_token_id,
+                pad_token_id=hf_tokenizer.pad_token_id,
+            ),
+            embeddings=EMBEDDINGS_FILE,
+            parity={"unoptimized_fp32": before, "bundle": check(graph)},
+            metrics=card.get("metrics", {}),
+            training_data=card.get("training_data", {}),
+            license=card.get("license", ""),
+            export={
                 "source": model_dir.name,
                 "description": card.get("description", ""),
                 "parameters": sum(p.numel() for p in model.parameters()),
@@ -287,9 +289,9 @@ def export_fill_mask_bundle(
                 "quantization": quantization,
                 "versions": versions(),
             },
-        }
+        )
         (staging / "README.md").write_text(model_card(manifest))
-        seal(staging, manifest)
+        manifest = seal(staging, manifest)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -297,23 +299,23 @@ def export_fill_mask_bundle(
     return manifest
 
 
-def model_card(manifest: dict) -> str:
+def model_card(manifest: Manifest) -> str:
     """README.md of a fill-mask bundle, from its manifest."""
-    export = manifest["export"]
-    bundle = manifest["parity"]["bundle"]
+    export = manifest.export
+    bundle = manifest.parity["bundle"]
     rows = [
-        ("task", f"fill-mask (mask token `{manifest['mask_token']}`)"),
-        ("architecture", manifest["architecture"]),
+        ("task", f"fill-mask (mask token `{manifest.mask_token}`)"),
+        ("architecture", manifest.architecture),
         ("parameters", f"{export['parameters']:,}"),
-        ("precision", manifest["precision"]),
+        ("precision", manifest.precision),
         (
             "layers × heads × head size",
-            "{num_layers} × {num_heads} × {head_size}".format(**manifest),
+            f"{manifest.num_layers} × {manifest.num_heads} × {manifest.head_size}",
         ),
-        ("hidden size", manifest["hidden_size"]),
-        ("vocabulary", manifest["vocab_size"]),
-        ("context length", manifest["context_length"]),
-        ("licence", manifest.get("license") or "not stated"),
+        ("hidden size", manifest.hidden_size),
+        ("vocabulary", manifest.vocab_size),
+        ("context length", manifest.context_length),
+        ("licence", manifest.license or "not stated"),
     ]
     parity_rows = [
         ("masked positions compared", bundle["masked_positions"]),
@@ -323,7 +325,7 @@ def model_card(manifest: dict) -> str:
         ("argmax agreement, all positions", bundle["argmax_agreement"]),
         ("smallest cosine of last hidden states", bundle["min_hidden_cosine"]),
     ]
-    lines = [f"# {manifest['name']}", "", export.get("description", ""), ""]
+    lines = [f"# {manifest.name}", "", export.get("description", ""), ""]
     lines += bundle_manifest.card_table(rows)
     lines += [
         "",
@@ -345,14 +347,14 @@ def model_card(manifest: dict) -> str:
         "## Evaluation",
         "",
         *(
-            bundle_manifest.card_table(list(manifest["metrics"].items()))
-            if manifest["metrics"]
+            bundle_manifest.card_table(list(manifest.metrics.items()))
+            if manifest.metrics
             else ["None."]
         ),
         "",
         "## Training data",
         "",
-        *bundle_manifest.card_table(list(manifest["training_data"].items())),
+        *bundle_manifest.card_table(list(manifest.training_data.items())),
         "",
     ]
     return "\n".join(lines)

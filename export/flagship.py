@@ -29,7 +29,6 @@ This module does not say what a bundle holds (export/gguf.py and docs/bundle.md 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
@@ -41,6 +40,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from runtime.bundle import LORA_FORMAT, BundleError, cache_root, read_manifest, sha256_of
+from runtime.manifest import Manifest
 
 from .fetch import FLAGSHIP, FetchError, fetch_gguf, hub_path
 
@@ -60,7 +60,7 @@ def is_complete(bundle: Path, lora: bool = True) -> bool:
         manifest = read_manifest(bundle, verify=True)
     except (BundleError, FileNotFoundError, ValueError, KeyError, OSError):
         return False
-    return not lora or (manifest.get("lora") or {}).get("format") == LORA_FORMAT
+    return not lora or (manifest.lora or {}).get("format") == LORA_FORMAT
 
 
 def _cached_bundle(folder: Path, lora: bool = True) -> Path | None:
@@ -170,10 +170,10 @@ def checkpoint_bundle(folder: str | Path) -> Path:
 def ships_flagship(root: Path) -> bool:
     """Whether a bundle directly under `root` was converted from the flagship's GGUF (as a
     Space's models/ holds it, spaces/build.py), so nothing needs fetching."""
-    for manifest in Path(root).glob("*/manifest.json"):
+    for path in Path(root).glob("*/manifest.json"):
         try:
-            source = json.loads(manifest.read_text()).get("export", {}).get("gguf", {})
-        except (OSError, ValueError, AttributeError):
+            source = Manifest.read(path).export.get("gguf", {})
+        except (OSError, ValueError):
             continue
         if isinstance(source, dict) and source.get("sha256") == FLAGSHIP.sha256:
             return True

@@ -40,25 +40,26 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import onnx
 
+from runtime.bundle import sha256_of
 from runtime.chat import hf_chat_fields
+from runtime.manifest import ChatSection, Manifest, SpecialTokens
 
 from . import manifest as bundle_manifest
-from .gguf import (
-    PARITY_NEW_TOKENS,
-    PARITY_PROMPTS,
-    _parity_lines,
-    _prepare,
-    _session,
-    full_logits,
-    greedy,
-    parity_report,
-    sha256_file,
-)
 from .gguf_read import BLOCK, GGUFModel, Linear, linear_from_blocks
 from .lean_llama import ACCURACY_LEVEL, build_llama_graph
-from .quantize import batch_invariant
+from .llama_bundle import (
+    PARITY_NEW_TOKENS,
+    PARITY_PROMPTS,
+    full_logits,
+    greedy,
+    llama_manifest,
+    model_card,
+    parity_report,
+    parity_session,
+    prepare_out_dir,
+    write_bundle,
+)
 
 ARCHITECTURES = ("llama", "qwen2")
 # safetensors dtypes read as float32 (BF16 is widened bit-exactly).
@@ -350,7 +351,7 @@ def transformers_parity(model_dir: Path, graph: Path, model: HFModel, prompts: l
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-            results = _against(reference.eval(), _session(graph), model, prompts)
+            results = _against(reference.eval(), parity_session(graph), model, prompts)
     finally:
         hf_logging.set_verbosity(verbosity)
     return results
@@ -391,52 +392,21 @@ def _can_compare_with_transformers() -> bool:
     return all(importlib.util.find_spec(name) for name in ("torch", "transformers"))
 
 
-def model_card(manifest: dict) -> str:
+def _card(manifest: Manifest) -> str:
     """README.md of a bundle exported from a Hugging Face checkpoint, from its manifest."""
-    source, quant = manifest["export"]["huggingface"], manifest["export"]["quantization"]
-    parity = manifest["parity"]
-    lines = [
-        f"# {manifest['name']}",
-        "",
-        f"Exported from the Hugging Face checkpoint `{source['directory']}` (config.json sha256 "
-        f"`{source['config_sha256']}`) by `scriptorium export`, without torch.",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| architecture | {manifest['architecture']} |",
-        f"| layers × KV heads × head size | {manifest['num_layers']} × {manifest['num_heads']} × "
-        f"{manifest['head_size']} ({source['query_heads']} query heads) |",
-        f"| hidden size | {manifest['hidden_size']} |",
-        f"| vocabulary | {manifest['vocab_size']} |",
-        f"| context length | {manifest['context_length']} |",
-        f"| precision | {manifest['precision']} |",
-        "",
-        "## Weights",
-        "",
-        f"{quant['method']}; MatMulNBits accuracy level: {quant['accuracy_level']}.",
-        "",
-        *[f"- {kind}: {how}" for kind, how in quant["storage"].items()],
-        "",
-        "## Parity",
-        "",
-        *_parity_lines(parity),
-    ]
-    theirs = parity.get("transformers")
-    if theirs:
-        lines += [
+    source, quant = manifest.export["huggingface"], manifest.export["quantization"]
+    return model_card(
+        manifest,
+        origin=f"Exported from the Hugging Face checkpoint `{source['directory']}` (config.json "
+        f"sha256 `{source['config_sha256']}`) by `scriptorium export`, without torch.",
+        query_heads=source["query_heads"],
+        weights=[
+            f"{quant['method']}; MatMulNBits accuracy level: {quant['accuracy_level']}.",
             "",
-            f"Against {theirs['reference']}: max abs Δlogit {theirs['max_abs_logit_diff']:.4g} "
-            f"(logit scale {theirs['max_abs_logit']:.4g}), teacher-forced top-1 agreement "
-            f"{theirs['top1_agreement']:.4f}, greedy continuations identical "
-            f"{theirs['greedy_identical']}.",
-        ]
-    chat = manifest.get("chat")
-    lines += ["", "## Chat", ""]
-    if chat:
-        lines += [f"End-of-turn tokens: {', '.join(f'`{t}`' for t in chat['end_of_turn_tokens'])}."]
-    else:
-        lines += ["The checkpoint has no chat template."]
-    return "\n".join(lines) + "\n"
+            *[f"- {kind}: {how}" for kind, how in quant["storage"].items()],
+        ],
+        no_chat="The checkpoint has no chat template.",
+    )
 
 
 def _method(precision: str, keep_lm_head: bool) -> str:
@@ -458,7 +428,7 @@ def export_hf_llama(
     name: str | None = None,
     keep_lm_head: bool = False,
     parity: bool = True,
-) -> dict:
+) -> Manifest:
     """Write the lean bundle of the Llama / Qwen2 checkpoint in `model_dir` to `out_dir`; return
     its manifest. `precision` is fp32, int8 or int4; `accuracy_level` MatMulNBits' (0 float
     activations, 4 int8); `keep_lm_head` leaves the token table and LM head in float32;
@@ -483,7 +453,7 @@ def export_hf_llama(
     special = special_tokens(model_dir, config, generation, tokenizer)
     special["decoder_start_token_id"] = None
     add_bos = adds_bos(model_dir, tokenizer, special["bos_token_id"])
-    _prepare(out_dir)
+    prepare_out_dir(out_dir)
     (out_dir / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
     graph = build_llama_graph(model, out_dir / "model.onnx", accuracy_level=accuracy_level)
     report = {}
@@ -509,32 +479,19 @@ def export_hf_llama(
         kind: how.replace("carried over", "quantized at export")
         for kind, how in graph["storage"].items()
     }
-    weights = {path.name: sha256_file(path) for path in weight_files(model_dir)}
-    manifest = {
-        "schema_version": bundle_manifest.SCHEMA_VERSION,
-        "name": name or model_dir.name,
-        "task": "causal-lm",
-        "architecture": model.architecture,
-        "precision": precision,
-        "graphs": {"decoder": bundle_manifest.graph_entry("model.onnx", out_dir / "model.onnx")},
-        # the same lean graph as a GGUF import's: weight-only blocks, rows computed alone
-        "batch_invariant": batch_invariant(onnx.load(str(out_dir / "model.onnx"))),
-        "num_layers": model.layers,
-        "num_heads": model.kv_heads,
-        "head_size": model.head_size,
-        "hidden_size": model.hidden,
-        "vocab_size": model.vocab,
-        "context_length": model.context,
-        "special_tokens": special,
-        "add_bos_token": add_bos,
-        "controls": {},
-        "generation_defaults": bundle_manifest.generation_defaults(generation),
-        "parity": report,
-        "metrics": {},
-        "training_data": {},
-        "license": config.get("license"),
-        **hf_chat_fields(model_dir),
-        "export": {
+    weights = {path.name: sha256_of(path) for path in weight_files(model_dir)}
+    manifest = llama_manifest(
+        model,
+        out_dir,
+        name=name or model_dir.name,
+        precision=precision,
+        special_tokens=SpecialTokens(**special),
+        add_bos_token=add_bos,
+        generation_defaults=bundle_manifest.generation_defaults(generation),
+        parity=report,
+        license=config.get("license") or "",
+        chat=ChatSection.from_json(hf_chat_fields(model_dir).get("chat")),
+        export={
             "source": "huggingface",
             "description": f"{model.architecture} model exported from a Hugging Face checkpoint",
             "huggingface": {
@@ -561,11 +518,8 @@ def export_hf_llama(
             "graph": {"nodes": graph["nodes"], "weight_bytes": graph["weight_bytes"]},
             "versions": _versions(),
         },
-    }
-    (out_dir / "README.md").write_text(model_card(manifest))
-    manifest["files"] = bundle_manifest.file_entries(out_dir)
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    return manifest
+    )
+    return write_bundle(out_dir, manifest, _card(manifest))
 
 
 def _versions() -> dict:
@@ -573,18 +527,3 @@ def _versions() -> dict:
 
     names = ("safetensors", "gguf", "onnx", "onnxruntime", "tokenizers", "numpy")
     return {name: version(name) for name in names}
-
-
-def summary(manifest: dict, out_dir: str) -> str:
-    """The CLI's lines about a written bundle."""
-    from .gguf import summary as gguf_summary
-
-    lines = [gguf_summary(manifest, out_dir)]
-    theirs = manifest["parity"].get("transformers")
-    if theirs:
-        lines.append(
-            f"vs transformers: max |Δlogit| {theirs['max_abs_logit_diff']:.3g} (scale "
-            f"{theirs['max_abs_logit']:.3g}), top-1 agreement {theirs['top1_agreement']:.4f}, "
-            f"greedy identical {theirs['greedy_identical']}"
-        )
-    return "\n".join(lines)

@@ -25,7 +25,7 @@ Does not cover: training (train/hierarchical.py), generation (runtime/hierarchic
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
 import warnings
 from pathlib import Path
@@ -39,6 +39,7 @@ from export.exporter import ParityError
 from export.manifest import seal
 from modeling import hierarchical as model_definition
 from runtime import hierarchical_text
+from runtime.manifest import Graph, Manifest
 
 TASK = "hierarchical-lm"
 OPSET = 17
@@ -308,7 +309,7 @@ def greedy_parity(bundle: Path, model, autoencoder) -> dict:
 
 def export_bundle(
     run: Path, out: Path, name: str, autoencoder_run: Path | None = None, card: dict | None = None
-) -> dict:
+) -> Manifest:
     """Export the run (and its autoencoder) into bundle directory `out`; return the manifest.
 
     `card` adds `description`, `metrics`, `training_data`, `license` and `readme` (the model
@@ -341,53 +342,53 @@ def export_bundle(
     }
     card = card or {}
     config = model.config
-    manifest = {
-        "schema_version": 1,
-        "name": name,
-        "task": TASK,
-        "architecture": f"hierarchical-{config.kind}",
-        "precision": "fp32",
-        "graphs": {
-            role: {
-                "file": f,
-                "inputs": [i.name for i in onnx.load(str(out / f)).graph.input],
-                "outputs": [o.name for o in onnx.load(str(out / f)).graph.output],
-            }
+    manifest = Manifest(
+        name=name,
+        task=TASK,
+        architecture=f"hierarchical-{config.kind}",
+        precision="fp32",
+        batch_invariant=False,  # never batched across requests (runtime/hierarchical.py)
+        graphs={
+            role: Graph(
+                file=f,
+                inputs=tuple(i.name for i in onnx.load(str(out / f)).graph.input),
+                outputs=tuple(o.name for o in onnx.load(str(out / f)).graph.output),
+            )
             for role, f in graphs.items()
         },
-        "initial_states": {role: f"{role}_initial_state.npy" for role in decoders},
-        "kind": config.kind,
-        "charset": config.charset,
-        "specials": list(hierarchical_text.SPECIALS),
-        "word_chars": config.word_chars,
-        "max_words": hierarchical_text.MAX_WORDS,
-        "num_layers": config.layers,
-        "value_size": config.value_dim,
-        "word_size": config.word_dim,
-        "partial_size": config.partial_dim,
-        "vocab_size": config.n_chars,
-        "controls": {},
-        "generation_defaults": {"max_new_tokens": 200, "do_sample": True, "temperature": 0.7},
-        "parity": parity,
-        "metrics": card.get("metrics", {}),
-        "training_data": card.get("training_data", {}),
-        "license": card.get("license", "Public domain: trained only on public-domain text"),
-        "export": {
+        initial_states={role: f"{role}_initial_state.npy" for role in decoders},
+        kind=config.kind,
+        charset=tuple(config.charset),
+        specials=tuple(hierarchical_text.SPECIALS),
+        word_chars=config.word_chars,
+        max_words=hierarchical_text.MAX_WORDS,
+        num_layers=config.layers,
+        value_size=config.value_dim,
+        word_size=config.word_dim,
+        partial_size=config.partial_dim,
+        vocab_size=config.n_chars,
+        generation_defaults={"max_new_tokens": 200, "do_sample": True, "temperature": 0.7},
+        parity=parity,
+        metrics=card.get("metrics", {}),
+        training_data=card.get("training_data", {}),
+        license=card.get("license", "Public domain: trained only on public-domain text"),
+        export={
             "description": card.get("description", ""),
             "parameters": sum(p.numel() for p in model.parameters()),
             "source": str(run),
             "autoencoder_source": str(autoencoder_run or ""),
         },
-    }
+    )
     _write(out, manifest, card.get("readme", f"# {name}\n"))
-    manifest["parity"]["greedy"] = greedy_parity(out, model, autoencoder)
-    _write(out, manifest, card.get("readme", f"# {name}\n"))
-    return manifest
+    parity = {**parity, "greedy": greedy_parity(out, model, autoencoder)}
+    return _write(
+        out, dataclasses.replace(manifest, parity=parity), card.get("readme", f"# {name}\n")
+    )
 
 
-def _write(out: Path, manifest: dict, readme: str) -> None:
+def _write(out: Path, manifest: Manifest, readme: str) -> Manifest:
     (out / "README.md").write_text(readme)
-    seal(out, manifest)
+    return seal(out, manifest)
 
 
 def runtime_nits_per_char(bundle: Path, pairs, role: str = "sentence_decoder") -> float:
@@ -404,7 +405,7 @@ def runtime_nits_per_char(bundle: Path, pairs, role: str = "sentence_decoder") -
     return total / count
 
 
-def quantize_bundle(source: Path, out: Path) -> dict:
+def quantize_bundle(source: Path, out: Path) -> Manifest:
     """An int8 copy of bundle `source` in `out` (export.quantize's dynamic int8 on every graph's
     MatMuls; GRU nodes stay float32); returns its manifest. `parity.greedy` is measured again on
     the int8 graphs against PyTorch (fp32's is kept as `parity.fp32_greedy`); the per-graph
@@ -414,21 +415,20 @@ def quantize_bundle(source: Path, out: Path) -> dict:
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(source, out)
-    manifest = json.loads((source / "manifest.json").read_text())
+    fp32 = Manifest.read(source / "manifest.json")
     reports = {}
-    for role, graph in manifest["graphs"].items():
-        reports[role] = quantize_graph(source / graph["file"], out / graph["file"], "int8", False)
-    manifest["precision"] = "int8"
-    manifest["export"]["quantization"] = {role: r["ops"] for role, r in reports.items()}
-    export = manifest["export"]
+    for role, graph in fp32.graphs.items():
+        reports[role] = quantize_graph(source / graph.file, out / graph.file, "int8", False)
+    export = {**fp32.export, "quantization": {role: r["ops"] for role, r in reports.items()}}
     model = model_definition.load_run(Path(export["source"]))
     autoencoder = (
         model_definition.load_run(Path(export["autoencoder_source"]))
         if export.get("autoencoder_source")
         else None
     )
-    manifest["parity"]["fp32_greedy"] = manifest["parity"]["greedy"]
-    _write(out, manifest, (source / "README.md").read_text())
-    manifest["parity"]["greedy"] = greedy_parity(out, model, autoencoder)
-    _write(out, manifest, (source / "README.md").read_text())
-    return manifest
+    parity = {**fp32.parity, "fp32_greedy": fp32.parity["greedy"]}
+    manifest = dataclasses.replace(fp32, precision="int8", export=export, parity=parity)
+    readme = (source / "README.md").read_text()
+    _write(out, manifest, readme)
+    parity = {**parity, "greedy": greedy_parity(out, model, autoencoder)}
+    return _write(out, dataclasses.replace(manifest, parity=parity), readme)

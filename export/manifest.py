@@ -1,19 +1,21 @@
-"""The bundle's manifest.json and README.md model card (docs/bundle.md is the contract).
+"""What exporters put in a bundle's manifest, sealing it, and the README.md model card
+(docs/bundle.md is the contract; runtime/manifest.py's `Manifest` is the manifest itself).
 
 Covers reading model facts from a checkpoint's config.json / generation_config.json, the
 optional `scriptorium_controls.json` and `scriptorium_card.json` beside it, validating control
-tokens against the tokenizer, the graphs' input/output names, file checksums, and rendering the
-model card from the manifest. It does not run models.
+tokens against the tokenizer, the graphs' input/output names, file checksums (`seal` writes
+manifest.json with them), and rendering the model card from the manifest. It does not run models.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from runtime.bundle import sha256_of
+from runtime.manifest import FileEntry, Graph, Manifest
 
-SCHEMA_VERSION = 1
 PRECISIONS = ("fp32", "int8", "int4")
 CONTROLS_FILE = "scriptorium_controls.json"
 CARD_FILE = "scriptorium_card.json"
@@ -170,7 +172,7 @@ def check_controls(controls: dict, tokenizer) -> dict:
     return controls
 
 
-def graph_entry(file: str, path: Path) -> dict:
+def graph_entry(file: str, path: Path) -> Graph:
     """{file, inputs, outputs} with the names read from the ONNX graph, and `kv_cache`:
     "shared-buffer" when its attention is GroupQueryAttention, whose past and present may be one
     preallocated buffer (the runtime then appends to the cache in place), else "separate"."""
@@ -180,38 +182,42 @@ def graph_entry(file: str, path: Path) -> dict:
 
     model = onnx.load(str(path), load_external_data=False)
     shared = any(node.op_type == "GroupQueryAttention" for node in model.graph.node)
-    return {
-        "file": file,
-        "inputs": [node.name for node in model.graph.input],
-        "outputs": [node.name for node in model.graph.output],
-        "kv_cache": SHARED_BUFFER if shared else "separate",
-    }
+    return Graph(
+        file=file,
+        inputs=tuple(node.name for node in model.graph.input),
+        outputs=tuple(node.name for node in model.graph.output),
+        kv_cache=SHARED_BUFFER if shared else "separate",
+    )
 
 
-def file_entries(directory: Path) -> dict:
+def file_entries(directory: Path) -> dict[str, FileEntry]:
     """sha256 and size of every file in `directory` except manifest.json."""
     return {
-        path.name: {"sha256": sha256_of(path), "size": path.stat().st_size}
+        path.name: FileEntry(sha256=sha256_of(path), size=path.stat().st_size)
         for path in sorted(directory.iterdir())
         if path.is_file() and path.name != "manifest.json"
     }
 
 
-def seal(bundle_dir: Path, manifest: dict | None = None, *, ensure_ascii: bool = True) -> dict:
+def seal(
+    bundle_dir: Path, manifest: Manifest | dict | None = None, *, ensure_ascii: bool = True
+) -> Manifest:
     """Record the sha256 and size of every file of `bundle_dir` in the manifest's `files` and
-    write manifest.json (indent 2, trailing newline); return the manifest. The bundle's own
-    manifest.json is read when `manifest` is None. Call it last: the runtime refuses a bundle
-    whose files changed after sealing. `ensure_ascii=False` writes non-ASCII characters as they
-    are (the manifests written by train/ and export/ngram_index.py), True escapes them."""
+    write manifest.json (`Manifest.write`); return the sealed manifest. The bundle's own
+    manifest.json is read when `manifest` is None, and a JSON document (a dict) is read as a
+    manifest (`Manifest.from_json`). Call it last: the runtime refuses a bundle whose files
+    changed after sealing. `ensure_ascii=False` writes non-ASCII characters as they are (the
+    manifests written by train/ and export/ngram_index.py), True escapes them."""
     path = Path(bundle_dir) / "manifest.json"
     if manifest is None:
-        manifest = json.loads(path.read_text())
-    manifest["files"] = file_entries(Path(bundle_dir))
-    path.write_text(json.dumps(manifest, indent=2, ensure_ascii=ensure_ascii) + "\n")
-    return manifest
+        manifest = Manifest.read(path)
+    elif isinstance(manifest, dict):
+        manifest = Manifest.from_json(manifest)
+    sealed = dataclasses.replace(manifest, files=file_entries(Path(bundle_dir)))
+    return sealed.write(path, ensure_ascii=ensure_ascii)
 
 
-def write_bundle_metadata(directory: Path, manifest: dict) -> dict:
+def write_bundle_metadata(directory: Path, manifest: Manifest) -> Manifest:
     """Write README.md from `manifest`, then seal the bundle (manifest.json with checksums)."""
     (directory / "README.md").write_text(model_card(manifest))
     return seal(directory, manifest)
@@ -245,42 +251,42 @@ def card_table(rows: list[tuple[str, object]]) -> list[str]:
     return lines
 
 
-def model_card(manifest: dict) -> str:
+def model_card(manifest: Manifest) -> str:
     """README.md: the model card, rendered from the manifest only."""
-    export = manifest.get("export", {})
-    lines = [f"# {manifest['name']}", ""]
+    export = manifest.export
+    lines = [f"# {manifest.name}", ""]
     if export.get("description"):
         lines += [export["description"], ""]
     lines += card_table(
         [
-            ("task", manifest["task"]),
-            ("architecture", manifest["architecture"]),
+            ("task", manifest.task),
+            ("architecture", manifest.architecture),
             ("parameters", f"{export.get('parameters', 0):,}"),
-            ("precision", manifest["precision"]),
+            ("precision", manifest.precision),
             (
                 "layers × heads × head size",
-                "{num_layers} × {num_heads} × {head_size}".format(**manifest),
+                f"{manifest.num_layers} × {manifest.num_heads} × {manifest.head_size}",
             ),
-            ("vocabulary", manifest["vocab_size"]),
-            ("context length", manifest["context_length"]),
-            ("licence", manifest.get("license") or "not stated"),
+            ("vocabulary", manifest.vocab_size),
+            ("context length", manifest.context_length),
+            ("licence", manifest.license or "not stated"),
         ]
     )
     lines += ["", "## Files", ""]
-    lines += [f"- `{role}`: `{graph['file']}`" for role, graph in manifest["graphs"].items()]
+    lines += [f"- `{role}`: `{graph.file}`" for role, graph in manifest.graphs.items()]
     lines += ["- `tokenizer.json`, `manifest.json` (checksums of every file)"]
     optimizer = export.get("optimizer", {})
     lines += [
         "",
         f"Optimized with onnxruntime's transformer optimizer: {optimizer.get('summary', 'no')}.",
     ]
-    if manifest["precision"] != "fp32":
+    if manifest.precision != "fp32":
         lines += [f"Quantization: {export.get('quantization', {}).get('summary', '')}."]
-    parity = manifest.get("parity", {})
+    parity = manifest.parity
     lines += ["", f"## Parity with {_reference_name(parity)}", ""] + _parity_lines(parity)
     lines += ["", "## Controls", ""]
-    if manifest["controls"]:
-        for name, spec in manifest["controls"].items():
+    if manifest.controls:
+        for name, spec in manifest.controls.items():
             values = ", ".join(f"`{v}` → `{t}`" for v, t in spec["values"].items())
             about = f" — {spec['description']}" if spec.get("description") else ""
             lines += [f"- **{name}** ({spec['kind']}){about}: {values}"]
@@ -289,10 +295,9 @@ def model_card(manifest: dict) -> str:
     return "\n".join(lines + card_closing(manifest))
 
 
-def card_closing(manifest: dict) -> list[str]:
+def card_closing(manifest: Manifest) -> list[str]:
     """The last sections of every model card: evaluation, training data, licence."""
-    metrics = manifest.get("metrics") or {}
-    data = manifest.get("training_data") or {}
+    metrics, data = manifest.metrics, manifest.training_data
     return [
         "",
         "## Evaluation",
@@ -305,7 +310,7 @@ def card_closing(manifest: dict) -> list[str]:
         "",
         "## Licence",
         "",
-        manifest.get("license") or "Not stated.",
+        manifest.license or "Not stated.",
         "",
     ]
 

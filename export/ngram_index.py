@@ -14,7 +14,7 @@ indexes the Bible LM's training text: the WEB chapters of the training books (tr
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import numpy as np
 
 from export.corpus import chapters, load_verses
 from export.manifest import seal
+from runtime.manifest import Manifest, MemorisationIndex
 from runtime.memorisation import WORD_NGRAM, ngram_hashes
 
 INDEX_FILE = "training_ngrams.npy"
@@ -33,29 +34,30 @@ def build_ngram_index(texts: Iterable[str], n: int = WORD_NGRAM) -> np.ndarray:
     return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.uint64)
 
 
-def write_ngram_index(bundle: Path, texts: Iterable[str], corpus: str, n: int = WORD_NGRAM):
+def write_ngram_index(
+    bundle: Path, texts: Iterable[str], corpus: str, n: int = WORD_NGRAM
+) -> MemorisationIndex:
     """Write the index of `texts` to `bundle`/training_ngrams.npy; returns the manifest's
     `memorisation_index` entry for it (the caller seals the manifest)."""
     index = build_ngram_index(texts, n)
     np.save(Path(bundle) / INDEX_FILE, index, allow_pickle=False)
-    return {
-        "file": INDEX_FILE,
-        "n": n,
-        "ngrams": int(index.shape[0]),
-        "hash": "blake2b-64 (little-endian) of the n words joined by U+001F",
-        "corpus": corpus,
-    }
+    return MemorisationIndex(
+        file=INDEX_FILE,
+        n=n,
+        ngrams=int(index.shape[0]),
+        hash="blake2b-64 (little-endian) of the n words joined by U+001F",
+        corpus=corpus,
+    )
 
 
 def add_ngram_index(bundle: str | Path, texts: Iterable[str], corpus: str, n: int = WORD_NGRAM):
     """Write the index of `texts` into `bundle` and list it in the manifest; returns the index."""
     bundle = Path(bundle)
-    manifest_path = bundle / "manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    if manifest.get("task") != "causal-lm":
-        raise ValueError(f"`bundle` must be a causal-lm bundle, got task {manifest.get('task')!r}")
-    manifest["memorisation_index"] = write_ngram_index(bundle, texts, corpus, n)
-    seal(bundle, manifest, ensure_ascii=False)
+    manifest = Manifest.read(bundle / "manifest.json")
+    if manifest.task != "causal-lm":
+        raise ValueError(f"`bundle` must be a causal-lm bundle, got task {manifest.task!r}")
+    index = write_ngram_index(bundle, texts, corpus, n)
+    seal(bundle, dataclasses.replace(manifest, memorisation_index=index), ensure_ascii=False)
     return np.load(bundle / INDEX_FILE, allow_pickle=False)
 
 

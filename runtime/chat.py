@@ -47,6 +47,7 @@ from functools import cached_property
 from pathlib import Path
 
 from . import template_pool
+from .manifest import Manifest
 from .outputs import GenerationOutput, StreamEvent
 from .template_sandbox import MAX_CHARS, MAX_INT_BITS, MAX_MEMORY, MAX_STEPS
 from .text import control_prefix
@@ -221,10 +222,10 @@ def _read_json(path: Path) -> dict:
 # ---- the generator's chat methods ------------------------------------------------------------
 
 
-def is_chat_manifest(manifest: dict) -> bool:
+def is_chat_manifest(manifest: Manifest) -> bool:
     """Whether a manifest is a chat model's: a causal LM with a chat template."""
-    chat = manifest.get("chat") or {}
-    return manifest.get("task") == "causal-lm" and bool(chat.get("template"))
+    chat = manifest.chat
+    return manifest.task == "causal-lm" and chat is not None and bool(chat.template)
 
 
 class ChatMixin:
@@ -242,23 +243,23 @@ class ChatMixin:
                 f"{self.name!r} is not a chat model: its bundle has no chat template (use "
                 "`generate` with a plain prompt)"
             )
-        chat = self.manifest["chat"]
-        special = chat.get("special_tokens")
+        chat = self.manifest.chat
+        special = chat.special_tokens
         if special is None:  # the strings of the manifest's special token ids
-            ids = self.manifest.get("special_tokens", {})
+            ids = self.manifest.special_tokens
             special = {
-                name: self.tokenizer.id_to_token(ids[f"{name}_id"])
+                name: self.tokenizer.id_to_token(getattr(ids, f"{name}_id"))
                 for name in SPECIAL_TOKEN_NAMES
-                if ids.get(f"{name}_id") is not None
+                if getattr(ids, f"{name}_id", None) is not None
             }
-        return ChatTemplate(chat["template"], special)
+        return ChatTemplate(chat.template, special)
 
     @cached_property
     def end_of_turn_token_ids(self) -> tuple[int, ...]:
         """The tokens that end the assistant's turn: the manifest's
         `chat.end_of_turn_token_ids`, else the EOS token."""
         self._chat_template  # noqa: B018 (raises for a model that is not a chat model)
-        ids = self.manifest["chat"].get("end_of_turn_token_ids") or [self.eos_token_id]
+        ids = self.manifest.chat.end_of_turn_token_ids or [self.eos_token_id]
         return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True) -> str:
@@ -274,7 +275,7 @@ class ChatMixin:
         """Token ids of the conversation followed by the assistant's turn opening, checked
         against the context (the template writes its own BOS; nothing else is added). Special
         tokens written in message text are encoded as ordinary text."""
-        prefix = control_prefix(self.manifest.get("controls", {}), controls)
+        prefix = control_prefix(self.manifest.controls, controls)
         ids = self._encode_prompt(messages, True, prefix)
         if len(ids) >= self.context_length:
             raise ValueError(

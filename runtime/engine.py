@@ -73,6 +73,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from . import cancel
+from .manifest import Manifest
 from .outputs import StreamEvent
 from .search import log_normalizer
 from .text import RowTexts
@@ -89,20 +90,20 @@ def cache_bytes_per_position(model) -> int:
     return len(model.past_names) * model.num_heads * model.head_size * itemsize
 
 
-def uses_engine(manifest: dict, batching: bool | None) -> bool:
+def uses_engine(manifest: Manifest, batching: bool | None) -> bool:
     """Whether a model's generations run in an engine loop. None (the default): yes for a causal
     LM whose manifest says `batch_invariant` (each row computed from that row alone), no
     otherwise; True: yes for a causal LM, and ValueError when its graph is not batch-invariant;
     False: no. Seq2seq models never do (they run beside, as beam search does)."""
     if batching not in (None, True, False):
         raise ValueError(f"`batching` must be None, True or False, got {batching!r}")
-    if batching is False or manifest["task"] != "causal-lm":
+    if batching is False or manifest.task != "causal-lm":
         return False
-    invariant = bool(manifest.get("batch_invariant"))
+    invariant = manifest.batch_invariant
     if batching and not invariant:
         raise ValueError(
-            f"`batching` must be None or False for {manifest['name']!r} "
-            f"({manifest.get('precision', 'unknown precision')}), whose manifest does not say "
+            f"`batching` must be None or False for {manifest.name!r} "
+            f"({manifest.precision or 'unknown precision'}), whose manifest does not say "
             "`batch_invariant` (its graph may quantize activations per tensor, so batch-mates "
             "could change a result; re-export int8 as weight-only MatMulNBits), got True"
         )

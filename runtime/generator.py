@@ -35,6 +35,7 @@ from .adapters import Adapter
 from .chat import ChatMixin
 from .config import GenerationConfig
 from .engine import Engine, uses_engine
+from .manifest import Manifest
 from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
 from .outputs import GenerationOutput, StreamEvent
@@ -68,7 +69,7 @@ class Generator(ChatMixin, ScoringMixin):
     def __init__(
         self,
         directory: Path,
-        manifest: dict,
+        manifest: Manifest,
         providers=None,
         threads=None,
         io_binding=None,
@@ -81,7 +82,7 @@ class Generator(ChatMixin, ScoringMixin):
         self.manifest = manifest
         self.providers = available_providers(providers)
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        graphs = manifest["graphs"]
+        graphs = manifest.graphs
         batched = uses_engine(manifest, batching)
         # An engine loop is its session's only caller, one call at a time, so by default the
         # session's worker threads spin between operators while the process has its cores and
@@ -91,31 +92,31 @@ class Generator(ChatMixin, ScoringMixin):
         spinning = adaptive or bool(spinning)
         adapter = None
         if adapter_directory is not None:
-            spec = manifest["adapter"]
+            spec = manifest.adapter
             adapter = Adapter(adapter_directory / spec["file"], spec["base"]["lora_slots"])
-            path = directory / graphs["decoder"]["file"]
+            path = directory / graphs["decoder"].file
             sessions = {"decoder": shared_session(path, self.providers, threads, spinning)}
         else:
             sessions = {
-                role: create_session(directory / graph["file"], self.providers, threads, spinning)
+                role: create_session(directory / graph.file, self.providers, threads, spinning)
                 for role, graph in graphs.items()
             }
             if adaptive:
-                path, providers = directory / graphs["decoder"]["file"], self.providers
+                path, providers = directory / graphs["decoder"].file, self.providers
                 sessions["decoder"] = AdaptiveSession(
                     sessions["decoder"], lambda: create_session(path, providers, threads, False)
                 )
-        if manifest["task"] == "seq2seq":
+        if manifest.task == "seq2seq":
             self.model = Seq2SeqLM(sessions["encoder"], sessions["decoder"], manifest, io_binding)
         else:
             self.model = CausalLM(sessions["decoder"], manifest, io_binding, adapter)
-        special = manifest.get("special_tokens", {})
-        self.eos_token_id = special.get("eos_token_id")
-        self.bos_token_id = special.get("bos_token_id")
-        pad = special.get("pad_token_id")
+        special = manifest.special_tokens
+        self.eos_token_id = special.eos_token_id
+        self.bos_token_id = special.bos_token_id
+        pad = special.pad_token_id
         self.pad_token_id = pad if pad is not None else (self.eos_token_id or 0)
-        self.context_length = manifest.get("context_length") or 1024
-        self.defaults = GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
+        self.context_length = manifest.context_length
+        self.defaults = GenerationConfig.from_dict(manifest.generation_defaults)
         self._ngram_index: np.ndarray | None = None  # loaded on the first `memorised` call
         # With batching, greedy and sampled generations of a causal LM run in one engine loop
         # (runtime/engine.py) that batches concurrent calls step by step.
@@ -123,24 +124,24 @@ class Generator(ChatMixin, ScoringMixin):
 
     @property
     def name(self) -> str:
-        return self.manifest["name"]
+        return self.manifest.name
 
     @property
     def task(self) -> str:
-        return self.manifest["task"]
+        return self.manifest.task
 
     @property
     def controls(self) -> dict[str, list]:
         """Each control's values, e.g. {"section": ["law", …], "length_ratio": [0.1, …, 2.0]}."""
         out = {}
-        for name, spec in self.manifest.get("controls", {}).items():
+        for name, spec in self.manifest.controls.items():
             values = list(spec["values"])
             out[name] = [float(v) for v in values] if spec.get("kind") == "numeric" else values
         return out
 
     @property
     def has_memorisation_index(self) -> bool:
-        return "memorisation_index" in self.manifest
+        return self.manifest.memorisation_index is not None
 
     def memorised(self, text: str) -> Memorisation:
         """How much of `text` is copied from the training text: the share of its word n-grams
@@ -154,10 +155,10 @@ class Generator(ChatMixin, ScoringMixin):
                 f"{self.name!r} without one (build it with `python -m export.ngram_index`)"
             )
         if self._ngram_index is None:
-            entry = self.manifest["memorisation_index"]
+            entry = self.manifest.memorisation_index
             folder = self.adapter_directory or self.directory  # an adapter's index is its own
-            self._ngram_index = np.load(folder / entry["file"], allow_pickle=False)
-        return memorised(text, self._ngram_index, self.manifest["memorisation_index"]["n"])
+            self._ngram_index = np.load(folder / entry.file, allow_pickle=False)
+        return memorised(text, self._ngram_index, self.manifest.memorisation_index.n)
 
     def config(self, **overrides) -> GenerationConfig:
         """The model's default settings (from its manifest) with `overrides` applied."""
@@ -168,8 +169,8 @@ class Generator(ChatMixin, ScoringMixin):
     def prompt_head(self, controls: dict | None = None) -> str:
         """The text in front of a prompt: the chosen controls' strings in manifest order, then
         the manifest's `prompt_prefix` (docs/bundle.md, "Controls")."""
-        prefix = control_prefix(self.manifest.get("controls", {}), controls)
-        return prefix + self.manifest.get("prompt_prefix", "")
+        prefix = control_prefix(self.manifest.controls, controls)
+        return prefix + (self.manifest.prompt_prefix or "")
 
     def encode_prompt(self, prompt: str, controls: dict | None = None) -> list[int]:
         """Token ids the model sees for `prompt` with `controls` applied as in training."""
@@ -187,7 +188,7 @@ class Generator(ChatMixin, ScoringMixin):
                 )
             return ids
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        if self.manifest.get("add_bos_token") and self.bos_token_id is not None:
+        if self.manifest.add_bos_token and self.bos_token_id is not None:
             ids = [self.bos_token_id, *ids]
         if not ids:
             raise ValueError("`prompt` must not be empty for a causal LM without a BOS token")
@@ -223,7 +224,7 @@ class Generator(ChatMixin, ScoringMixin):
             for key in ("forced_bos_token_id", "forced_eos_token_id", "suppress_tokens")
             if not getattr(config, key) and getattr(self.defaults, key)
         }
-        own_stop = [text for text in self.manifest.get("stop", ()) if text not in config.stop]
+        own_stop = [text for text in self.manifest.stop or () if text not in config.stop]
         if own_stop:
             model_settings["stop"] = (*config.stop, *own_stop)
         return config.replace(**model_settings).validate() if model_settings else config.validate()
@@ -236,7 +237,7 @@ class Generator(ChatMixin, ScoringMixin):
             raise ValueError("`prompts` must contain at least one prompt")
         encoded, input_ids, mask = self._batch(prompts, controls)
         if self.task == "seq2seq":
-            start = self.manifest["special_tokens"]["decoder_start_token_id"]
+            start = self.manifest.special_tokens.decoder_start_token_id
             history = np.full((len(prompts), 1), start, dtype=np.int64)  # (B, 1)
             history_mask = np.ones_like(history, dtype=bool)
             room = self.context_length - 1

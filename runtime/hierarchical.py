@@ -51,6 +51,7 @@ from .hierarchical_text import (
     CharVocab,
     split_words,
 )
+from .manifest import Manifest
 from .outputs import GenerationOutput, StreamEvent
 from .sampling import Sampler
 from .sessions import available_providers, create_session
@@ -158,23 +159,24 @@ class HierarchicalGenerator:
     """A loaded "hierarchical-lm" bundle; `runtime.load` returns one for such a manifest. Its
     sessions run on one intra-op thread unless `threads` says otherwise."""
 
-    def __init__(self, directory: Path, manifest: dict, threads: int | None = None, providers=None):
+    def __init__(
+        self, directory: Path, manifest: Manifest, threads: int | None = None, providers=None
+    ):
         self.directory, self.manifest = Path(directory), manifest
         self.providers = available_providers(providers)
         self.sessions = {
-            role: create_session(self.directory / graph["file"], self.providers, threads or 1)
-            for role, graph in manifest["graphs"].items()
+            role: create_session(self.directory / graph.file, self.providers, threads or 1)
+            for role, graph in manifest.graphs.items()
         }
         self.inputs = {role: {i.name for i in s.get_inputs()} for role, s in self.sessions.items()}
-        self.vocab = CharVocab(manifest["charset"])
+        self.vocab = CharVocab(manifest.charset)
         self.tokenizer = CharTokenizer(self.vocab)
-        self.word_chars = manifest["word_chars"]
-        self.max_words = manifest["max_words"]
+        self.word_chars = manifest.word_chars
+        self.max_words = manifest.max_words
         self.initial_states = {
-            role: np.load(self.directory / file)
-            for role, file in manifest["initial_states"].items()
+            role: np.load(self.directory / file) for role, file in manifest.initial_states.items()
         }
-        self.defaults = GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
+        self.defaults = GenerationConfig.from_dict(manifest.generation_defaults)
         self.eos_token_id = END_OF_SENTENCE
         self._allowed = [self._allowed_mask(i) for i in range(self.word_chars)]
 
@@ -184,7 +186,7 @@ class HierarchicalGenerator:
 
     @property
     def name(self) -> str:
-        return self.manifest["name"]
+        return self.manifest.name
 
     @property
     def task(self) -> str:
@@ -269,7 +271,7 @@ class HierarchicalGenerator:
                 state=state,
                 position=np.full(batch, position, dtype=np.int64),
             )
-            hidden = np.zeros((batch, self.manifest["partial_size"]), dtype=np.float32)
+            hidden = np.zeros((batch, self.manifest.partial_size), dtype=np.float32)
             chars = np.full(batch, BEGIN_WORD, dtype=np.int64)
             word_done = done.copy()
             previous = np.zeros((batch, self.word_chars), dtype=np.int64)
@@ -495,7 +497,7 @@ class HierarchicalGenerator:
                 state=state,
                 position=np.array([position], dtype=np.int64),
             )
-            hidden = np.zeros((1, self.manifest["partial_size"]), dtype=np.float32)
+            hidden = np.zeros((1, self.manifest.partial_size), dtype=np.float32)
             char = np.array([BEGIN_WORD], dtype=np.int64)
             for target_char in target:
                 logits, hidden = self._run(

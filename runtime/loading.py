@@ -64,18 +64,18 @@ def load(
     """
     directory = _pick_bundle(Path(path), precision)
     manifest = read_manifest(directory, base=base)
-    if precision is not None and manifest.get("precision", precision) != precision:
+    if precision is not None and manifest.precision not in ("", precision):
         raise ValueError(
-            f"`precision` must match the bundle's ({manifest.get('precision')}), got {precision!r}"
+            f"`precision` must match the bundle's ({manifest.precision}), got {precision!r}"
         )
-    if manifest["task"] == "hierarchical-lm":
+    if manifest.task == "hierarchical-lm":
         return HierarchicalGenerator(directory, manifest, threads=threads, providers=providers)
-    if manifest["task"] == "word-vectors":
+    if manifest.task == "word-vectors":
         return WordVectors.from_bundle(directory, manifest)
-    if manifest["task"] == "fill-mask":
+    if manifest.task == "fill-mask":
         return MaskedLM(directory, manifest, providers=providers, threads=threads)
     adapter = None
-    if "adapter" in manifest:
+    if manifest.adapter is not None:
         adapter, directory = directory, adapter_base(directory, manifest, base)
     return Generator(
         directory,

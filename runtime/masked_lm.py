@@ -17,12 +17,13 @@ Does not cover: generating from a masked LM or the studies (study/), static vect
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
+from .manifest import Manifest
 from .sessions import available_providers, create_session
 
 
@@ -43,21 +44,21 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class MaskedLM:
     """A loaded fill-mask bundle: `fill_mask`, `token_vectors`, `forward`, `mask_token`."""
 
-    def __init__(self, directory: str | Path, manifest: dict, providers=None, threads=None):
+    def __init__(self, directory: str | Path, manifest: Manifest, providers=None, threads=None):
         directory = Path(directory)
         self.directory = directory
         self.manifest = manifest
-        self.name = manifest.get("name", directory.name)
+        self.name = manifest.name
         self.tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
-        self.mask_token: str = manifest["mask_token"]
-        self.mask_token_id: int = manifest["mask_token_id"]
-        self.pad_token_id: int = manifest["special_tokens"]["pad_token_id"]
-        self.context_length: int = manifest["context_length"]
+        self.mask_token: str = manifest.mask_token
+        self.mask_token_id: int = manifest.mask_token_id
+        self.pad_token_id: int = manifest.special_tokens.pad_token_id
+        self.context_length: int = manifest.context_length
         # the start, end and padding tokens: left out of token_vectors (the mask token stays)
-        self.frame_ids = {v for v in manifest["special_tokens"].values() if v is not None}
+        self.frame_ids = {v for v in astuple(manifest.special_tokens) if v is not None}
         self.providers = available_providers(providers)
         self.session = create_session(
-            directory / manifest["graphs"]["model"]["file"], self.providers, threads
+            directory / manifest.graphs["model"].file, self.providers, threads
         )
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.controls: dict = {}
@@ -105,7 +106,7 @@ class MaskedLM:
         """The `top_k` fillers of each mask token in `text` (transformers' pipeline format)."""
         if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
             raise ValueError(f"`top_k` must be a positive int, got {top_k!r}")
-        vocab = int(self.manifest["vocab_size"])
+        vocab = int(self.manifest.vocab_size)
         if top_k > vocab:
             raise ValueError(f"`top_k` must be at most the vocabulary size {vocab}, got {top_k}")
         ids = self.encode(text)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import onnxruntime as ort
 
+from .manifest import Manifest
 from .sessions import io_binding_for
 
 SHARED_BUFFER = "shared-buffer"  # manifest `graphs.decoder.kv_cache`: past and present share memory
@@ -175,7 +176,7 @@ class CausalLM:
     """A decoder-only graph: input_ids, attention_mask, [position_ids], past_key_values.* in;
     with an `adapter` (runtime/adapters.py), its LoRA factors go with every call."""
 
-    def __init__(self, session, manifest: dict, io_binding: bool | None = None, adapter=None):
+    def __init__(self, session, manifest: Manifest, io_binding: bool | None = None, adapter=None):
         self.adapter = adapter
         self.runner = GraphRunner(session, io_binding, adapter)
         self.inputs, self.outputs = _graph_io(session)
@@ -188,16 +189,16 @@ class CausalLM:
         # GroupQueryAttention's per-row cache lengths as inputs (export's lean Llama graph), so a
         # batcher can give each row its own; here every row holds the mask's T positions.
         self.feeds_seqlens = "seqlens_k" in self.inputs
-        self.num_heads = manifest["num_heads"]
-        self.head_size = manifest["head_size"]
+        self.num_heads = manifest.num_heads
+        self.head_size = manifest.head_size
         self.dtype = _past_dtype(session)
-        kv_cache = manifest["graphs"]["decoder"].get("kv_cache")
+        kv_cache = manifest.graphs["decoder"].kv_cache
         # The in-place buffers are numpy memory: CPU sessions without device binding only. Bound
         # to a device (CUDA, or CPU with io_binding=True), such a graph takes its cache as
         # separate past and present device tensors instead, which the graph equally accepts.
         cpu_arrays = self.runner.device == "cpu" and not self.runner.io_binding
         self.shared_cache = kv_cache == SHARED_BUFFER and cpu_arrays
-        self.vocab_size = manifest.get("vocab_size")
+        self.vocab_size = manifest.vocab_size
 
     def _run(self, input_ids, attention_mask, positions, past, every_position=False):
         """One graph call: logits (N, V) at the last position, or (N, T, V) at every position
@@ -439,7 +440,7 @@ def _real_width(mask: np.ndarray, align: int = 1) -> int:
 class Seq2SeqLM:
     """An encoder graph plus a merged decoder graph with `use_cache_branch` (optimum layout)."""
 
-    def __init__(self, encoder_session, decoder_session, manifest: dict, io_binding=None):
+    def __init__(self, encoder_session, decoder_session, manifest: Manifest, io_binding=None):
         self.encoder = encoder_session
         self.decoder = GraphRunner(decoder_session, io_binding)
         self.decoder_inputs, outputs = _graph_io(decoder_session)
@@ -447,9 +448,9 @@ class Seq2SeqLM:
         self.present_names = [n for n in outputs if n.startswith("present")]
         self.self_slots = [i for i, n in enumerate(self.past_names) if ".decoder." in n]
         self.cross_slots = [i for i, n in enumerate(self.past_names) if ".encoder." in n]
-        self.num_heads = manifest["num_heads"]
-        self.head_size = manifest["head_size"]
-        self.start_token = manifest["special_tokens"]["decoder_start_token_id"]
+        self.num_heads = manifest.num_heads
+        self.head_size = manifest.head_size
+        self.start_token = manifest.special_tokens.decoder_start_token_id
         self.dtype = _past_dtype(decoder_session)
         self.encoder_takes_mask = "attention_mask" in _graph_io(encoder_session)[0]
 

@@ -64,7 +64,7 @@ class ScoringMixin:
         LM `start` defaults to 1 (the first token has nothing to condition on); for a seq2seq
         model `ids` is the target, `source_ids` the encoded source, and `start` defaults to 0."""
         ids = _token_ids(ids, "ids")
-        vocab = self.manifest.get("vocab_size") or self.tokenizer.get_vocab_size()
+        vocab = self.manifest.vocab_size or self.tokenizer.get_vocab_size()
         if max(ids) >= vocab:
             raise ValueError(f"`ids` must be below the vocabulary size {vocab}, got {max(ids)}")
         seq2seq = self.task == "seq2seq"
@@ -84,7 +84,7 @@ class ScoringMixin:
                     f"`source_ids` must be below the vocabulary size {vocab}, got {max(source)}"
                 )
             source = np.array([source], dtype=np.int64)  # (1, S)
-            decoder_start = self.manifest["special_tokens"]["decoder_start_token_id"]
+            decoder_start = self.manifest.special_tokens.decoder_start_token_id
             decoder = np.array([[decoder_start, *ids[:-1]]], dtype=np.int64)  # (1, T)
             logits = self.model.all_logits(source, np.ones_like(source), decoder)[0]  # (T, V)
             logits = logits[start:]  # position t scores ids[t]
@@ -122,7 +122,7 @@ class ScoringMixin:
     def _causal_ids(self, text: str) -> list[int]:
         """`text` as a causal LM's prompt tokens (BOS first when the model adds one)."""
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        if self.manifest.get("add_bos_token") and self.bos_token_id is not None:
+        if self.manifest.add_bos_token and self.bos_token_id is not None:
             ids = [self.bos_token_id, *ids]
         return ids
 

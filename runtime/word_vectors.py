@@ -6,7 +6,7 @@ row order). `runtime.load` returns a `WordVectors` for it. Queries are lower-cas
 become "_", so "Holy Spirit" finds the phrase token `holy_spirit`.
 
 `load_matrix` reads a token model's input embedding matrix (`embeddings.npy`, float16,
-[vocab, hidden], named by manifest["embeddings"]), which the app and study/ also use as static
+[vocab, hidden], named by the manifest's `embeddings`), which the app and study/ also use as static
 vectors; it raises `ValueError` with a clear message when a bundle has none.
 
 Does not cover: training (train/word_vectors.py) or contextual vectors (runtime/masked_lm.py).
@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .manifest import Manifest
+
 
 def normalize_word(word: str) -> str:
     """The vocabulary form of a query word or phrase.
@@ -29,12 +31,12 @@ def normalize_word(word: str) -> str:
     return "_".join(word.strip().lower().replace("’", "'").split())
 
 
-def load_matrix(bundle_dir: Path, manifest: dict) -> np.ndarray:
+def load_matrix(bundle_dir: Path, manifest: Manifest) -> np.ndarray:
     """The input embedding matrix (vocab, hidden) as float32; ValueError if the bundle has none."""
-    name = manifest.get("embeddings")
+    name = manifest.embeddings
     if not name or not (Path(bundle_dir) / name).exists():
         raise ValueError(
-            f"model {manifest.get('name')!r} has no embeddings.npy (manifest key `embeddings`); "
+            f"model {manifest.name!r} has no embeddings.npy (manifest key `embeddings`); "
             "re-export it with a version of export/ that writes the input embeddings"
         )
     matrix = np.load(Path(bundle_dir) / name, allow_pickle=False)
@@ -51,13 +53,13 @@ class WordVectors:
         words: Sequence[str],
         vectors: np.ndarray,
         name: str = "word vectors",
-        manifest: dict | None = None,
+        manifest: Manifest | None = None,
         counts: Sequence[int] | None = None,
     ):
         if len(words) != len(vectors):
             raise ValueError(f"{name}: {len(words)} words but {len(vectors)} vectors")
         self.name = name
-        self.manifest = manifest or {"name": name, "task": "word-vectors"}
+        self.manifest = manifest  # the bundle's; None for vectors made in memory
         self.words = list(words)
         self.counts = list(counts) if counts is not None else None
         self.vectors = np.asarray(vectors, dtype=np.float32)  # (V, D)
@@ -66,14 +68,14 @@ class WordVectors:
         self.unit = self.vectors / np.maximum(norms, 1e-12)  # (V, D) rows of length 1
 
     @classmethod
-    def from_bundle(cls, directory: str | Path, manifest: dict) -> WordVectors:
+    def from_bundle(cls, directory: str | Path, manifest: Manifest) -> WordVectors:
         """The vectors of a "word-vectors" bundle (vectors.npy + vocab.txt)."""
         directory = Path(directory)
-        vectors = np.load(directory / manifest["vectors"], allow_pickle=False)  # (V, D)
-        lines = (directory / manifest["vocab"]).read_text().splitlines()
+        vectors = np.load(directory / manifest.vectors, allow_pickle=False)  # (V, D)
+        lines = (directory / manifest.vocab).read_text().splitlines()
         words = [line.split("\t")[0] for line in lines]
         counts = [int(line.split("\t")[1]) for line in lines]
-        return cls(words, vectors, manifest.get("name", directory.name), manifest, counts)
+        return cls(words, vectors, manifest.name, manifest, counts)
 
     def __contains__(self, word: str) -> bool:
         return normalize_word(word) in self.index

@@ -114,7 +114,7 @@ def generate(args) -> int:
     lm = runtime.load(args.lm)
     config = runtime.GenerationConfig(max_new_tokens=args.tokens, do_sample=False)
     text = lm.generate(args.prompt, config)[0].text
-    print(f"== {lm.manifest['name']} (causal, greedy): {args.prompt}⟨{text}⟩")
+    print(f"== {lm.manifest.name} (causal, greedy): {args.prompt}⟨{text}⟩")
     return 0
 
 
@@ -144,7 +144,7 @@ def analogies(args) -> int:
     for path in args.embeddings:
         gen = runtime.load(path)
         matrix = load_matrix(gen.directory, gen.manifest)
-        name = f"{gen.manifest['name']} input embeddings"
+        name = f"{gen.manifest.name} input embeddings"
         models[name] = study.word_analogies.from_embeddings(matrix, gen.tokenizer, name)
     for name, wv in models.items():
         result = study.word_analogies.evaluate(wv)

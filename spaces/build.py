@@ -70,19 +70,19 @@ def copy_models(roots: list[Path], precisions: list[str], out: Path) -> list[str
     # read_manifest verifies every checksum: never ship a broken bundle
     bundles = [(name, rel, path, read_manifest(path)) for name, rel, path in find_bundles(roots)]
     families_with_a_choice = {
-        path.parent for _, _, path, manifest in bundles if manifest.get("precision") in precisions
+        path.parent for _, _, path, manifest in bundles if manifest.precision in precisions
     }
     copied = []
     for name, relative, path, manifest in bundles:
-        chosen = manifest.get("precision") in precisions
+        chosen = manifest.precision in precisions
         if precisions and not chosen and path.parent in families_with_a_choice:
             continue
         target = out / "models" / relative
         target.mkdir(parents=True)
-        if manifest.get("inferred"):  # a plain optimum export: no file list, take it all
+        if manifest.inferred:  # a plain optimum export: no file list, take it all
             shutil.copytree(path, target, dirs_exist_ok=True)
         else:
-            for file in ["manifest.json", *manifest["files"]]:
+            for file in ["manifest.json", *manifest.files]:
                 shutil.copy2(path / file, target / file)
         copied.append(name)
     return copied

@@ -42,8 +42,8 @@ def _body(gen, text: str) -> list[int]:
 
 def _frame(gen, ids: list[int]) -> list[int]:
     bos, eos = (
-        gen.manifest["special_tokens"]["bos_token_id"],
-        gen.manifest["special_tokens"]["eos_token_id"],
+        gen.manifest.special_tokens.bos_token_id,
+        gen.manifest.special_tokens.eos_token_id,
     )
     row = [bos, *ids, eos]
     if len(row) > gen.context_length:

@@ -11,6 +11,7 @@ memorisation index; discovery by the app's registry.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -330,7 +331,8 @@ def test_every_run_path_feeds_the_adapter(tiny):
     assert gen.model.shared_cache
     bound = runtime.load(bundle, threads=1, io_binding=True).model
     assert not bound.shared_cache and bound.runner.io_binding
-    separate = dict(gen.manifest, graphs={"decoder": {"kv_cache": "separate"}})
+    decoder = dataclasses.replace(gen.manifest.graphs["decoder"], kv_cache="separate")
+    separate = dataclasses.replace(gen.manifest, graphs={"decoder": decoder})
     plain = CausalLM(gen.model.runner.session, separate, False, gen.model.adapter)
     assert not plain.shared_cache and not plain.runner.io_binding
     ids = gen.encode_prompt(PROMPTS[0])

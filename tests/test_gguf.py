@@ -104,9 +104,9 @@ def tiny(tmp_path_factory):
 
 
 def _logits(bundle: Path, gguf_path: Path, ids: list[int]) -> np.ndarray:
-    from export.gguf import _session, full_logits
+    from export.llama_bundle import full_logits, parity_session
 
-    return full_logits(_session(bundle / "model.onnx"), read_gguf(gguf_path), ids)
+    return full_logits(parity_session(bundle / "model.onnx"), read_gguf(gguf_path), ids)
 
 
 def _greedy(bundle: Path) -> list[int]:
@@ -338,11 +338,11 @@ def _call(session, model, ids, past, seqlens, total):
 def test_rows_with_their_own_cache_lengths(tmp_path):
     """Continuous batching's need: one step over rows whose caches hold different lengths (each
     row's valid prefix first, `seqlens_k` per row) gives each row what it gets alone."""
-    from export.gguf import _session
+    from export.llama_bundle import parity_session
 
     path = write_tiny_gguf(tmp_path / "tiny.gguf", "qwen2", "F32")
     export_gguf(path, tmp_path / "bundle", fp32=True, parity=False)
-    model, session = read_gguf(path), _session(tmp_path / "bundle" / "model.onnx")
+    model, session = read_gguf(path), parity_session(tmp_path / "bundle" / "model.onnx")
     empty = [np.zeros((1, model.kv_heads, 0, model.head_size), np.float32)] * (2 * model.layers)
     prompts, nexts = [[5, 6, 7, 8, 9, 10], [11, 12, 13]], [20, 21]
     alone, caches = [], []

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from export.cli import main
-from export.gguf import _session, full_logits
 from export.hf_llama import LAYER_TENSORS, TOP_TENSORS, export_hf_llama, read_hf_llama
+from export.llama_bundle import full_logits, parity_session
 from runtime import load
 from runtime.config import GenerationConfig
 from tests.gguf_models import CHAT_TEMPLATE, CORPUS, SPECIALS
@@ -159,7 +159,7 @@ def exported(tmp_path_factory):
 
 
 def _logits(bundle: Path, checkpoint: Path, ids: list[int]) -> np.ndarray:
-    return full_logits(_session(bundle / "model.onnx"), read_hf_llama(checkpoint), ids)
+    return full_logits(parity_session(bundle / "model.onnx"), read_hf_llama(checkpoint), ids)
 
 
 def _reference(model, ids: list[int]) -> tuple[np.ndarray, list[int]]:

@@ -34,7 +34,7 @@ CONTROLS = {
 def write_bundle(source: Path, out: Path, controls: dict) -> Path:
     """A bundle per docs/bundle.md from a plain optimum export: manifest with checksums."""
     shutil.copytree(source, out)
-    manifest = read_manifest(out)
+    manifest = read_manifest(out).to_json()
     manifest.pop("inferred")
     manifest["controls"] = controls
     manifest["files"] = {

@@ -14,6 +14,7 @@ Does not cover: training (train/adapter.py), the bundle format (export/adapter.p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from export.corpus import load_verses
 from export.manifest import seal
+from runtime.manifest import Manifest
 from train import adapter, adapter_eval, common, data
 
 BIBLE_LM = Path("models/bible-lm/int8")
@@ -219,10 +221,12 @@ def ship(run: Path, corpus: str, out: Path, verses: Path) -> dict:
     else:
         metrics = treasury_metrics(gen, base, passages, controls)
     metrics["export_seconds"] = round(export_seconds, 1)
-    manifest = json.loads((out / "manifest.json").read_text())
-    manifest["metrics"] = metrics
-    manifest["stop"] = [adapter.TEXT_END]  # every generation ends a passage at its closing tag
-    card = model_card({**manifest, "metrics": headline_metrics(metrics)})
+    manifest = dataclasses.replace(
+        Manifest.read(out / "manifest.json"),
+        metrics=metrics,
+        stop=(adapter.TEXT_END,),  # every generation ends a passage at its closing tag
+    )
+    card = model_card(dataclasses.replace(manifest, metrics=headline_metrics(metrics)))
     (out / "README.md").write_text(card + "\n" + evaluation_markdown(corpus, metrics, training))
     return seal(out, manifest)
 
@@ -328,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verses", type=Path, default=Path("data/verses.tsv"))
     args = parser.parse_args(argv)
     manifest = ship(args.run, args.corpus, args.out, args.verses)
-    print(json.dumps(manifest["metrics"], indent=1, default=str)[:4000])
+    print(json.dumps(manifest.metrics, indent=1, default=str)[:4000])
     return 0
 
 

@@ -524,7 +524,7 @@ def finish_card(bundle_dir: Path, sections: Sequence[tuple[str, str]], files: Se
     plot), and seal the bundle again (export.manifest.seal: manifest.json's checksums)."""
     from export import manifest as bundle_manifest
 
-    manifest = read_json(bundle_dir / "manifest.json")
+    manifest = bundle_manifest.Manifest.read(bundle_dir / "manifest.json")
     for path in files:
         shutil.copyfile(path, bundle_dir / path.name)
     if manifest["task"] == "fill-mask":

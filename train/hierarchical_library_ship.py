@@ -32,6 +32,7 @@ from pathlib import Path
 from export import hierarchical as hierarchical_export
 from export.manifest import seal
 from runtime.hierarchical import HierarchicalGenerator
+from runtime.manifest import Manifest
 from study import paraphrase_quality
 from train import common
 from train import hierarchical as hierarchical_training
@@ -41,6 +42,7 @@ from train.hierarchical_ship import (
     _precisions,
     check_shared_weights,
     reconstruction_quality,
+    with_metrics,
 )
 from train.library import SOURCES, library_counts
 
@@ -82,7 +84,7 @@ def web_model_block(bundle: Path, judged: Path | None) -> dict:
     """The WEB-trained paraphraser's measures, from the bundle being replaced: carried as they
     are when it is itself a library ship (its "web_model"), else read from its manifest and its
     everyday measures taken now."""
-    metrics = common.read_json(bundle / "manifest.json")["metrics"]
+    metrics = Manifest.read(bundle / "manifest.json").metrics
     if "web_model" in metrics:
         return metrics["web_model"]
     measured = everyday(HierarchicalGenerator.open(bundle), judged)
@@ -236,9 +238,10 @@ def ship_library(args) -> int:
             unjudged = runs / f"{args.lm}-everyday-unjudged.tsv"
             paraphrase_quality.write_unjudged(unjudged, everyday_pairs)
             print(f"wrote {unjudged}: judge it ({paraphrase_quality.JUDGING_RULE}), ship --judged")
-        bundle_manifest["metrics"]["autoencoder_reconstruction"] = quality
-        bundle_manifest["metrics"]["everyday"] = measured
-        new = bundle_manifest["metrics"]
+        bundle_manifest = with_metrics(
+            bundle_manifest, autoencoder_reconstruction=quality, everyday=measured
+        )
+        new = bundle_manifest.metrics
         readme = card(args, lm, autoencoder, web, new, counts, generator, everyday_pairs)
         readme += precision_text + _web_sections(web) + f"\n## Licence\n\n{license_text(counts)}.\n"
         for figure in CARRIED_FIGURES:
@@ -262,7 +265,7 @@ def card(args, lm, autoencoder, web, new, counts, generator, everyday_pairs) -> 
         (s, "(none changed)" if c is None else c.replace("|", "\\|")) for s, c in everyday_pairs
     ]
     manifest = generator.manifest
-    greedy = manifest["parity"].get("fp32_greedy", manifest["parity"]["greedy"])
+    greedy = manifest.parity.get("fp32_greedy", manifest.parity["greedy"])
     noise = lm.get("sentence_noise") or 0
     wdn = (
         f" with seed 003's WDN noise (std {noise} × the sentence vector's RMS, in training)"
@@ -309,7 +312,7 @@ def card(args, lm, autoencoder, web, new, counts, generator, everyday_pairs) -> 
         + "\n\n## Parity with PyTorch\n\n"
         f"Greedy decoding (fp32 graphs): {greedy['identical']} of {greedy['compared']} sentences "
         f"identical, max |Δlogit| {greedy['max_abs_logit_diff']}; per graph max |Δ| "
-        f"{manifest['parity']['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
+        f"{manifest.parity['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
         "## Reconstruction cost (seed 003, table 4.2)\n\n"
         + common.markdown_table(("sentence", "greedy reconstruction", "nits/char"), rows)
         + "\n\n## Training curves\n\n![language model](loss-shipped.png)\n"

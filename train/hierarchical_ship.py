@@ -10,6 +10,7 @@ command line (train/hierarchical_cli.py), the ONNX graphs and parity checks
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -20,6 +21,7 @@ from export import hierarchical as hierarchical_export
 from export.manifest import seal
 from modeling import hierarchical as model_definition
 from runtime.hierarchical import HierarchicalGenerator
+from runtime.manifest import Manifest
 from study.paraphrase_quality import reconstruction_quality
 from train import common
 from train import hierarchical as hierarchical_training
@@ -232,8 +234,7 @@ def ship(args) -> int:
         "".join(words) for words, _ in hierarchical_training.verse_copies(verse_rows, "test")
     ]
     quality = reconstruction_quality(generator, test_verses[:RECONSTRUCTION_VERSES])
-    for _, bundle_manifest in kept:
-        bundle_manifest["metrics"]["autoencoder_reconstruction"] = quality
+    kept = [(bundle, with_metrics(m, autoencoder_reconstruction=quality)) for bundle, m in kept]
     exact_verses = ", ".join(f"“{text}” × {count}" for text, count in quality["exact"].items())
     examples = generator.paraphrase(RECONSTRUCTION_SENTENCES[1], 40, seed=0)[:4]
     example_rows = [
@@ -249,10 +250,10 @@ def ship(args) -> int:
         f"(reconstruction) test nits/char: **{autoencoder['test_nits_per_char']}** after "
         f"{autoencoder['steps']} steps.\n\n"
         "## Parity with PyTorch\n\n"
-        f"Greedy decoding: {manifest['parity']['greedy']['identical']} of "
-        f"{manifest['parity']['greedy']['compared']} sentences identical, max |Δlogit| "
-        f"{manifest['parity']['greedy']['max_abs_logit_diff']}; per graph max |Δ| "
-        f"{manifest['parity']['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
+        f"Greedy decoding: {manifest.parity['greedy']['identical']} of "
+        f"{manifest.parity['greedy']['compared']} sentences identical, max |Δlogit| "
+        f"{manifest.parity['greedy']['max_abs_logit_diff']}; per graph max |Δ| "
+        f"{manifest.parity['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
         f"## Reconstruction cost (seed 003, table 4.2)\n\n{reconstruction}\n\n"
         f"Over the first {quality['sentences']} test verses, the greedy reconstruction is the "
         f"verse exactly for {quality['exact_share']:.1%} of them ({exact_verses}); against the "
@@ -308,7 +309,12 @@ def ship(args) -> int:
 INT8_TOLERANCE = 0.01  # int8 ships instead of fp32 when its nits/char is at most 1 % worse
 
 
-def _precisions(fp32: Path, manifest: dict, pairs, what: str):
+def with_metrics(manifest: Manifest, **metrics) -> Manifest:
+    """`manifest` with `metrics` added to its own."""
+    return dataclasses.replace(manifest, metrics={**manifest.metrics, **metrics})
+
+
+def _precisions(fp32: Path, manifest: Manifest, pairs, what: str):
     """Quantize the fp32 bundle to int8 beside it and measure both through the runtime on
     `pairs` (teacher-forced nits/char); the int8 bundle replaces fp32 when it is within
     INT8_TOLERANCE. Returns (the card's section, [(bundle dir, manifest)] to finish)."""
@@ -319,8 +325,10 @@ def _precisions(fp32: Path, manifest: dict, pairs, what: str):
         "int8": round(hierarchical_export.runtime_nits_per_char(int8_dir, pairs), 4),
     }
     keep_int8 = measured["int8"] <= measured["fp32"] * (1 + INT8_TOLERANCE)
-    for bundle_manifest in (manifest, int8_manifest):
-        bundle_manifest["metrics"]["runtime_nits_per_char"] = {**measured, "pairs": what}
+    manifest, int8_manifest = (
+        with_metrics(m, runtime_nits_per_char={**measured, "pairs": what})
+        for m in (manifest, int8_manifest)
+    )
     shutil.rmtree(fp32 if keep_int8 else int8_dir)
     verdict = (
         "int8 ships (GRU weights, most of the model, stay float32, so it is only a little smaller)."
@@ -331,16 +339,16 @@ def _precisions(fp32: Path, manifest: dict, pairs, what: str):
         f"## Precision\n\nTeacher-forced nits/char through the runtime on {len(pairs)} {what} "
         f"pairs: fp32 {measured['fp32']}, int8 {measured['int8']} (dynamic int8 MatMuls; GRU "
         f"nodes stay float32): {verdict} Greedy decoding through the int8 graphs against PyTorch: "
-        f"{int8_manifest['parity']['greedy']['identical']} of "
-        f"{int8_manifest['parity']['greedy']['compared']} sentences identical.\n\n"
+        f"{int8_manifest.parity['greedy']['identical']} of "
+        f"{int8_manifest.parity['greedy']['compared']} sentences identical.\n\n"
     )
     return section, [(int8_dir, int8_manifest)] if keep_int8 else [(fp32, manifest)]
 
 
-def _finish_bundle(out: Path, manifest: dict, readme: str, results: dict, runs: Path) -> None:
+def _finish_bundle(out: Path, manifest: Manifest, readme: str, results: dict, runs: Path) -> None:
     comparison_plot(results, out / "sentence_encoders.png")
     for kind in results:
         shutil.copy(comparison_run(runs, kind) / common.LOSS_PNG, out / f"loss-{kind}.png")
-    shutil.copy(runs / f"lm-{manifest['kind']}" / common.LOSS_PNG, out / "loss-shipped.png")
+    shutil.copy(runs / f"lm-{manifest.kind}" / common.LOSS_PNG, out / "loss-shipped.png")
     (out / "README.md").write_text(readme)
     seal(out, manifest)

@@ -12,6 +12,7 @@ Needs the verse table (`python -m train.data`); takes a few minutes on 2 cores.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -40,7 +41,7 @@ class GraphAsModel:
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         ids, mask = input_ids.numpy(), attention_mask.numpy()
-        logits = np.zeros((*ids.shape, self.gen.manifest["vocab_size"]), np.float32)  # (B, T, V)
+        logits = np.zeros((*ids.shape, self.gen.manifest.vocab_size), np.float32)  # (B, T, V)
         for row, length in enumerate(mask.sum(1)):
             real = ids[row : row + 1, :length]  # (1, length)
             logits[row, :length] = self.gen.model.all_logits(real, np.ones_like(real))[0]
@@ -74,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     evaluation = recipe.evaluate(GraphAsModel(gen), target)
     evaluation["evaluated_precision"] = args.precision
     minutes = (time.perf_counter() - started) / 60
-    manifest["metrics"] = recipe.metrics(evaluation)
-    common.write_json(target / "manifest.json", manifest)
+    manifest = dataclasses.replace(manifest, metrics=recipe.metrics(evaluation))
+    manifest.write(target / "manifest.json", ensure_ascii=False)
     note = (
         f"Metrics and samples above were measured on this {args.precision} bundle through the "
         f"runtime ({minutes:.0f} minutes); its graph was quantized from the fp32 bundle's "
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sections = [*recipe.card_sections(evaluation), ("Training", training_section(old_card, note))]
     common.finish_card(target, sections, [])
-    for key, value in manifest["metrics"].items():
+    for key, value in manifest.metrics.items():
         print(f"  {key}: {value}")
     return 0
 

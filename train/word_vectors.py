@@ -31,7 +31,7 @@ evaluation (study/word_analogies.py).
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import re
 import sys
 import time
@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runtime.manifest import Manifest
 from train import data
 
 WORD = re.compile(r"[a-z]+(?:[’'][a-z]+)*")
@@ -115,7 +116,7 @@ def train_variant(sentences, sg: int, settings: dict, seed: int = 0):
     return Word2Vec(sentences, sg=sg, workers=1, seed=seed, **settings)
 
 
-def save_bundle(keyed_vectors, out_dir: Path, manifest: dict) -> None:
+def save_bundle(keyed_vectors, out_dir: Path, manifest: Manifest) -> None:
     """vectors.npy + vocab.txt + manifest.json (checksums); keyed_vectors is gensim's."""
     from export.manifest import seal
 
@@ -123,7 +124,7 @@ def save_bundle(keyed_vectors, out_dir: Path, manifest: dict) -> None:
     np.save(out_dir / "vectors.npy", keyed_vectors.vectors.astype(np.float32))
     lines = [f"{w}\t{keyed_vectors.get_vecattr(w, 'count')}" for w in keyed_vectors.index_to_key]
     (out_dir / "vocab.txt").write_text("\n".join(lines) + "\n")
-    seal(out_dir, {**manifest})
+    seal(out_dir, manifest)
 
 
 def restrict(source: Path, out_dir: Path, max_words: int) -> None:
@@ -131,9 +132,9 @@ def restrict(source: Path, out_dir: Path, max_words: int) -> None:
     order (gensim's `restrict_vocab`); the manifest records what was cut."""
     from export.manifest import seal
 
-    manifest = json.loads((source / "manifest.json").read_text())
-    vectors = np.load(source / manifest["vectors"], allow_pickle=False)  # (V, D)
-    lines = (source / manifest["vocab"]).read_text().splitlines()
+    manifest = Manifest.read(source / "manifest.json")
+    vectors = np.load(source / manifest.vectors, allow_pickle=False)  # (V, D)
+    lines = (source / manifest.vocab).read_text().splitlines()
     counts = [int(line.split("\t")[1]) for line in lines]
     if any(a < b for a, b in zip(counts, counts[1:])):
         raise ValueError(f"`source` rows must be in descending frequency order, got {source}")
@@ -142,19 +143,18 @@ def restrict(source: Path, out_dir: Path, max_words: int) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     np.save(out_dir / "vectors.npy", vectors[:max_words].astype(np.float32))
     (out_dir / "vocab.txt").write_text("\n".join(lines[:max_words]) + "\n")
-    manifest["vocab_size"] = max_words
-    manifest["restricted"] = {
+    restricted = {
         "from": str(source),
         "vocab_size": len(lines),
         "min_count_kept": counts[max_words - 1],
     }
-    seal(out_dir, manifest)
+    seal(out_dir, dataclasses.replace(manifest, vocab_size=max_words, restricted=restricted))
 
 
-def label(manifest: dict, vocab_size: int | None = None) -> str:
+def label(manifest: Manifest, vocab_size: int | None = None) -> str:
     """A word2vec bundle's row name in the cards' tables: name, corpus and vocabulary size."""
-    corpus = "library" if "library" in manifest["training_data"] else "WEB"
-    return f"{manifest['name']} ({corpus}, {vocab_size or manifest['vocab_size']:,} words)"
+    corpus = "library" if "library" in manifest.training_data else "WEB"
+    return f"{manifest.name} ({corpus}, {vocab_size or manifest.vocab_size:,} words)"
 
 
 def evaluations(out: Path, reference: Path | None, compare: list[Path] = ()) -> dict[str, dict]:
@@ -170,7 +170,7 @@ def evaluations(out: Path, reference: Path | None, compare: list[Path] = ()) -> 
         results[label(vectors.manifest)] = wa.evaluate(vectors)
     if reference is not None and reference.exists():
         gen = runtime.load(reference)
-        name = f"{gen.manifest['name']} input embeddings"
+        name = f"{gen.manifest.name} input embeddings"
         vectors = wa.from_embeddings(load_matrix(gen.directory, gen.manifest), gen.tokenizer, name)
         results[name] = wa.evaluate(vectors)
     return results
@@ -193,31 +193,31 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
     from study import word_analogies
     from train.common import markdown_table
 
-    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest = Manifest.read(bundle / "manifest.json")
     vectors = runtime.load(bundle)
     own = results[label(manifest)]
-    manifest["metrics"] = {
+    metrics = {
         "analogy accuracy (3CosAdd, top 1)": rounded(own["analogy_accuracy"]),
         "analogy questions answered": own["analogy_questions"],
         "analogy questions out of vocabulary": own["analogy_total"] - own["analogy_questions"],
         "similarity triples passed": rounded(own["similarity_accuracy"]),
     }
-    restricted = manifest.get("restricted")  # set by `restrict`
-    settings = manifest["settings"]
-    vocabulary = f"{manifest['vocab_size']:,} words and phrases (min count {settings['min_count']})"
+    restricted = manifest.restricted  # set by `restrict`
+    settings = manifest.settings
+    vocabulary = f"{manifest.vocab_size:,} words and phrases (min count {settings['min_count']})"
     restriction = ""
     if restricted:
         full = results[label(manifest, restricted["vocab_size"])]
-        manifest["metrics"]["analogy questions out of vocabulary, full vocabulary"] = (
+        metrics["analogy questions out of vocabulary, full vocabulary"] = (
             full["analogy_total"] - full["analogy_questions"]
         )
         vocabulary = (
-            f"the {manifest['vocab_size']:,} most frequent of {restricted['vocab_size']:,} words "
+            f"the {manifest.vocab_size:,} most frequent of {restricted['vocab_size']:,} words "
             f"and phrases (min count {settings['min_count']}; those kept: count ≥ "
             f"{restricted['min_count_kept']})"
         )
         restriction = (
-            f"\nThis bundle keeps the {manifest['vocab_size']:,} most frequent of the "
+            f"\nThis bundle keeps the {manifest.vocab_size:,} most frequent of the "
             f"{restricted['vocab_size']:,} words its run learnt (the first rows, as gensim's "
             f"`restrict_vocab`; full vectors: `{restricted['from']}`). Out of vocabulary: "
             f"{own['analogy_total'] - own['analogy_questions']} of {own['analogy_total']} "
@@ -238,8 +238,8 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
         for word in [*word_analogies.POLYSEMOUS, "holy_spirit", "son_of_man"]
         if word in vectors
     ]
-    phrases = manifest["phrases"]
-    corpus = manifest["training_data"]
+    phrases = manifest.phrases
+    corpus = manifest.training_data
     window = f"{settings['window']}, {settings['negative']}, {settings['epochs']}"
     phrase_line = (
         f"{corpus['phrases_detected']:,} detected, {phrases['passes']} passes, Mikolov scoring, "
@@ -260,7 +260,7 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
             "GPL is not settled; redistribute them as GPL-2.0-or-later material to be safe"
         )
     text_line = f"{corpus['sentences']:,} {unit}, {corpus['tokens']:,} tokens after phrasing"
-    card = f"""# {manifest["name"]}
+    card = f"""# {manifest.name}
 
 Static word vectors (seed 001): word2vec {"skip-gram" if settings["sg"] else "CBOW"} trained
 with gensim on {trained_on} after Mikolov phrase detection.
@@ -273,7 +273,7 @@ with gensim on {trained_on} after Mikolov phrase detection.
 | window, negative samples, epochs | {window} |
 | phrases | {phrase_line} |
 | training text | {text_line} |
-| training time | {manifest["train_seconds"]} s, one worker, shared 2-core machine |
+| training time | {manifest.train_seconds} s, one worker, shared 2-core machine |
 | files | `vectors.npy` (float32, no pickle), `vocab.txt` (word, count), `manifest.json` |
 
 ## Evaluation
@@ -296,7 +296,7 @@ same way over its " word" tokens.
 {licence}.
 """
     (bundle / "README.md").write_text(card)
-    seal(bundle, manifest)
+    seal(bundle, dataclasses.replace(manifest, metrics=metrics))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,26 +350,26 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         model = train_variant(sentences, sg, settings)
         seconds = time.perf_counter() - started
-        manifest = {
-            "schema_version": 1,
-            "name": f"word2vec-{variant}",
-            "task": TASK,
-            "architecture": f"word2vec {'skip-gram' if sg else 'CBOW'} (gensim)",
-            "precision": "fp32",
-            "vectors": "vectors.npy",
-            "vocab": "vocab.txt",
-            "vector_size": settings["vector_size"],
-            "vocab_size": len(model.wv),
-            "settings": {**settings, "sg": sg, "seed": 0, "workers": 1},
-            "phrases": {**phrase_settings, "scoring": "default (Mikolov)", "connector_words": True},
-            "training_data": {
+        manifest = Manifest(
+            name=f"word2vec-{variant}",
+            task=TASK,
+            architecture=f"word2vec {'skip-gram' if sg else 'CBOW'} (gensim)",
+            precision="fp32",
+            batch_invariant=False,  # no graph: nothing is batched
+            vectors="vectors.npy",
+            vocab="vocab.txt",
+            vector_size=settings["vector_size"],
+            vocab_size=len(model.wv),
+            settings={**settings, "sg": sg, "seed": 0, "workers": 1},
+            phrases={**phrase_settings, "scoring": "default (Mikolov)", "connector_words": True},
+            training_data={
                 **training_data,
                 "sentences": len(sentences),
                 "tokens": sum(map(len, sentences)),
                 "phrases_detected": len(phrases),
             },
-            "train_seconds": round(seconds, 1),
-        }
+            train_seconds=round(seconds, 1),
+        )
         save_bundle(model.wv, args.out / variant, manifest)
         print(f"{variant}: {len(model.wv)} words in {seconds:.0f} s -> {args.out / variant}")
     return write_cards(args.out, args.reference, args.compare)
