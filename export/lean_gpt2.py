@@ -130,134 +130,155 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     _check_config(config)
     if opset < 17:
         raise ValueError(f"`opset` must be >= 17, got {opset}")
-    layers, heads, width = config.n_layer, config.n_head, config.n_embd
-    inner = config.n_inner or 4 * width
-    head_size = width // heads
-    eps = float(config.layer_norm_epsilon)
+    width, eps = config.n_embd, float(config.layer_norm_epsilon)
     g = GraphBuilder(model.state_dict())
+    inputs, outputs = _io(config)
 
-    past_dims = ["batch_size", heads, "past_sequence_length", head_size]
-    present_dims = ["batch_size", heads, "past_sequence_length + sequence_length", head_size]
-    inputs = [
-        helper.make_tensor_value_info(
-            "input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]
+    # All activations are (B, S, d); ln_1 of layer 0 is fused with the embeddings' sum.
+    tokens, positions = _embeddings(g, width)
+    mask = _attention_inputs(g)
+    normed, residual = _skip_layer_norm(
+        g, tokens, positions, "transformer.h.0.ln_1.", ("h0.ln_1", "h0.residual_in"), width, eps
+    )
+    for i in range(config.n_layer):
+        p = f"transformer.h.{i}."
+        attn_out = _attention(g, i, normed, mask, config.n_head, width)
+        normed, residual = _skip_layer_norm(
+            g,
+            attn_out,
+            residual,
+            p + "ln_2.",
+            (f"h{i}.ln_2", f"h{i}.residual_mid"),
+            width,
+            eps,
+            bias=p + "attn.c_proj.bias",
         )
-    ]
-    outputs = [
-        helper.make_tensor_value_info(
-            "logits", TensorProto.FLOAT, ["batch_size", "kept", config.vocab_size]
+        mlp_out = _mlp(g, i, normed, config.n_inner or 4 * width, width)
+        # The residual stream's next norm: ln_1 of the next layer, or ln_f after the last one.
+        last = i == config.n_layer - 1
+        normed, residual = _skip_layer_norm(
+            g,
+            mlp_out,
+            residual,
+            "transformer.ln_f." if last else f"transformer.h.{i + 1}.ln_1.",
+            ("ln_f", "") if last else (f"h{i + 1}.ln_1", f"h{i}.residual_out"),
+            width,
+            eps,
+            bias=p + "mlp.c_proj.bias",
         )
-    ]
-    for i in range(layers):
+    _lm_head(g, normed, width)
+    g.save(path, "lean_gpt2", inputs, outputs, opset)
+
+
+def _io(config) -> tuple[list, list]:
+    """The graph's inputs and outputs, named and shaped as in the module docstring."""
+    info = helper.make_tensor_value_info
+    head_size = config.n_embd // config.n_head
+    past = ["batch_size", config.n_head, "past_sequence_length", head_size]
+    present = ["batch_size", config.n_head, "past_sequence_length + sequence_length", head_size]
+    inputs = [info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"])]
+    outputs = [info("logits", TensorProto.FLOAT, ["batch_size", "kept", config.vocab_size])]
+    for i in range(config.n_layer):
         for kind in ("key", "value"):
-            inputs.append(
-                helper.make_tensor_value_info(
-                    f"past_key_values.{i}.{kind}", TensorProto.FLOAT, past_dims
-                )
-            )
-            outputs.append(
-                helper.make_tensor_value_info(
-                    f"present.{i}.{kind}", TensorProto.FLOAT, present_dims
-                )
-            )
+            inputs.append(info(f"past_key_values.{i}.{kind}", TensorProto.FLOAT, past))
+            outputs.append(info(f"present.{i}.{kind}", TensorProto.FLOAT, present))
     inputs += [
-        helper.make_tensor_value_info(
+        info(
             "attention_mask",
             TensorProto.INT64,
             ["batch_size", "past_sequence_length + sequence_length"],
         ),
-        helper.make_tensor_value_info(
-            "position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]
-        ),
-        helper.make_tensor_value_info("logits_to_keep", TensorProto.INT64, []),
+        info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+        info("logits_to_keep", TensorProto.INT64, []),
     ]
+    return inputs, outputs
 
-    # Embeddings, and ln_1 of layer 0 fused with their sum.  All activations are (B, S, d).
+
+def _embeddings(g: GraphBuilder, width: int) -> tuple[str, str]:
+    """The token and position embeddings of `input_ids` and `position_ids`, each (B, S, d)."""
     (tokens,) = g.node(
         "Gather", [g.weight("transformer.wte.weight"), "input_ids"], ["tok_emb"], width
     )
     (positions,) = g.node(
         "Gather", [g.weight("transformer.wpe.weight"), "position_ids"], ["pos_emb"], width
     )
-    seqlens_k, total_length, mask_bias = _attention_inputs(g)
-    normed, _, _, residual = g.node(
-        "SkipLayerNormalization",
-        [
-            tokens,
-            positions,
-            g.weight("transformer.h.0.ln_1.weight"),
-            g.weight("transformer.h.0.ln_1.bias"),
-        ],
-        ["h0.ln_1", "", "", "h0.residual_in"],
-        width,
-        epsilon=eps,
+    return tokens, positions
+
+
+def _skip_layer_norm(
+    g: GraphBuilder,
+    x: str,
+    residual: str,
+    ln: str,
+    names: tuple[str, str],
+    width: int,
+    eps: float,
+    bias: str | None = None,
+) -> tuple[str, str]:
+    """LayerNorm `ln` (a parameter prefix) of x + residual (+ the parameter `bias`): returns
+    the normed sum and the sum itself (the next residual), named `names` ("" drops the sum)."""
+    inputs = [x, residual, g.weight(ln + "weight"), g.weight(ln + "bias")]
+    if bias is not None:
+        inputs.append(g.weight(bias))
+    normed, _, _, total = g.node(
+        "SkipLayerNormalization", inputs, [names[0], "", "", names[1]], width, epsilon=eps
     )
+    return normed, total
 
-    for i in range(layers):
-        p = f"transformer.h.{i}."
-        (qkv,) = g.node(
-            "MatMul", [normed, g.weight(p + "attn.c_attn.weight")], [f"h{i}.qkv"], 3 * width
-        )
-        (qkv,) = g.node("Add", [qkv, g.weight(p + "attn.c_attn.bias")], [f"h{i}.qkv_b"], 3 * width)
-        attn, _, _ = g.node(
-            "GroupQueryAttention",
-            [
-                qkv,  # packed (B, S, 3d): q, k, v
-                "",  # key: packed in the query
-                "",  # value: packed in the query
-                f"past_key_values.{i}.key",
-                f"past_key_values.{i}.value",
-                seqlens_k,
-                total_length,
-                "",  # cos_cache: no rotary embedding
-                "",  # sin_cache
-                "",  # position_ids (rotary only)
-                mask_bias,  # attention_bias (B, 1, S, T)
-            ],
-            [f"h{i}.attn", f"present.{i}.key", f"present.{i}.value"],
-            width,
-            num_heads=heads,
-            kv_num_heads=heads,
-        )
-        (attn_out,) = g.node(
-            "MatMul", [attn, g.weight(p + "attn.c_proj.weight")], [f"h{i}.attn_out"], width
-        )
-        normed, _, _, residual = g.node(
-            "SkipLayerNormalization",
-            [
-                attn_out,
-                residual,
-                g.weight(p + "ln_2.weight"),
-                g.weight(p + "ln_2.bias"),
-                g.weight(p + "attn.c_proj.bias"),
-            ],
-            [f"h{i}.ln_2", "", "", f"h{i}.residual_mid"],
-            width,
-            epsilon=eps,
-        )
-        (fc,) = g.node("MatMul", [normed, g.weight(p + "mlp.c_fc.weight")], [f"h{i}.fc"], inner)
-        (act,) = g.node("FastGelu", [fc, g.weight(p + "mlp.c_fc.bias")], [f"h{i}.gelu"], inner)
-        (mlp_out,) = g.node(
-            "MatMul", [act, g.weight(p + "mlp.c_proj.weight")], [f"h{i}.mlp_out"], width
-        )
-        last = i == layers - 1
-        ln = "transformer.ln_f." if last else f"transformer.h.{i + 1}.ln_1."
-        normed, _, _, residual = g.node(
-            "SkipLayerNormalization",
-            [
-                mlp_out,
-                residual,
-                g.weight(ln + "weight"),
-                g.weight(ln + "bias"),
-                g.weight(p + "mlp.c_proj.bias"),
-            ],
-            ["ln_f" if last else f"h{i + 1}.ln_1", "", "", "" if last else f"h{i}.residual_out"],
-            width,
-            epsilon=eps,
-        )
 
-    # Only the last `logits_to_keep` positions reach the LM head: Slice from -k, and -0 = 0
-    # keeps them all.
+def _attention(
+    g: GraphBuilder, i: int, normed: str, mask: tuple[str, str, str], heads: int, width: int
+) -> str:
+    """Layer i's causal self-attention over its cache, before the c_proj bias (which the next
+    SkipLayerNormalization adds). `mask`: seqlens_k, total_sequence_length and the padding bias
+    from `_attention_inputs`."""
+    p = f"transformer.h.{i}."
+    seqlens_k, total_length, mask_bias = mask
+    (qkv,) = g.node(
+        "MatMul", [normed, g.weight(p + "attn.c_attn.weight")], [f"h{i}.qkv"], 3 * width
+    )
+    (qkv,) = g.node("Add", [qkv, g.weight(p + "attn.c_attn.bias")], [f"h{i}.qkv_b"], 3 * width)
+    attn, _, _ = g.node(
+        "GroupQueryAttention",
+        [
+            qkv,  # packed (B, S, 3d): q, k, v
+            "",  # key: packed in the query
+            "",  # value: packed in the query
+            f"past_key_values.{i}.key",
+            f"past_key_values.{i}.value",
+            seqlens_k,
+            total_length,
+            "",  # cos_cache: no rotary embedding
+            "",  # sin_cache
+            "",  # position_ids (rotary only)
+            mask_bias,  # attention_bias (B, 1, S, T)
+        ],
+        [f"h{i}.attn", f"present.{i}.key", f"present.{i}.value"],
+        width,
+        num_heads=heads,
+        kv_num_heads=heads,
+    )
+    (attn_out,) = g.node(
+        "MatMul", [attn, g.weight(p + "attn.c_proj.weight")], [f"h{i}.attn_out"], width
+    )
+    return attn_out
+
+
+def _mlp(g: GraphBuilder, i: int, normed: str, inner: int, width: int) -> str:
+    """Layer i's MLP, c_fc -> tanh GELU -> c_proj, before the c_proj bias (which the next
+    SkipLayerNormalization adds)."""
+    p = f"transformer.h.{i}."
+    (fc,) = g.node("MatMul", [normed, g.weight(p + "mlp.c_fc.weight")], [f"h{i}.fc"], inner)
+    (act,) = g.node("FastGelu", [fc, g.weight(p + "mlp.c_fc.bias")], [f"h{i}.gelu"], inner)
+    (mlp_out,) = g.node(
+        "MatMul", [act, g.weight(p + "mlp.c_proj.weight")], [f"h{i}.mlp_out"], width
+    )
+    return mlp_out
+
+
+def _lm_head(g: GraphBuilder, normed: str, width: int) -> None:
+    """`logits` of the last `logits_to_keep` positions of the final hidden states `normed`."""
+    # Slice from -k, and -0 = 0 keeps them all.
     (start,) = g.node("Neg", ["logits_to_keep"], ["kept_start"])
     (start,) = g.node("Unsqueeze", [start, g.const("axes_0", [0], np.int64)], ["kept_start_1"])
     end, axis = g.const("end_of_sequence", [2**63 - 1], np.int64), g.const("axes_1", [1], np.int64)
@@ -267,5 +288,3 @@ def build_gpt2_graph(model, path: Path, opset: int = 17) -> None:
     )  # (B, k, d)
     # The LM head as (d, V) so that MatMul quantizers see a constant right-hand side.
     g.node("MatMul", [kept, g.weight("lm_head.weight", transpose=True)], ["logits"])
-
-    g.save(path, "lean_gpt2", inputs, outputs, opset)
