@@ -39,6 +39,7 @@ from .manifest import Manifest
 from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
 from .outputs import GenerationOutput, StreamEvent
+from .recurrent import RECURRENT_ARCHITECTURES, RecurrentSeq2SeqLM
 from .scoring import ScoringMixin
 from .search import TokenSearch, beam_search
 from .sessions import available_providers, create_session, shared_session
@@ -106,7 +107,10 @@ class Generator(ChatMixin, ScoringMixin):
                 sessions["decoder"] = AdaptiveSession(
                     sessions["decoder"], lambda: create_session(path, providers, threads, False)
                 )
-        if manifest.task == "seq2seq":
+        if manifest.task == "seq2seq" and manifest.architecture in RECURRENT_ARCHITECTURES:
+            start = manifest.special_tokens.decoder_start_token_id
+            self.model = RecurrentSeq2SeqLM(sessions["encoder"], sessions["decoder"], start)
+        elif manifest.task == "seq2seq":
             self.model = Seq2SeqLM(sessions["encoder"], sessions["decoder"], manifest, io_binding)
         else:
             self.model = CausalLM(sessions["decoder"], manifest, io_binding, adapter)
