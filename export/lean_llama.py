@@ -55,6 +55,7 @@ external data (`model.onnx.data`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -321,127 +322,177 @@ def build_llama_graph(
     the weights file. Returns a report: node count, per GGUF tensor type how its projections
     were stored, and the LoRA slots."""
     g = LlamaGraph(accuracy_level, lora=lora_path is not None)
-    d, eps = model.hidden, model.rms_eps
-    storage: dict[str, str] = {}
-    notes: list[str] = []
-
-    def project(x: str, names: list[str], out: str) -> str | list[str]:
-        parts = [model.linear(n, fp32) for n in names]
-        for name, part in zip(names, parts):
-            storage[part.source] = _storage(part)
-            if part.note:
-                notes.append(f"{name}: {part.note}")
-        fused = concat(parts)
-        if fused is not None:
-            groups = [(fused, names, parts, out)]
-        else:
-            groups = [(p, [n], [p], f"{out}.{j}") for j, (p, n) in enumerate(zip(parts, names))]
-        outs = []
-        for lin, members, pieces, name in groups:
-            y = g.linear(x, lin, name)
-            biases = [model.bias(m.removesuffix(".weight") + ".bias") for m in members]
-            if any(b is not None for b in biases):  # qwen2's q|k|v; before the slot, so that
-                # both graphs fuse projection and bias alike (same rounding)
-                prefix = members[0].rsplit(".", 2)[0] + "."  # "blk.3."
-                letters = "".join(m.split(".")[2].removeprefix("attn_") for m in members)
-                bias = g.array(f"{prefix}{letters}_bias", np.concatenate(biases))
-                (y,) = g.node("Add", [y, bias], [f"{prefix}{letters}_b"])
-            if g.lora:  # e.g. "blk.3.attn_q.weight" + … -> slot "lora.3.q_proj+k_proj+v_proj"
-                modules = [HF_MODULES[m.split(".")[2]] for m in members]
-                slot = f"lora.{members[0].split('.')[1]}.{'+'.join(modules)}"
-                rows = [[m, piece.n] for m, piece in zip(modules, pieces)]
-                y = g.slot(x, y, slot, lin.k, rows)
-            outs.append(y)
-        return outs[0] if fused is not None else outs
-
-    table = model.linear("token_embd.weight", fp32)
-    storage[table.source] = _storage(table)
+    weights = _Weights(model, fp32)
+    table = weights.linear("token_embd.weight")
     x = g.embed(table, "input_ids")
     cos, sin = rotary_caches(model)
-    cos, sin = g.array("cos_cache", cos), g.array("sin_cache", sin)
+    rotary = g.array("cos_cache", cos), g.array("sin_cache", sin)
     bias = _padding_bias(g)
     (normed,) = g.node(
         "SimplifiedLayerNormalization",
         [x, g.array("blk.0.attn_norm", model.norm("blk.0.attn_norm.weight"))],
         ["h0.attn_in"],
         axis=-1,
-        epsilon=eps,
+        epsilon=model.rms_eps,
     )
     residual = x
     for i in range(model.layers):
         p = f"blk.{i}."
-        qkv = project(normed, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], p)
-        qkv = [qkv] if isinstance(qkv, str) else qkv
-        query, key, value = (qkv[0], "", "") if len(qkv) == 1 else qkv
-        attn, _, _ = g.node(
-            "GroupQueryAttention",
-            [
-                query,  # (B, S, (H + 2·KV)·D) packed, or (B, S, H·D)
-                key,
-                value,
-                f"past_key_values.{i}.key",
-                f"past_key_values.{i}.value",
-                "seqlens_k",
-                "total_sequence_length",
-                cos,
-                sin,
-                "",  # position_ids: derived from seqlens_k (see the module docstring)
-                bias,
-            ],
-            [f"{p}attn", f"present.{i}.key", f"present.{i}.value"],
-            num_heads=model.heads,
-            kv_num_heads=model.kv_heads,
-            do_rotary=1,
-            rotary_interleaved=1 if model.architecture == "llama" else 0,
+        attn_out = _attention(g, weights, i, normed, rotary, bias)
+        normed, residual = _skip_rms_norm(
+            g, model, attn_out, residual, p + "ffn_norm", (p + "ffn_in", p + "residual_mid")
         )
-        attn_out = project(attn, [p + "attn_output.weight"], p + "attn_out")
-        normed, _, _, residual = g.node(
-            "SkipSimplifiedLayerNormalization",
-            [attn_out, residual, g.array(p + "ffn_norm", model.norm(p + "ffn_norm.weight"))],
-            [p + "ffn_in", "", "", p + "residual_mid"],
-            epsilon=eps,
-        )
-        gate_up = project(normed, [p + "ffn_gate.weight", p + "ffn_up.weight"], p + "gate_up")
-        if isinstance(gate_up, str):
-            split = g.const(p + "split", [model.intermediate] * 2, np.int64)
-            gate, up = g.node("Split", [gate_up, split], [p + "gate", p + "up"], axis=-1)
-        else:
-            gate, up = gate_up
-        (sig,) = g.node("Sigmoid", [gate], [p + "gate_sigmoid"])
-        (act,) = g.node("Mul", [gate, sig], [p + "silu"])
-        (act,) = g.node("Mul", [act, up], [p + "swiglu"])
-        down = project(act, [p + "ffn_down.weight"], p + "down")
+        down = _mlp(g, weights, i, normed)
+        # The residual stream's next norm: the next layer's attn_norm, or output_norm.
         last = i == model.layers - 1
-        norm = "output_norm" if last else f"blk.{i + 1}.attn_norm"
-        normed, _, _, residual = g.node(
-            "SkipSimplifiedLayerNormalization",
-            [down, residual, g.array(norm, model.norm(norm + ".weight"))],
-            ["final" if last else f"blk.{i + 1}.attn_in", "", "", "" if last else p + "residual"],
-            epsilon=eps,
+        normed, residual = _skip_rms_norm(
+            g,
+            model,
+            down,
+            residual,
+            "output_norm" if last else f"blk.{i + 1}.attn_norm",
+            ("final", "") if last else (f"blk.{i + 1}.attn_in", p + "residual"),
         )
-
-    # Only the last `logits_to_keep` positions reach the LM head: Slice from -k (-0 = 0: all).
-    (start,) = g.node("Neg", ["logits_to_keep"], ["kept_start"])
-    (start,) = g.node("Unsqueeze", [start, g.const("axes_0", [0], np.int64)], ["kept_start_1"])
-    end, axis = g.const("end_of_sequence", [2**63 - 1], np.int64), g.const("axes_1", [1], np.int64)
-    (kept,) = g.node("Slice", [normed, start, end, axis], ["final_kept"])  # (B, k, d)
-    if "output.weight" in model.tensors:
-        head = model.linear("output.weight", fp32)
-        storage[head.source] = _storage(head)
-        g.linear(kept, head, "logits")
-    else:
-        g.tied_head(kept, table, d)
+    _lm_head(g, weights, normed, table)
     inputs, outputs = _io(model)
     g.save_model(path, inputs, outputs, lora_path)
     return {
         "nodes": len(g.nodes),
         "weight_bytes": g.weight_bytes,
         "accuracy_level": accuracy_level if not fp32 else None,
-        "storage": storage,
-        "notes": notes,
+        "storage": weights.storage,
+        "notes": weights.notes,
         "tied_embeddings": "output.weight" not in model.tensors,
         "lora_slots": g.slots,
     }
+
+
+@dataclass
+class _Weights:
+    """The model's projections as `Linear`s, recording how each GGUF tensor type was stored and
+    the projections that had to be re-quantized (the report's `storage` and `notes`)."""
+
+    model: GGUFModel
+    fp32: bool
+    storage: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def linear(self, name: str) -> Linear:
+        lin = self.model.linear(name, self.fp32)
+        self.storage[lin.source] = _storage(lin)
+        return lin
+
+
+def _project(
+    g: LlamaGraph, weights: _Weights, x: str, names: list[str], out: str
+) -> str | list[str]:
+    """x times the GGUF projections `names`: one output `out` when they can share one kernel
+    (fused), else one output per projection (`out.0`, `out.1`, …)."""
+    parts = [weights.linear(n) for n in names]
+    weights.notes += [f"{name}: {part.note}" for name, part in zip(names, parts) if part.note]
+    fused = concat(parts)
+    if fused is not None:
+        groups = [(fused, names, parts, out)]
+    else:
+        groups = [(p, [n], [p], f"{out}.{j}") for j, (p, n) in enumerate(zip(parts, names))]
+    outs = []
+    for lin, members, pieces, name in groups:
+        y = g.linear(x, lin, name)
+        biases = [weights.model.bias(m.removesuffix(".weight") + ".bias") for m in members]
+        if any(b is not None for b in biases):  # qwen2's q|k|v; before the slot, so that
+            # both graphs fuse projection and bias alike (same rounding)
+            prefix = members[0].rsplit(".", 2)[0] + "."  # "blk.3."
+            letters = "".join(m.split(".")[2].removeprefix("attn_") for m in members)
+            bias = g.array(f"{prefix}{letters}_bias", np.concatenate(biases))
+            (y,) = g.node("Add", [y, bias], [f"{prefix}{letters}_b"])
+        if g.lora:  # e.g. "blk.3.attn_q.weight" + … -> slot "lora.3.q_proj+k_proj+v_proj"
+            modules = [HF_MODULES[m.split(".")[2]] for m in members]
+            slot = f"lora.{members[0].split('.')[1]}.{'+'.join(modules)}"
+            rows = [[m, piece.n] for m, piece in zip(modules, pieces)]
+            y = g.slot(x, y, slot, lin.k, rows)
+        outs.append(y)
+    return outs[0] if fused is not None else outs
+
+
+def _attention(
+    g: LlamaGraph, weights: _Weights, i: int, normed: str, rotary: tuple[str, str], bias: str
+) -> str:
+    """Layer i's rotary self-attention over its cache, through the o projection. `rotary`: the
+    cos and sin caches; `bias`: the padding bias (B, 1, S, T)."""
+    model, p = weights.model, f"blk.{i}."
+    qkv = _project(
+        g, weights, normed, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], p
+    )
+    qkv = [qkv] if isinstance(qkv, str) else qkv
+    query, key, value = (qkv[0], "", "") if len(qkv) == 1 else qkv
+    cos, sin = rotary
+    attn, _, _ = g.node(
+        "GroupQueryAttention",
+        [
+            query,  # (B, S, (H + 2·KV)·D) packed, or (B, S, H·D)
+            key,
+            value,
+            f"past_key_values.{i}.key",
+            f"past_key_values.{i}.value",
+            "seqlens_k",
+            "total_sequence_length",
+            cos,
+            sin,
+            "",  # position_ids: derived from seqlens_k (see the module docstring)
+            bias,
+        ],
+        [f"{p}attn", f"present.{i}.key", f"present.{i}.value"],
+        num_heads=model.heads,
+        kv_num_heads=model.kv_heads,
+        do_rotary=1,
+        rotary_interleaved=1 if model.architecture == "llama" else 0,
+    )
+    return _project(g, weights, attn, [p + "attn_output.weight"], p + "attn_out")
+
+
+def _mlp(g: LlamaGraph, weights: _Weights, i: int, normed: str) -> str:
+    """Layer i's SwiGLU MLP: down(silu(gate(x)) · up(x))."""
+    p = f"blk.{i}."
+    gate_up = _project(
+        g, weights, normed, [p + "ffn_gate.weight", p + "ffn_up.weight"], p + "gate_up"
+    )
+    if isinstance(gate_up, str):
+        split = g.const(p + "split", [weights.model.intermediate] * 2, np.int64)
+        gate, up = g.node("Split", [gate_up, split], [p + "gate", p + "up"], axis=-1)
+    else:
+        gate, up = gate_up
+    (sig,) = g.node("Sigmoid", [gate], [p + "gate_sigmoid"])
+    (act,) = g.node("Mul", [gate, sig], [p + "silu"])
+    (act,) = g.node("Mul", [act, up], [p + "swiglu"])
+    return _project(g, weights, act, [p + "ffn_down.weight"], p + "down")
+
+
+def _skip_rms_norm(
+    g: LlamaGraph, model: GGUFModel, x: str, residual: str, norm: str, names: tuple[str, str]
+) -> tuple[str, str]:
+    """RMSNorm `norm` (a GGUF tensor name without `.weight`) of x + residual: returns the normed
+    sum and the sum itself (the next residual), named `names` ("" drops the sum)."""
+    normed, _, _, total = g.node(
+        "SkipSimplifiedLayerNormalization",
+        [x, residual, g.array(norm, model.norm(norm + ".weight"))],
+        [names[0], "", "", names[1]],
+        epsilon=model.rms_eps,
+    )
+    return normed, total
+
+
+def _lm_head(g: LlamaGraph, weights: _Weights, normed: str, table: Linear) -> None:
+    """`logits` of the last `logits_to_keep` positions of `normed`, by the output table, or by
+    the token `table` when the model ties them."""
+    # Slice from -k (-0 = 0: all).
+    (start,) = g.node("Neg", ["logits_to_keep"], ["kept_start"])
+    (start,) = g.node("Unsqueeze", [start, g.const("axes_0", [0], np.int64)], ["kept_start_1"])
+    end, axis = g.const("end_of_sequence", [2**63 - 1], np.int64), g.const("axes_1", [1], np.int64)
+    (kept,) = g.node("Slice", [normed, start, end, axis], ["final_kept"])  # (B, k, d)
+    if "output.weight" in weights.model.tensors:
+        g.linear(kept, weights.linear("output.weight"), "logits")
+    else:
+        g.tied_head(kept, table, weights.model.hidden)
 
 
 def _storage(lin: Linear) -> str:
