@@ -1,6 +1,8 @@
-"""Seq2seq decode speed of BART-base (random weights): Scriptorium vs transformers, optimum, CT2.
+"""Seq2seq decode speed of BART-base (random weights): Scriptorium vs transformers, optimum, CT2;
+with `--gru`, seed 001's GRU encoder-decoders: our runtime's decoder step vs PyTorch's loop.
 
     python -m bench.seq2seq [--threads 2] [--repeats 5] [--work DIR] [--out FILE]
+    python -m bench.seq2seq --gru [--gru-run context=RUN attention=RUN] [--threads 2] …
 
 One random-weight BART-base-shaped model (6+6 layers, d 768, 12 heads, vocab 50,265, torch seed
 0) is exported once to Scriptorium bundles (fp32, int8), to optimum-onnx's own export (fp32) and
@@ -8,6 +10,12 @@ to CTranslate2 by its own converter (fp32, and its int8 weights with int8 GEMMs)
 source, exactly 64 new tokens (EOS suppressed via min_new_tokens, for CTranslate2 via
 min_decoding_length), batch 1, greedy and beam search with 4 beams; tok/s counts the tokens of
 the returned sequence. Medians of `--repeats` rounds in which every engine runs once.
+
+`--gru`: each variant of modeling/gru_seq2seq.py (its preset with random weights, torch seed 0,
+or a trained run folder given with `--gru-run`) exported to fp32 and int8 bundles; the same
+32-token source, greedy, exactly 64 new tokens, batch 1: `RecurrentSeq2Seq.greedy` (PyTorch's
+own loop, `--threads` torch threads) against `Generator.generate` on runtime/recurrent.py
+(`--threads` onnxruntime threads; EOS suppressed via min_new_tokens).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ SOURCE_TOKENS = 32
 NEW_TOKENS = 64
 MODES = {"greedy": dict(num_beams=1), "beam 4": dict(num_beams=4)}
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]
+GRU_VARIANTS = ("context", "attention")
 
 
 def prepare(work: Path) -> dict[str, Path]:
@@ -136,13 +145,121 @@ def runners(paths: dict[str, Path], threads: int, source: np.ndarray, settings: 
     return out
 
 
+def prepare_gru(work: Path, variant: str, run: Path | None) -> dict[str, Path]:
+    """The variant's run folder (`run`, or its preset with random weights made in `work`) and
+    its fp32 and int8 bundles."""
+    import shutil
+    from dataclasses import replace
+
+    import torch
+
+    from export import gru_seq2seq as gru_export
+    from modeling import gru_seq2seq as model_definition
+    from train import gru_seq2seq as recipe
+
+    paths = {"run": run or work / f"gru-{variant}-random"}
+    if not (paths["run"] / model_definition.WEIGHTS_FILE).exists():
+        special = recipe.special_ids(recipe.TOKENIZER)
+        config = replace(
+            model_definition.PRESETS[variant],
+            bos_token_id=special["bos"],
+            eos_token_id=special["eos"],
+            pad_token_id=special["pad"],
+        )
+        torch.manual_seed(0)
+        paths["run"].mkdir(parents=True, exist_ok=True)
+        model_definition.save_config(config, paths["run"])
+        torch.save(
+            model_definition.build(config).state_dict(),
+            paths["run"] / model_definition.WEIGHTS_FILE,
+        )
+        shutil.copyfile(recipe.TOKENIZER, paths["run"] / "tokenizer.json")
+    for precision in ("fp32", "int8"):
+        paths[precision] = work / f"gru-{variant}-{paths['run'].name}-{precision}"
+        if not (paths[precision] / "manifest.json").exists():
+            gru_export.export_bundle(paths["run"], paths[precision], precision)
+    return paths
+
+
+def gru_runners(paths: dict[str, Path], threads: int, source: np.ndarray) -> dict:
+    import torch
+
+    import runtime
+    from modeling import gru_seq2seq as model_definition
+
+    common.set_torch_threads(threads)
+    model = model_definition.load(paths["run"])
+    ids = torch.tensor(source)
+
+    def pytorch():
+        (tokens,) = model.greedy(ids, torch.ones_like(ids), NEW_TOKENS)
+        assert len(tokens) == NEW_TOKENS, "PyTorch's loop met EOS: pick another source"
+
+    out = {("pytorch", "fp32"): pytorch}
+    config = runtime.GenerationConfig(
+        max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, num_beams=1
+    )
+    for precision in ("fp32", "int8"):
+        gen = runtime.load(paths[precision], threads=threads, spinning=common.RUNTIME_SPINNING)
+
+        def run(gen=gen):
+            (output,) = gen.generate([source[0].tolist()], config)
+            assert len(output.token_ids) == NEW_TOKENS
+
+        out[("scriptorium", precision)] = run
+    return out
+
+
+def gru_main(args) -> int:
+    runs = dict(item.split("=", 1) for item in args.gru_run)
+    unknown = sorted(set(runs) - set(GRU_VARIANTS))
+    if unknown:
+        raise ValueError(f"`--gru-run` variants must be in {GRU_VARIANTS}, got {unknown}")
+    work = args.work.expanduser() / "gru-seq2seq"
+    source = np.random.default_rng(0).integers(3, 8000, size=(1, SOURCE_TOKENS))
+    rows, tok_per_s = [], {}
+    for variant in GRU_VARIANTS:
+        paths = prepare_gru(work, variant, Path(runs[variant]) if variant in runs else None)
+        medians = common.interleaved_medians(
+            gru_runners(paths, args.threads, source), repeats=args.repeats
+        )
+        baseline = NEW_TOKENS / medians[("pytorch", "fp32")]
+        for (engine, precision), seconds in medians.items():
+            speed = NEW_TOKENS / seconds
+            tok_per_s[f"{variant}/{engine}/{precision}"] = speed
+            rows.append([variant, engine, precision, speed, 1000 * seconds / NEW_TOKENS,
+                         f"{speed / baseline:.2f}×"])  # fmt: skip
+            print(f"{variant:>9} {engine:>11} {precision}: {speed:7.1f} tok/s")
+    header = ["model", "engine", "precision", "greedy tok/s", "ms / token", "vs PyTorch"]
+    table = common.markdown_table(header, rows)
+    print(table)
+    common.write_results(
+        args.out or common.RESULTS / "seq2seq_gru.json",
+        {
+            "benchmark": "seq2seq-gru",
+            "environment": common.environment(args.threads),
+            "weights": {v: str(runs.get(v, "random (torch seed 0)")) for v in GRU_VARIANTS},
+            "source_tokens": SOURCE_TOKENS,
+            "new_tokens": NEW_TOKENS,
+            "repeats": args.repeats,
+            "tok_per_s": tok_per_s,
+            "table": table,
+        },
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--work", type=Path, default=common.DEFAULT_WORK)
-    parser.add_argument("--out", type=Path, default=common.RESULTS / "seq2seq.json")
+    parser.add_argument("--out", type=Path, help="results file (default: bench/results/…)")
+    parser.add_argument("--gru", action="store_true", help="the GRU models instead of BART")
+    parser.add_argument("--gru-run", nargs="*", default=[], help="VARIANT=RUN_DIR (trained)")
     args = parser.parse_args(argv)
+    if args.gru:
+        return gru_main(args)
 
     paths = prepare(args.work.expanduser() / "bart-base")
     source = np.random.default_rng(0).integers(len(SPECIALS), 50265, size=(1, SOURCE_TOKENS))
@@ -177,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     table = common.markdown_table(header, rows)
     print(table)
     common.write_results(
-        args.out,
+        args.out or common.RESULTS / "seq2seq.json",
         {
             "benchmark": "seq2seq",
             "environment": common.environment(args.threads),
