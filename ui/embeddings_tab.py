@@ -17,6 +17,8 @@ word beside each masked LM's fillers for that word masked in two sentences. Endp
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import gradio as gr
 
 from study import word_analogies
@@ -82,161 +84,178 @@ def side_by_side(columns: dict[str, list[tuple[str, float]]]) -> list[list]:
     return rows
 
 
+class _Section(NamedTuple):
+    """One column of the tab: its endpoint's inputs by parameter name (in the endpoint's order),
+    its button, error box, outputs and each output's empty value after a failed run."""
+
+    inputs: dict
+    button: gr.Button
+    errors: gr.Markdown
+    outputs: gr.components.Component | list
+    stale: dict
+
+
 def build(registry) -> None:
+    with gr.Tab("Embeddings", id="embeddings"):
+        model, leading = _model_row(registry)
+        with gr.Row():
+            similarity = _similarity_column(model, leading)
+            neighbours = _neighbours_column(model, leading)
+            analogies = _analogy_column(model, leading)
+        embedding_similarity, nearest_neighbours, analogy = _embedding_endpoints(registry)
+        wiring = (
+            (similarity, embedding_similarity, "embedding_similarity"),
+            (neighbours, nearest_neighbours, "nearest_neighbours"),
+            (analogies, analogy, "analogy"),
+        )
+        events = [
+            section.button.click(
+                endpoint,
+                list(section.inputs.values()),
+                section.outputs,
+                api_name=api_name,
+                concurrency_id=checks.CONCURRENCY_ID,
+            )
+            for section, endpoint, api_name in wiring
+        ]
+        for (section, _, _), event in zip(wiring, events):
+            widgets.show_errors(section.errors, event, [section.button.click], section.stale)
+
+        build_word_vectors(registry)
+
+
+def _model_row(registry) -> tuple[gr.Dropdown, gr.Checkbox]:
+    """The model picker (models with embeddings first), the leading-space switch and the
+    model's embeddings status."""
     vector_names = set(registry.word_vector_sets())
     names = registry.with_embeddings() + [
         n for n in registry.names if n not in registry.with_embeddings() and n not in vector_names
     ]
-    with gr.Tab("Embeddings", id="embeddings"):
-        with gr.Row():
-            model = widgets.model_picker(names)
-            leading = gr.Checkbox(True, label="Leading space", info=SPACE_INFO)
-        widgets.model_note(registry, model, "embeddings-model-note")
-        info = gr.Markdown(status(registry, model.value))
-        model.change(
-            lambda name: status(registry, name),
-            model,
-            info,
-            queue=False,
-            api_visibility="private",
+    with gr.Row():
+        model = widgets.model_picker(names)
+        leading = gr.Checkbox(True, label="Leading space", info=SPACE_INFO)
+    widgets.model_note(registry, model, "embeddings-model-note")
+    info = gr.Markdown(status(registry, model.value))
+    model.change(
+        lambda name: status(registry, name),
+        model,
+        info,
+        queue=False,
+        api_visibility="private",
+    )
+    return model, leading
+
+
+def _similarity_column(model, leading) -> _Section:
+    with gr.Column():
+        gr.Markdown(
+            "### Phrase similarity (002)\nA phrase is the sum of its tokens' "
+            "vectors; `+` adds phrases."
         )
+        pairs = gr.Textbox(examples.SIMILARITY_PAIRS, lines=4, label="Pairs, one per line")
+        compare = gr.Button("Compare phrases", variant="primary")
+        errors = widgets.error_box("embedding-similarity-error")
+        inputs = {"model": model, "pairs": pairs, "leading_space": leading}
+        links.shareable(
+            "embeddings", "embedding_similarity", inputs, section="embedding_similarity"
+        )
+        similarity = gr.Dataframe(
+            headers=SIMILARITY_HEADERS,
+            interactive=False,
+            wrap=True,
+            label="Cosine similarity",
+        )
+    return _Section(inputs, compare, errors, similarity, {similarity: None})
+
+
+def _neighbours_column(model, leading) -> _Section:
+    with gr.Column():
+        gr.Markdown("### Nearest neighbours")
         with gr.Row():
-            with gr.Column():
-                gr.Markdown(
-                    "### Phrase similarity (002)\nA phrase is the sum of its tokens' "
-                    "vectors; `+` adds phrases."
-                )
-                pairs = gr.Textbox(examples.SIMILARITY_PAIRS, lines=4, label="Pairs, one per line")
-                compare = gr.Button("Compare phrases", variant="primary")
-                similarity_errors = widgets.error_box("embedding-similarity-error")
-                links.shareable(
-                    "embeddings",
-                    "embedding_similarity",
-                    {"model": model, "pairs": pairs, "leading_space": leading},
-                    section="embedding_similarity",
-                )
-                similarity = gr.Dataframe(
-                    headers=SIMILARITY_HEADERS,
-                    interactive=False,
-                    wrap=True,
-                    label="Cosine similarity",
-                )
-            with gr.Column():
-                gr.Markdown("### Nearest neighbours")
-                with gr.Row():
-                    word = gr.Textbox("light", label="Word or expression", scale=3)
-                    k = widgets.setting_slider(
-                        1, checks.LIMITS.max_neighbours, value=10, step=1, label="k"
-                    )
-                words_only = gr.Checkbox(True, label="Only tokens with letters or digits")
-                find = gr.Button("Find neighbours")
-                neighbour_errors = widgets.error_box("nearest-neighbours-error")
-                links.shareable(
-                    "embeddings",
-                    "nearest_neighbours",
-                    {"model": model, "word": word, "k": k, "words_only": words_only}
-                    | {"leading_space": leading},
-                    section="nearest_neighbours",
-                )
-                neighbours = gr.Dataframe(
-                    headers=NEIGHBOUR_HEADERS, interactive=False, label="Nearest tokens"
-                )
-            with gr.Column():
-                gr.Markdown("### Analogy (000, 001)")
-                expression = gr.Textbox("king - man + woman", label="Expression")
-                expected = gr.Textbox("queen", label="Expected answer (optional)")
-                solve = gr.Button("Solve")
-                analogy_errors = widgets.error_box("analogy-error")
-                links.shareable(
-                    "embeddings",
-                    "analogy",
-                    {"model": model, "expression": expression, "expected": expected}
-                    | {"leading_space": leading},
-                    section="analogy",
-                )
-                verdict = gr.Markdown()
-                answers = gr.Dataframe(
-                    headers=NEIGHBOUR_HEADERS, interactive=False, label="Nearest tokens"
-                )
+            word = gr.Textbox("light", label="Word or expression", scale=3)
+            k = widgets.setting_slider(1, checks.LIMITS.max_neighbours, value=10, step=1, label="k")
+        words_only = gr.Checkbox(True, label="Only tokens with letters or digits")
+        find = gr.Button("Find neighbours")
+        errors = widgets.error_box("nearest-neighbours-error")
+        inputs = {"model": model, "word": word, "k": k, "words_only": words_only}
+        inputs |= {"leading_space": leading}
+        links.shareable("embeddings", "nearest_neighbours", inputs, section="nearest_neighbours")
+        neighbours = gr.Dataframe(
+            headers=NEIGHBOUR_HEADERS, interactive=False, label="Nearest tokens"
+        )
+    return _Section(inputs, find, errors, neighbours, {neighbours: None})
 
-        @checks.shown_to_user
-        def embedding_similarity(model, pairs, leading_space):
-            """Cosine × 100 of each pair's summed token embeddings."""
-            space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
-            rows = []
-            for a, b in parse_pairs(checks.text("pairs", pairs)):
-                rows.append(
-                    [
-                        a,
-                        b,
-                        " ".join(map(repr, space.tokens(a))),
-                        " ".join(map(repr, space.tokens(b))),
-                        round(100 * space.similarity(a, b), 1),
-                    ]
-                )
-            return rows
 
-        @checks.shown_to_user
-        def nearest_neighbours(model, word, k, words_only, leading_space):
-            """The k vocabulary tokens nearest to `word` (an expression is allowed)."""
-            space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
-            k = checks.integer("k", k, 1, checks.LIMITS.max_neighbours)
-            found = space.neighbours(
-                checks.text("word", word, max_chars=200), k, checks.flag("words_only", words_only)
+def _analogy_column(model, leading) -> _Section:
+    with gr.Column():
+        gr.Markdown("### Analogy (000, 001)")
+        expression = gr.Textbox("king - man + woman", label="Expression")
+        expected = gr.Textbox("queen", label="Expected answer (optional)")
+        solve = gr.Button("Solve")
+        errors = widgets.error_box("analogy-error")
+        inputs = {"model": model, "expression": expression, "expected": expected}
+        inputs |= {"leading_space": leading}
+        links.shareable("embeddings", "analogy", inputs, section="analogy")
+        verdict = gr.Markdown()
+        answers = gr.Dataframe(headers=NEIGHBOUR_HEADERS, interactive=False, label="Nearest tokens")
+    return _Section(inputs, solve, errors, [verdict, answers], {verdict: "", answers: None})
+
+
+def _embedding_endpoints(registry) -> tuple:
+    """The functions behind `/embedding_similarity`, `/nearest_neighbours` and `/analogy`, over
+    `registry`'s embedding spaces."""
+
+    @checks.shown_to_user
+    def embedding_similarity(model, pairs, leading_space):
+        """Cosine × 100 of each pair's summed token embeddings."""
+        space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
+        rows = []
+        for a, b in parse_pairs(checks.text("pairs", pairs)):
+            rows.append(
+                [
+                    a,
+                    b,
+                    " ".join(map(repr, space.tokens(a))),
+                    " ".join(map(repr, space.tokens(b))),
+                    round(100 * space.similarity(a, b), 1),
+                ]
             )
-            return [
-                [rank, token, round(100 * sim, 1)]
-                for rank, (token, sim) in enumerate(found, start=1)
-            ]
+        return rows
 
-        @checks.shown_to_user
-        def analogy(model, expression, expected, leading_space):
-            """Tokens nearest to `expression`, and how the expected answer compares."""
-            space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
-            expression = checks.text("expression", expression, max_chars=200)
-            found = space.neighbours(expression, 10, True)
-            rows = [
-                [rank, token, round(100 * sim, 1)]
-                for rank, (token, sim) in enumerate(found, start=1)
-            ]
-            expected = checks.text("expected", expected or "", allow_empty=True, max_chars=100)
-            if not expected.strip():
-                return "", rows
-            score = cosine(space.vector(expression), space.vector(expected))
-            text = f"cosine({expression}, {expected}) × 100 = **{100 * score:.1f}**"
-            rank = space.rank(expression, expected)
-            if rank is None:
-                text += f"; '{expected}' is several tokens, so it has no single rank"
-            else:
-                text += f"; '{expected}' ranks {rank} of {len(space.matrix)} tokens"
-            return text, rows
+    @checks.shown_to_user
+    def nearest_neighbours(model, word, k, words_only, leading_space):
+        """The k vocabulary tokens nearest to `word` (an expression is allowed)."""
+        space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
+        k = checks.integer("k", k, 1, checks.LIMITS.max_neighbours)
+        found = space.neighbours(
+            checks.text("word", word, max_chars=200), k, checks.flag("words_only", words_only)
+        )
+        return [
+            [rank, token, round(100 * sim, 1)] for rank, (token, sim) in enumerate(found, start=1)
+        ]
 
-        compared = compare.click(
-            embedding_similarity,
-            [model, pairs, leading],
-            similarity,
-            api_name="embedding_similarity",
-            concurrency_id=checks.CONCURRENCY_ID,
-        )
-        found = find.click(
-            nearest_neighbours,
-            [model, word, k, words_only, leading],
-            neighbours,
-            api_name="nearest_neighbours",
-            concurrency_id=checks.CONCURRENCY_ID,
-        )
-        solved = solve.click(
-            analogy,
-            [model, expression, expected, leading],
-            [verdict, answers],
-            api_name="analogy",
-            concurrency_id=checks.CONCURRENCY_ID,
-        )
-        widgets.show_errors(similarity_errors, compared, [compare.click], {similarity: None})
-        widgets.show_errors(neighbour_errors, found, [find.click], {neighbours: None})
-        widgets.show_errors(analogy_errors, solved, [solve.click], {verdict: "", answers: None})
+    @checks.shown_to_user
+    def analogy(model, expression, expected, leading_space):
+        """Tokens nearest to `expression`, and how the expected answer compares."""
+        space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
+        expression = checks.text("expression", expression, max_chars=200)
+        found = space.neighbours(expression, 10, True)
+        rows = [
+            [rank, token, round(100 * sim, 1)] for rank, (token, sim) in enumerate(found, start=1)
+        ]
+        expected = checks.text("expected", expected or "", allow_empty=True, max_chars=100)
+        if not expected.strip():
+            return "", rows
+        score = cosine(space.vector(expression), space.vector(expected))
+        text = f"cosine({expression}, {expected}) × 100 = **{100 * score:.1f}**"
+        rank = space.rank(expression, expected)
+        if rank is None:
+            text += f"; '{expected}' is several tokens, so it has no single rank"
+        else:
+            text += f"; '{expected}' ranks {rank} of {len(space.matrix)} tokens"
+        return text, rows
 
-        build_word_vectors(registry)
+    return embedding_similarity, nearest_neighbours, analogy
 
 
 def word_vector_link(section: str, inputs: dict) -> None:
