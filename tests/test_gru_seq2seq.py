@@ -151,6 +151,9 @@ def test_training_run_resumes_and_leaves_an_exportable_folder(tmp_path):
     manifest = gru_export.export_bundle(out, tmp_path / "bundle", "int8")
     assert manifest["architecture"] == "gru-attention"
     assert runtime.load(tmp_path / "bundle").generate("Jesus wept.")[0].token_ids
+    scores = recipe.evaluate_bundle(tmp_path / "bundle", pairs, count=3, beams=2, progress=False)
+    assert scores["test_pairs"] == 3 and len(scores["samples"]) == 3
+    assert 0 <= scores["model"]["bleu"] < scores["copy (KJV source)"]["bleu"]
 
 
 def test_bad_run_arguments_raise_value_error(tmp_path):
