@@ -2,6 +2,7 @@
 config dataclass, its layers, loading a trained run, and its reference decoding loop.
 
     modeling/hierarchical.py   seed 003's hierarchical character-level language model
+    modeling/gru_seq2seq.py    seed 001's GRU encoder-decoders (context vector, Bahdanau attention)
 
 May import: torch, numpy and runtime/ (the bottom layer: the torch-free runtime owns the text
 contracts a model shares with its exported bundle, e.g. runtime.hierarchical_text). Imported by
