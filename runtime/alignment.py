@@ -78,12 +78,12 @@ def alignment(gen, source: str, output: str, controls: dict | None = None) -> Al
         raise ValueError(f"`output` must be non-empty text, got {output!r}")
     source_ids = gen.encode_prompt(source, controls)
     output_ids = [*gen.tokenizer.encode(output, add_special_tokens=False).ids, gen.eos_token_id]
-    start = gen.manifest["special_tokens"]["decoder_start_token_id"]
+    start = gen.manifest.special_tokens.decoder_start_token_id
     sources = np.array([source_ids], dtype=np.int64)  # (1, S)
     decoder_ids = np.array([[start, *output_ids[:-1]]], dtype=np.int64)  # (1, T)
     model = gen.model
     if isinstance(model, Seq2SeqLM):
-        decoder_file = gen.directory / gen.manifest["graphs"]["decoder"]["file"]
+        decoder_file = gen.directory / gen.manifest.graphs["decoder"].file
         weights = seq2seq_cross_attention(
             model, decoder_file, sources, np.ones_like(sources), decoder_ids, gen.providers
         )

@@ -1,7 +1,8 @@
 """Open a model directory: a Scriptorium bundle, an adapter bundle, or a plain optimum-onnx export.
 
 Covers opening a bundle's manifest (parsed by runtime/manifest.py's `Manifest`), verifying every
-file's sha256 before any session exists, and inferring a manifest for an optimum export directory
+file's sha256 before any session exists (the project's sha256 of a file, `sha256_of`, and of a
+folder's files, `folder_sha256`), and inferring a manifest for an optimum export directory
 (docs/bundle.md is the contract). An adapter bundle (LoRA weights only) names its base by the
 sha256 of the base's GGUF file: `adapter_base` finds the base bundle in the converted-GGUF cache
 (`cache_root()`, shared with export.flagship) or at a given path and checks that it is that base
@@ -60,6 +61,18 @@ def sha256_of(path: Path) -> str:
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def folder_sha256(folder: Path) -> str:
+    """The hex sha256 over the files of `folder`, in path order, each as its path relative to
+    `folder`, a NUL and the raw bytes of its sha256 (`sha256_of`): one digest for a model folder
+    that has no manifest.json (an optimum export)."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder)}\0".encode())
+        digest.update(bytes.fromhex(sha256_of(path)))
     return digest.hexdigest()
 
 

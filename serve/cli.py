@@ -16,7 +16,6 @@ machines.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import signal
@@ -61,8 +60,10 @@ def model_specs(
 def serves_completions(path: Path) -> bool:
     """Whether a model directory is one `/v1/completions` can serve: a plain optimum export
     (no manifest) or a bundle whose task is in `COMPLETION_TASKS`."""
+    from runtime.manifest import Manifest
+
     manifest = Path(path) / "manifest.json"
-    return not manifest.exists() or json.loads(manifest.read_text()).get("task") in COMPLETION_TASKS
+    return not manifest.exists() or Manifest.read(manifest).task in COMPLETION_TASKS
 
 
 def parse_autoscale(text: str | None) -> tuple[int, int] | None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from fastapi.responses import FileResponse, Response
 
+from runtime.manifest import FileEntry, Manifest
+
 from .errors import error_response
 from .protocol import shown
 
@@ -34,16 +36,19 @@ class Downloads:
         self.limit = limit  # downloads at once; more get a 429
         self.running = 0  # files being sent now
 
-    def response(self, directory: Path, manifest: dict, name: str, if_none_match: str) -> Response:
+    def response(
+        self, directory: Path, manifest: Manifest, name: str, if_none_match: str
+    ) -> Response:
         """The file `name` of the bundle in `directory`, or the error that says why not."""
-        entry = manifest.get("files", {}).get(name)
+        entry = manifest.files.get(name)
         if entry is None and name == "tokenizer.json":
-            entry = {}  # in every model directory, a plain optimum export's included
+            # in every model directory, a plain optimum export's included (unlisted: no ETag)
+            entry = FileEntry(sha256="", size=0)
         directory = directory.resolve()
         path = (directory / name).resolve()
         if entry is None or not path.is_relative_to(directory) or not path.is_file():
             return error_response(404, f"`{shown(name)}` is not a file of this model's bundle")
-        etag = f'"{entry["sha256"]}"' if entry.get("sha256") else None
+        etag = f'"{entry.sha256}"' if entry.sha256 else None
         if etag and etag in if_none_match:
             return Response(status_code=304, headers={"ETag": etag})
         if self.running >= self.limit:

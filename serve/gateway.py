@@ -30,6 +30,7 @@ from ray import serve
 
 from runtime.bundle import read_manifest
 from runtime.chat import is_chat_manifest
+from runtime.manifest import Manifest
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
 
 from . import protocol
@@ -72,7 +73,7 @@ class Gateway:
         self.models = models  # model id -> DeploymentHandle
         self.paths = {model: Path(path) for model, path in paths.items()}  # model id -> bundle
         self.limits, self.api_key = limits, api_key
-        self._manifests: dict[str, dict] = {}
+        self._manifests: dict[str, Manifest] = {}
         self.downloads = Downloads(limits.max_downloads)
 
     def _check_model(self, model) -> None:
@@ -84,7 +85,7 @@ class Gateway:
                 code="model_not_found",
             )
 
-    def _manifest(self, model: str) -> dict:
+    def _manifest(self, model: str) -> Manifest:
         """The model's manifest, read from its bundle on this node (checksums are the
         replica's business: it verifies them when it loads the bundle)."""
         self._check_model(model)
@@ -100,9 +101,9 @@ class Gateway:
             "object": "model",
             "created": int(written.stat().st_mtime),
             "owned_by": "scriptorium",
-            "task": manifest.get("task"),
-            "precision": manifest.get("precision"),
-            "context_length": manifest.get("context_length"),
+            "task": manifest.task,
+            "precision": manifest.precision,
+            "context_length": manifest.context_length,
             "chat": is_chat_manifest(manifest),
         }
 
@@ -183,7 +184,7 @@ class Gateway:
         if (unauthorized := self._unauthorized(raw)) is not None:
             return unauthorized
         try:
-            return {**self._model_object(model), "manifest": self._manifest(model)}
+            return {**self._model_object(model), "manifest": self._manifest(model).to_json()}
         except Exception as error:
             return failure(error, model)
 

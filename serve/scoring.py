@@ -53,7 +53,7 @@ def _is_id(value) -> bool:
 
 def check_token_prompt(gen, ids: list[int]) -> None:
     """Raise ValueError unless `ids` is a prompt the model can read and continue."""
-    vocab = gen.manifest.get("vocab_size") or gen.tokenizer.get_vocab_size()
+    vocab = gen.manifest.vocab_size or gen.tokenizer.get_vocab_size()
     if max(ids) >= vocab:
         raise ValueError(f"`prompt` token ids must be below {vocab}, got {max(ids)}")
     if gen.task != "seq2seq" and len(ids) >= gen.context_length:

@@ -8,7 +8,6 @@ what the Rewrite tab shows for each.
 from __future__ import annotations
 
 import copy
-import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,8 @@ from onnx import TensorProto, helper
 
 import runtime
 from runtime.alignment import Alignment, alignment, attention_graph
+from runtime.bundle import sha256_of
+from tests.manifest_fixtures import manifest_of
 from ui import alignment_view, rewrite_tab
 from ui.registry import ModelRegistry
 
@@ -81,12 +82,12 @@ def test_a_rewritten_verse_attends_to_the_words_it_keeps(rewriter):
 
 
 def test_the_bundle_files_are_left_as_they_are(rewriter):
-    decoder = REWRITER / rewriter.manifest["graphs"]["decoder"]["file"]
-    before = hashlib.sha256(decoder.read_bytes()).hexdigest()
+    decoder = REWRITER / rewriter.manifest.graphs["decoder"].file
+    before = sha256_of(decoder)
     graph = onnx.load_from_string(attention_graph(decoder))
     assert [o.name for o in graph.graph.output] == [f"cross_attention.{i}" for i in range(3)]
     assert not any(node.op_type == "If" for node in graph.graph.node)
-    assert hashlib.sha256(decoder.read_bytes()).hexdigest() == before
+    assert sha256_of(decoder) == before
 
 
 class OwnAttention:
@@ -186,6 +187,15 @@ def test_heat_map_caps_long_axes_and_says_so():
     assert frame[alignment_view.SOURCE].iloc[0] == "01 w0"  # zero-padded: text order = order
     assert "15 source tokens left out" in alignment_view.caption("m", found)
     assert "output tokens" not in alignment_view.caption("m", found)
+
+
+def test_the_model_line_says_how_the_model_attends_to_its_source():
+    gru = alignment_view.model_line(manifest_of("seq2seq", architecture="gru"))
+    assert gru.startswith("**No attention**: a GRU encoder–decoder that ")
+    bart = alignment_view.model_line(manifest_of("seq2seq", architecture="bart"))
+    assert "a transformer (bart)" in bart and "(1 decoder layers × 1 heads" in bart
+    decoder_only = alignment_view.model_line(manifest_of(architecture="gpt2"))
+    assert decoder_only.startswith("**No source attention**: a decoder-only gpt2")
 
 
 def test_the_rewrite_tab_shows_the_map_or_says_why_there_is_none(rewriter):

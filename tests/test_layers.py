@@ -270,24 +270,7 @@ MANIFEST_JSON_LOAD = re.compile(r"json\.loads?\([^\n]*manifest")
 # Modules still reading the manifest as its JSON document (`Manifest` serves both), each
 # another engineer's or not yet moved to the typed fields; the list only shrinks.
 MANIFEST_AS_DICT_YET = {
-    "bench.paraphrase",
-    "runtime.alignment",
-    "serve.cli",
-    "serve.downloads",
-    "serve.gateway",
-    "serve.scoring",
-    "train.common",
-    "ui.alignment_view",
-    "ui.chat_tab",
-    "ui.compare_tab",
     "ui.embeddings_tab",
-    "ui.expectations",
-    "ui.generate_tab",
-    "ui.models_tab",
-    "ui.registry",
-    "ui.remote",
-    "ui.rewrite_tab",
-    "ui.widgets",
 }
 
 

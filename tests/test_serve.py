@@ -200,7 +200,7 @@ def test_models_are_listed_with_their_manifests(client, local):
     assert listed["object"] == "list"
     assert sorted(m["id"] for m in listed["data"]) == [MODEL, "slow"]
     info = client.get(f"models/{MODEL}").json()
-    assert info["id"] == MODEL and info["manifest"] == local.manifest
+    assert info["id"] == MODEL and info["manifest"] == local.manifest.to_json()
     tokenizer = client.get(f"models/{MODEL}/files/tokenizer.json")
     assert tokenizer.content == (BUNDLE / "tokenizer.json").read_bytes()
     missing = client.get(f"models/{MODEL}/files/model.onnx.secret")

@@ -11,6 +11,7 @@ import pytest
 
 import runtime
 from runtime import StreamEvent
+from tests.manifest_fixtures import manifest_of
 from ui import checks, plots, streaming
 from ui.compare_tab import preset_config
 from ui.embeddings_tab import parse_pairs
@@ -268,8 +269,12 @@ def test_each_tab_gets_its_models_by_manifest_not_by_name(registry):
 
 
 def test_languages():
-    assert languages({"training_data": {"pair": "EN→ES"}}) == ("en", "es")
-    assert languages({"training_data": {"source_language": "en"}}) is None
+    assert languages(manifest_of(training_data={"pair": "EN→ES"})) == ("en", "es")
+    assert languages(manifest_of(training_data={"pair": "en-es"})) == ("en", "es")
+    both = {"source_language": "en", "target_language": "es"}
+    assert languages(manifest_of(training_data=both)) == ("en", "es")
+    assert languages(manifest_of(training_data={"source_language": "en"})) is None
+    assert languages(manifest_of()) is None
 
 
 def test_unknown_and_missing_models_raise_clear_errors(registry):
@@ -355,7 +360,7 @@ def test_benchmark_summary_rows(tmp_path):
 
 
 def test_facts():
-    rows = dict(facts({"name": "m", "task": "seq2seq", "training_data": {"pair": "en-es"}}))
+    rows = dict(facts(manifest_of("seq2seq", training_data={"pair": "en-es"})))
     assert rows["languages"] == "en → es" and rows["input embeddings"] == "not shipped"
 
 

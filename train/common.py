@@ -527,7 +527,7 @@ def finish_card(bundle_dir: Path, sections: Sequence[tuple[str, str]], files: Se
     manifest = bundle_manifest.Manifest.read(bundle_dir / "manifest.json")
     for path in files:
         shutil.copyfile(path, bundle_dir / path.name)
-    if manifest["task"] == "fill-mask":
+    if manifest.task == "fill-mask":
         from export.fill_mask import model_card
     else:
         model_card = bundle_manifest.model_card

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from runtime.alignment import Alignment
+from runtime.manifest import Manifest
 
 SOURCE, OUTPUT, WEIGHT = "source token", "output token", "attention"
 MAX_TOKENS = 40  # per axis: 40 upright labels fit the plot's 600 px minimum
@@ -93,14 +94,11 @@ def caption(model: str, found: Alignment, limit: int = MAX_TOKENS) -> str:
     return line
 
 
-def model_line(manifest: dict) -> str:
-    """One line: how the model attends to its source, and what seed 001 says to look for.
-
-    >>> model_line({"task": "seq2seq", "architecture": "gru"})[:45]
-    '**No attention**: a GRU encoder–decoder that '
-    """
-    architecture = manifest.get("architecture", "model")
-    if manifest.get("task") != "seq2seq":
+def model_line(manifest: Manifest) -> str:
+    """One line: how the model attends to its source ("**No attention**: a GRU encoder–decoder
+    that …" for architecture "gru"), and what seed 001 says to look for."""
+    architecture = manifest.architecture or "model"
+    if manifest.task != "seq2seq":
         return f"**No source attention**: a decoder-only {architecture} has no source to align."
     if architecture == "gru":
         return (
@@ -115,7 +113,7 @@ def model_line(manifest: dict) -> str:
             "attention aligns output words with source words (a verse kept word for word draws "
             "a diagonal) and holds up on long sentences, where one context vector degrades."
         )
-    layers, heads = manifest.get("num_layers"), manifest.get("num_heads")
+    layers, heads = manifest.num_layers, manifest.num_heads
     shape = f" ({layers} decoder layers × {heads} heads, averaged)" if layers and heads else ""
     return (
         f"**Attention**: a transformer ({architecture}) whose decoder reads the whole source at "

@@ -27,7 +27,6 @@ reproduces a conversation made with one set of settings. This module draws no ar
 from __future__ import annotations
 
 import functools
-import hashlib
 import html
 import time
 from dataclasses import dataclass
@@ -35,6 +34,8 @@ from pathlib import Path
 
 import gradio as gr
 from gradio.context import Context
+
+from runtime.bundle import folder_sha256
 
 from . import checks, downloads, links, widgets
 from .streaming import StreamCollector
@@ -252,16 +253,8 @@ def stream_reply(gen, system_prompt: str, turns: list[dict], config, settings: d
     yield turns, prompt_tokens + collector.count
 
 
-@functools.cache
-def files_sha256(folder: Path) -> str:
-    """sha256 over a folder's files (each one's relative path and sha256, in order): the digest
-    of a model without a manifest.json (an optimum export), computed once per folder."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        with path.open("rb") as file:
-            digest.update(f"{path.relative_to(folder)}\0".encode())
-            digest.update(hashlib.file_digest(file, "sha256").digest())
-    return digest.hexdigest()
+# an optimum export's files do not change while the app runs: digest each folder once
+files_sha256 = functools.cache(folder_sha256)
 
 
 def chat_record(registry, model: str, system_prompt: str, turns: list[dict], settings, used):
@@ -284,7 +277,7 @@ def chat_record(registry, model: str, system_prompt: str, turns: list[dict], set
 def context_of(registry, model) -> int | None:
     if not model or model not in registry.paths:
         return None
-    return registry.manifest(model).get("context_length")
+    return registry.manifest(model).context_length
 
 
 # ---- the tab -------------------------------------------------------------------------------

@@ -385,11 +385,10 @@ def default_columns(registry, names: list[str]) -> list[tuple[str | None, str]]:
     (`names` in expectations.best_first order, an adapter first): the base in column 1 against
     its fine-tunes, all with the adapters' own sampling settings, so that the default comparison
     shows what fine-tuning does; else `_default_model` with DEFAULT_PRESETS."""
-    first = registry.manifest(names[0]) if names else {}
-    base = (first.get("adapter") or {}).get("base", {}).get("name")
+    base = expectations.adapter_base(registry.manifest(names[0])) if names else None
     if base not in names:
         return [(_default_model(registry, names, i), DEFAULT_PRESETS[i]) for i in range(4)]
-    tunes = [n for n in names if (registry.manifest(n).get("adapter") or {}).get("base")]
+    tunes = [n for n in names if registry.manifest(n).adapter]
     models = [base, *tunes, *tunes][:MAX_COLUMNS]
     return [(model, ADAPTER_PRESET) for model in models]
 
@@ -400,8 +399,8 @@ def _default_model(registry, names, column):
     if not names:
         return None
     first = names[0]
-    family = registry.manifest(first)["name"]
-    siblings = [n for n in names[1:] if registry.manifest(n)["name"] == family]
+    family = registry.manifest(first).name
+    siblings = [n for n in names[1:] if registry.manifest(n).name == family]
     if column == 1 and siblings:
         return siblings[0]
     return first

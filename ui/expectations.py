@@ -18,6 +18,8 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 
+from runtime.manifest import Manifest
+
 MIN_LOOP_CHARS = 8  # a shorter run ("!!!", "...") is punctuation, not a loop
 MIN_REPEATS = 4  # a unit repeated fewer times in a row is not called a loop
 LOOP_SHARE = 0.4  # share of the text the repeated run must cover
@@ -87,76 +89,65 @@ def loop_notice(texts: list[str], what: str = "sample") -> str:
     )
 
 
-def _corpus(manifest: dict) -> str | None:
+def _corpus(manifest: Manifest) -> str | None:
     """The corpus's name without its provenance: "WEB → RV1909 verse pairs"."""
-    corpus = (manifest.get("training_data") or {}).get("corpus")
+    corpus = manifest.training_data.get("corpus")
     return re.split(r" \(| from ", corpus)[0].replace("->", "→") if corpus else None
 
 
-def summary(name: str, manifest: dict) -> str:
-    """One line: what `name` is (parameters, architecture, corpus) and what to expect of it.
-
-    >>> summary("lm (int8)", {"task": "causal-lm", "architecture": "gpt2",
-    ...     "export": {"parameters": 5240320}, "training_data": {"corpus": "WEB (SWORD)"}})[:58]
-    '**lm (int8)**: a 5.2M-parameter gpt2 trained on WEB; conti'
-    >>> summary("a", {"task": "causal-lm", "adapter": {"rank": 8, "base": {"name": "B"}},
-    ...     "training_data": {"corpus": "KJV"}}).split(";")[0]
-    '**a**: a rank-8 LoRA adapter on B, fine-tuned on KJV'
-    """
-    parameters = (manifest.get("export") or {}).get("parameters")
+def summary(name: str, manifest: Manifest) -> str:
+    """One line: what `name` is (parameters, architecture, corpus) and what to expect of it:
+    "**lm (int8)**: a 5.2M-parameter gpt2 trained on WEB; continues a prompt in the style of its
+    training text. …", "**a**: a rank-8 LoRA adapter on B, fine-tuned on KJV; …"."""
+    parameters = manifest.export.get("parameters")
     size = f"a {parameters / 1e6:.1f}M-parameter " if parameters else "a "
     corpus = _corpus(manifest)
-    line = f"**{name}**: {size}{manifest.get('architecture', 'model')}"
+    line = f"**{name}**: {size}{manifest.architecture or 'model'}"
     line += f" trained on {corpus}" if corpus else ""
-    if adapter := manifest.get("adapter"):
+    if adapter := manifest.adapter:
         line = f"**{name}**: a rank-{adapter['rank']} LoRA adapter on {adapter['base']['name']}"
         line += f", fine-tuned on {corpus}" if corpus else ""
-    task = manifest.get("task")
-    expect = _EXPECT.get(task, "")
-    data = manifest.get("training_data") or {}
+    expect = _EXPECT.get(manifest.task, "")
+    data = manifest.training_data
     source, target = data.get("source_language"), data.get("target_language")
-    if task == "seq2seq" and source and target and source != target:
+    if manifest.task == "seq2seq" and source and target and source != target:
         expect = f"translates {source} → {target} one sentence at a time"
     if expect:
         line += f"; {expect}."
-    caveat = _SMALL.get(task) if parameters and parameters < SMALL_MODEL else None
+    caveat = _SMALL.get(manifest.task) if parameters and parameters < SMALL_MODEL else None
     return f"{line} {caveat}" if caveat else line
 
 
-def seed_reproduction(manifest: dict) -> bool:
+def seed_reproduction(manifest: Manifest) -> bool:
     """A small model trained from scratch to reproduce a seed's study (not the flagship or an
     adapter of it): under SMALL_MODEL parameters."""
-    parameters = (manifest.get("export") or {}).get("parameters")
-    return not manifest.get("adapter") and bool(parameters) and parameters < SMALL_MODEL
+    parameters = manifest.export.get("parameters")
+    return manifest.adapter is None and bool(parameters) and parameters < SMALL_MODEL
 
 
-def choice_label(name: str, manifest: dict) -> str:
-    """How a model picker lists `name`: a seed reproduction says so, with its size.
-
-    >>> choice_label("lm (int8)", {"export": {"parameters": 5240320}})
-    'lm (int8) · seed reproduction, 5.2M'
-    """
+def choice_label(name: str, manifest: Manifest) -> str:
+    """How a model picker lists `name`: a seed reproduction says so, with its size
+    ("lm (int8) · seed reproduction, 5.2M")."""
     if not seed_reproduction(manifest):
         return name
-    return f"{name} · seed reproduction, {manifest['export']['parameters'] / 1e6:.1f}M"
+    return f"{name} · seed reproduction, {manifest.export['parameters'] / 1e6:.1f}M"
 
 
-def best_first(names: list[str], manifests: Mapping[str, dict]) -> list[str]:
+def adapter_base(manifest: Manifest) -> str | None:
+    """The name of the base model an adapter bundle fine-tunes; None for a model of its own."""
+    return manifest.adapter["base"].get("name") if manifest.adapter else None
+
+
+def best_first(names: list[str], manifests: Mapping[str, Manifest]) -> list[str]:
     """`names` with the flagship's fine-tunes (adapters whose base is among `names`) first, then
     their bases, then the other models, then seed reproductions, and adapters whose base is
-    missing (they cannot run) last; in `names`' order otherwise.
-
-    >>> found = {"lm": {"export": {"parameters": 5e6}}, "base": {},
-    ...     "tune": {"adapter": {"base": {"name": "base"}}}}
-    >>> best_first(["lm", "base", "tune"], found), best_first(["tune", "lm"], found)
-    (['tune', 'base', 'lm'], ['lm', 'tune'])
-    """
-    bases = {manifests[n]["adapter"]["base"]["name"] for n in names if manifests[n].get("adapter")}
+    missing (they cannot run) last; in `names`' order otherwise."""
+    bases = {adapter_base(manifests[n]) for n in names} - {None}
 
     def rank(name):
         manifest = manifests[name]
-        if manifest.get("adapter"):
-            return 0 if manifest["adapter"]["base"]["name"] in names else 4
+        if manifest.adapter:
+            return 0 if adapter_base(manifest) in names else 4
         if name in bases:
             return 1
         return 3 if seed_reproduction(manifest) else 2
@@ -167,26 +158,20 @@ def best_first(names: list[str], manifests: Mapping[str, dict]) -> list[str]:
 _BRACKETED = re.compile(r"\[[^\[\]\s]+\]")
 
 
-def markers(manifest: dict) -> list[str]:
+def markers(manifest: Manifest) -> list[str]:
     """The text markers of a model's format: its prompt prefix, stop strings and the bracketed
     pieces of its control strings ("[s:author]C. H. Spurgeon[e:author] " gives two)."""
-    found = [manifest.get("prompt_prefix") or "", *(manifest.get("stop") or [])]
-    for spec in (manifest.get("controls") or {}).values():
+    found = [manifest.prompt_prefix or "", *(manifest.stop or ())]
+    for spec in manifest.controls.values():
         for value in spec.get("values", {}).values():
             found += _BRACKETED.findall(str(value))
     return sorted({marker for marker in found if marker.startswith("[") and ":" in marker})
 
 
-def strip_markup(text: str, manifest: dict) -> str:
+def strip_markup(text: str, manifest: Manifest) -> str:
     """`text` without the model's format markers: any `[s:…]` / `[e:…]`-shaped marker whose head
-    ("[s:", "[e:") the format uses, and a marker cut short at the end ("…days.[e:").
-
-    >>> fmt = {"prompt_prefix": "[s:text]", "stop": ["[e:text]"]}
-    >>> strip_markup("Amen.[e:author] So it is.[e:te", fmt)
-    'Amen. So it is.'
-    >>> strip_markup("a [1] b [", {})
-    'a [1] b ['
-    """
+    ("[s:", "[e:") the format uses, and a marker cut short at the end ("…days.[e:"): with the
+    prefix "[s:text]", "Amen.[e:author] So it is.[e:te" shows as "Amen. So it is."."""
     heads = sorted({marker[: marker.index(":") + 1] for marker in markers(manifest)})
     if not heads:
         return text

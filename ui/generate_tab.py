@@ -130,7 +130,7 @@ def _inputs(registry, manifests: dict, names: list[str]) -> _Inputs:
     widgets.model_card(registry, model)
     prompt = gr.Textbox(label="Prompt", value=examples.GENERATE[0][0], lines=3)
     pickers = widgets.ControlPickers(registry, model, names)
-    own = widgets.model_defaults(manifests[names[0]]) if names else {}
+    own = widgets.model_defaults(manifests[names[0]].generation_defaults) if names else {}
     decoding = widgets.decoding_inputs(**own)
     decoding.follow(model, registry)
     with gr.Row():
@@ -180,7 +180,7 @@ def _wire(registry, inputs: _Inputs, outputs: _Outputs) -> None:
         controls = widgets.controls_value(controls)
         # Controls alone are a valid start (a causal LM writes from its control tokens and
         # its format's `[s:text]`, runtime/generator.py); with neither, a prompt is needed.
-        started = bool(controls) or bool(registry.manifest(model).get("prompt_prefix"))
+        started = bool(controls) or bool(registry.manifest(model).prompt_prefix)
         prompt = checks.text("prompt", prompt, allow_empty=started)
         config = checks.decoding(**settings)
         yield from stream_generation(registry, model, prompt, controls, config, arguments)

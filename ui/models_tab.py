@@ -14,6 +14,8 @@ from pathlib import Path
 
 import gradio as gr
 
+from runtime.manifest import Manifest
+
 from . import checks, widgets
 from .registry import languages
 
@@ -25,48 +27,48 @@ NO_MODELS = (
 FACT_HEADERS = ["property", "value"]
 
 
-def facts(manifest: dict) -> list[list]:
+def facts(manifest: Manifest) -> list[list]:
     """Key facts of a model as table rows."""
-    export = manifest.get("export", {})
-    size = sum(entry.get("size", 0) for entry in manifest.get("files", {}).values())
+    parameters = manifest.export.get("parameters")
+    size = sum(entry.size for entry in manifest.files.values())
     pair = languages(manifest)
-    controls = manifest.get("controls") or {}
     rows = [
-        ["name", manifest.get("name")],
-        ["task", manifest.get("task")],
-        ["architecture", manifest.get("architecture", "?")],
-        ["precision", manifest.get("precision", "?")],
-        ["parameters", f"{export['parameters']:,}" if export.get("parameters") else "?"],
+        ["name", manifest.name],
+        ["task", manifest.task],
+        ["architecture", manifest.architecture or "?"],
+        ["precision", manifest.precision or "?"],
+        ["parameters", f"{parameters:,}" if parameters else "?"],
         ["bundle size", f"{size / 1e6:.1f} MB" if size else "?"],
         ["context length", context(manifest)],
-        ["vocabulary", manifest.get("vocab_size", "?")],
+        ["vocabulary", manifest.vocab_size or "?"],
         [
             "controls",
             ", ".join(
-                f"{name} ({len(spec.get('values', {}))} values)" for name, spec in controls.items()
+                f"{name} ({len(spec.get('values', {}))} values)"
+                for name, spec in manifest.controls.items()
             )
             or "none",
         ],
         ["languages", f"{pair[0]} → {pair[1]}" if pair else "not stated"],
-        ["input embeddings", manifest.get("embeddings") or "not shipped"],
-        ["licence", manifest.get("license") or "not stated"],
+        ["input embeddings", manifest.embeddings or "not shipped"],
+        ["licence", manifest.license or "not stated"],
     ]
     return [[key, str(value)] for key, value in rows]
 
 
-def context(manifest: dict) -> str:
+def context(manifest: Manifest) -> str:
     """How much text the model reads at once, as its manifest states it."""
-    if manifest.get("task") == "word-vectors":
+    if manifest.task == "word-vectors":
         return "none (one vector per word)"
-    if manifest.get("task") == "hierarchical-lm" and manifest.get("max_words"):
-        return f"{manifest['max_words']} words of at most {manifest['word_chars']} characters"
-    length = manifest.get("context_length")
+    if manifest.task == "hierarchical-lm" and manifest.max_words:
+        return f"{manifest.max_words} words of at most {manifest.word_chars} characters"
+    length = manifest.context_length
     return f"{length} tokens" if length else "not stated"
 
 
 def default_model(registry) -> str | None:
     """The model the tab opens on: the first int8 one, as every other tab defaults to int8."""
-    int8 = [name for name in registry.names if registry.manifest(name).get("precision") == "int8"]
+    int8 = [name for name in registry.names if registry.manifest(name).precision == "int8"]
     return (int8 or registry.names or [None])[0]
 
 
@@ -85,11 +87,11 @@ def model_list(registry) -> dict:
         manifest = registry.manifest(name)
         pair = languages(manifest)
         out[name] = {
-            "task": manifest["task"],
-            "precision": manifest.get("precision"),
+            "task": manifest.task,
+            "precision": manifest.precision,
             "controls": {c: list(spec["values"]) for c, spec in registry.controls_of(name).items()},
             "languages": list(pair) if pair else None,
-            "embeddings": bool(manifest.get("embeddings")),
+            "embeddings": bool(manifest.embeddings),
             "tabs": [kind for kind, names in kinds.items() if name in names],
         }
     return out
@@ -250,7 +252,7 @@ def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -
                     column_widths=["30%", "70%"],
                 )
                 parity = gr.JSON(
-                    registry.manifest(model.value).get("parity") if names else None,
+                    registry.manifest(model.value).parity if names else None,
                     label="Parity report (ONNX vs PyTorch)",
                 )
         gr.Markdown("### Benchmarks")
@@ -260,7 +262,7 @@ def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -
         def model_info(model):
             """The model card (Markdown), facts (table) and parity report (JSON)."""
             manifest = registry.manifest(model)
-            return registry.card(model), facts(manifest), manifest.get("parity") or {}
+            return registry.card(model), facts(manifest), manifest.parity
 
         def list_models() -> dict:
             """Every installed model: task, precision, controls, languages, tabs it serves."""

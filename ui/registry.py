@@ -30,6 +30,7 @@ import logging
 import mimetypes
 import re
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ import runtime
 from runtime.bundle import read_manifest
 from runtime.chat import is_chat_manifest
 from runtime.loading import find_bundles
+from runtime.manifest import Manifest
 from runtime.word_vectors import load_matrix
 
 from .embeddings import EmbeddingSpace
@@ -46,47 +48,29 @@ PRECISION_ORDER = ("int8", "fp32", "int4")
 PAIR = re.compile(r"^\s*([A-Za-z_]+)\s*(?:-|→|->|_|2)\s*([A-Za-z_]+)\s*$")
 LENGTH_CONTROLS = ("length_ratio", "length")
 GENERATION_TASKS = ("causal-lm", "seq2seq", "hierarchical-lm")
-# manifest fields the app reads as objects ({…}) when present; the optional ones may be null
-OBJECT_FIELDS = ("files", "graphs", "export")
-OPTIONAL_OBJECT_FIELDS = ("controls", "training_data", "parity", "generation_defaults", "chat")
-# (object, key, kind): values the tabs read as that kind when present (object "": the manifest)
+# (section, key, kind): values of the manifest's free-form sections that the tabs read as that
+# kind when present (runtime/manifest.py checks the typed fields themselves)
 TYPED_VALUES = (
-    ("", "context_length", int),
     ("export", "parameters", int),
     ("training_data", "corpus", str),
 )
 LOG = logging.getLogger("scriptorium.app")
 
 
-def check_fields(manifest: dict) -> None:
-    """ValueError unless the fields the app reads have the kinds it reads them as.
-
-    >>> check_fields({"controls": {"section": {"values": {"law": "<|law|>"}}}})
-    >>> check_fields({"controls": [5]})
-    Traceback (most recent call last):
-    ...
-    ValueError: `controls` must be an object, got list
-    """
-    for key in (*OBJECT_FIELDS, *OPTIONAL_OBJECT_FIELDS):
-        value = manifest.get(key)
-        if key in manifest and not isinstance(value, dict):
-            if value is None and key in OPTIONAL_OBJECT_FIELDS:
-                continue
-            raise ValueError(f"`{key}` must be an object, got {type(value).__name__}")
-    for name, spec in (manifest.get("controls") or {}).items():
+def check_fields(manifest: Manifest) -> None:
+    """ValueError unless the values of the free-form sections that the app reads (each control's
+    `values`, `export.parameters`, `training_data.corpus`, `generation_defaults`) have the kinds
+    it reads them as."""
+    for name, spec in manifest.controls.items():
         values = spec.get("values") if isinstance(spec, dict) else None
         if not isinstance(values, dict):
             raise ValueError(f"`controls.{name}.values` must be an object, got {values!r:.80}")
-    for name, entry in (manifest.get("files") or {}).items():
-        if not isinstance(entry, dict):
-            raise ValueError(f"`files.{name}` must be an object, got {entry!r:.80}")
-    for outer, key, kind in TYPED_VALUES:
-        value = (manifest.get(outer) or {} if outer else manifest).get(key)
+    for section, key, kind in TYPED_VALUES:
+        value = getattr(manifest, section).get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            field = f"{outer}.{key}" if outer else key
-            raise ValueError(f"`{field}` must be a {kind.__name__}, got {value!r:.80}")
+            raise ValueError(f"`{section}.{key}` must be a {kind.__name__}, got {value!r:.80}")
     try:  # the tabs start from these settings
-        runtime.GenerationConfig.from_dict(manifest.get("generation_defaults") or {}).validate()
+        runtime.GenerationConfig.from_dict(dict(manifest.generation_defaults)).validate()
     except (TypeError, ValueError) as error:
         raise ValueError(f"`generation_defaults`: {error}") from error
 
@@ -106,15 +90,10 @@ def reason(error: BaseException, path=None, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def languages(manifest: dict) -> tuple[str, str] | None:
-    """(source, target) language codes from manifest["training_data"], if it names them.
-
-    >>> languages({"training_data": {"source_language": "en", "target_language": "es"}})
-    ('en', 'es')
-    >>> languages({"training_data": {"pair": "en-es"}}), languages({})
-    (('en', 'es'), None)
-    """
-    data = manifest.get("training_data") or {}
+def languages(manifest: Manifest) -> tuple[str, str] | None:
+    """(source, target) language codes from the manifest's `training_data`, if it names them
+    (`source_language` and `target_language`, or a `pair` such as "en-es")."""
+    data = manifest.training_data
     source, target = data.get("source_language"), data.get("target_language")
     if source and target:
         return str(source).lower(), str(target).lower()
@@ -173,7 +152,7 @@ class ModelRegistry:
         self.spinning = spinning
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
         self.problems: dict[str, str] = {}  # display name (or file) -> why it is not offered
-        self._manifests: dict[str, dict] = {}
+        self._manifests: dict[str, Manifest] = {}
         for name, path in paths.items():
             try:
                 manifest = read_manifest(path, verify=False)
@@ -211,7 +190,7 @@ class ModelRegistry:
     def names(self) -> list[str]:
         return list(self.paths)
 
-    def manifest(self, name: str) -> dict:
+    def manifest(self, name: str) -> Manifest:
         """The model's manifest, read without loading the model (checksums are checked on load)."""
         return self._manifests[self._check(name)]
 
@@ -236,41 +215,40 @@ class ModelRegistry:
 
     def _ordered(self, names) -> list[str]:
         def rank(name):
-            precision = self.manifest(name).get("precision", "fp32")
-            order = PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else 9
-            return order
+            precision = self.manifest(name).precision
+            return PRECISION_ORDER.index(precision) if precision in PRECISION_ORDER else 9
 
         return sorted(names, key=rank)
 
     def generators(self) -> list[str]:
         def rank(name):
             manifest = self.manifest(name)
-            return (manifest["task"] != "causal-lm", not manifest.get("controls"))
+            return (manifest.task != "causal-lm", not manifest.controls)
 
-        found = [n for n in self.names if self.manifest(n)["task"] in GENERATION_TASKS]
+        found = [n for n in self.names if self.manifest(n).task in GENERATION_TASKS]
         return sorted(self._ordered(found), key=rank)
 
     def causal_lms(self) -> list[str]:
-        return [n for n in self.generators() if self.manifest(n)["task"] == "causal-lm"]
+        return [n for n in self.generators() if self.manifest(n).task == "causal-lm"]
 
     def chat_models(self) -> list[str]:
         """Chat models, the base models before fine-tunes (adapters) so that tabs open on one."""
         found = self._ordered(n for n in self.names if is_chat_manifest(self.manifest(n)))
-        return sorted(found, key=lambda name: "adapter" in self.manifest(name))
+        return sorted(found, key=lambda name: self.manifest(name).adapter is not None)
 
     def masked_lms(self) -> list[str]:
         def size(name):
-            return self.manifest(name).get("export", {}).get("parameters", 0)
+            return self.manifest(name).export.get("parameters", 0)
 
-        found = [n for n in self.names if self.manifest(n)["task"] == "fill-mask"]
+        found = [n for n in self.names if self.manifest(n).task == "fill-mask"]
         return sorted(self._ordered(found), key=size)
 
     def word_vector_sets(self) -> list[str]:
-        return [n for n in self.names if self.manifest(n)["task"] == "word-vectors"]
+        return [n for n in self.names if self.manifest(n).task == "word-vectors"]
 
     def rewriters(self) -> list[str]:
         def rank(name):
-            return "length_ratio" not in self.manifest(name).get("controls", {})
+            return "length_ratio" not in self.manifest(name).controls
 
         found = [n for n in self.names if set(LENGTH_CONTROLS) & set(self.controls_of(n))]
         return sorted(self._ordered(found), key=rank)
@@ -280,23 +258,23 @@ class ModelRegistry:
             pair = languages(self.manifest(name))
             return (pair is None or pair[0] == pair[1], pair != ("en", "es"))
 
-        found = [n for n in self.names if self.manifest(n)["task"] == "seq2seq"]
+        found = [n for n in self.names if self.manifest(n).task == "seq2seq"]
         return sorted(self._ordered(found), key=rank)
 
     def paraphrasers(self) -> list[str]:
         return self._ordered(
             n
             for n in self.names
-            if self.manifest(n)["task"] == "hierarchical-lm"
-            and "autoencoder_decoder" in self.manifest(n)["graphs"]
+            if self.manifest(n).task == "hierarchical-lm"
+            and "autoencoder_decoder" in self.manifest(n).graphs
         )
 
     def with_embeddings(self) -> list[str]:
-        return self._ordered(n for n in self.names if self.manifest(n).get("embeddings"))
+        return self._ordered(n for n in self.names if self.manifest(n).embeddings)
 
-    def controls_of(self, name: str) -> dict:
+    def controls_of(self, name: str) -> Mapping:
         """The manifest's control specs ({name: {kind, values, …}}) without loading the model."""
-        return self.manifest(name).get("controls") or {}
+        return self.manifest(name).controls
 
     # ---- loading ------------------------------------------------------------------------------
 
@@ -348,7 +326,7 @@ class ModelRegistry:
         from study.word_analogies import from_embeddings
 
         gen = self.get(name)
-        if self.manifest(name)["task"] == "word-vectors":
+        if self.manifest(name).task == "word-vectors":
             return gen
         key = (name, "words")
         with self._lock:

@@ -31,6 +31,7 @@ from tokenizers import Tokenizer
 
 import runtime
 from runtime.chat import ChatMixin
+from runtime.manifest import DEFAULT_CONTEXT_LENGTH, Manifest
 from runtime.parameters import request_fields
 
 from .registry import ModelRegistry, inline_images
@@ -89,14 +90,14 @@ class RemoteGenerator(ChatMixin):
     task = runtime.Generator.task
     controls = runtime.Generator.controls
 
-    def __init__(self, client: httpx.Client, model: str, manifest: dict, tokenizer: Tokenizer):
+    def __init__(self, client: httpx.Client, model: str, manifest: Manifest, tokenizer: Tokenizer):
         self.client = client
         self.model = model  # the server's model id
         self.manifest = manifest
         self.tokenizer = tokenizer
-        self.eos_token_id = manifest.get("special_tokens", {}).get("eos_token_id")
-        self.context_length = manifest.get("context_length") or 1024
-        self.defaults = runtime.GenerationConfig.from_dict(manifest.get("generation_defaults", {}))
+        self.eos_token_id = manifest.special_tokens.eos_token_id
+        self.context_length = manifest.context_length or DEFAULT_CONTEXT_LENGTH
+        self.defaults = runtime.GenerationConfig.from_dict(manifest.generation_defaults)
 
     def _post(self, body: dict, stream: bool, route: str = "completions"):
         try:
@@ -223,7 +224,8 @@ class RemoteRegistry(ModelRegistry):
             base_url=base_url.rstrip("/") + "/", timeout=timeout, headers=headers
         )
         for model in self._json("models")["data"]:
-            self._manifests[model["id"]] = self._json(f"models/{model['id']}")["manifest"]
+            info = self._json(f"models/{model['id']}")
+            self._manifests[model["id"]] = Manifest.from_json(info["manifest"])
             self.paths[model["id"]] = Path(model["id"])  # a name only: nothing is on disk here
 
     def _fetch(self, path: str) -> httpx.Response:
@@ -241,9 +243,9 @@ class RemoteRegistry(ModelRegistry):
         return self._fetch(f"models/{name}/files/{file}").content
 
     def card(self, name: str) -> str:
-        if "README.md" not in self.manifest(name).get("files", {}):
+        listed = self.manifest(name).files
+        if "README.md" not in listed:
             return self.no_card(name)
-        listed = self.manifest(name).get("files", {})
         return inline_images(
             self._file(name, "README.md").decode(),
             lambda target: self._file(name, target) if target in listed else None,
@@ -254,7 +256,7 @@ class RemoteRegistry(ModelRegistry):
         return RemoteGenerator(self.client, name, self.manifest(name), tokenizer)
 
     def _embedding_matrix(self, name: str, gen) -> np.ndarray:
-        file = self.manifest(name).get("embeddings")
+        file = self.manifest(name).embeddings
         if not file:
             raise ValueError(f"model {name!r} has no embeddings.npy (manifest key `embeddings`)")
         matrix = np.load(io.BytesIO(self._file(name, file)), allow_pickle=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import gradio as gr
@@ -134,14 +135,15 @@ def sweep_values(registry, model) -> tuple[str, list]:
 STEERED = re.compile(r"value tokens.*?\(\s*([\d.]+)\s*-\s*([\d.]+)\s*\)")
 
 
-def steered(manifest: dict) -> tuple[float, float, float] | None:
+def steered(metrics: Mapping) -> tuple[float, float, float] | None:
     """(low, high, mean error) of the length ratios the model's value tokens were shown to steer,
-    from its evaluation metric ("value tokens mean abs error (0.6-1.4)": 0.08), or None.
+    from its manifest's evaluation `metrics` ("value tokens mean abs error (0.6-1.4)": 0.08), or
+    None.
 
-    >>> steered({"metrics": {"value tokens mean abs error (0.6-1.4)": 0.08}})
+    >>> steered({"value tokens mean abs error (0.6-1.4)": 0.08})
     (0.6, 1.4, 0.08)
     """
-    for key, value in (manifest.get("metrics") or {}).items():
+    for key, value in metrics.items():
         if (found := STEERED.search(key)) and isinstance(value, (int, float)):
             return float(found[1]), float(found[2]), float(value)
     return None
@@ -154,7 +156,7 @@ def intro(registry, names: list[str]) -> str:
         "checked against subtitle rules; the models were trained on Bible verse pairs only, so "
         "other English is rewritten poorly."
     )
-    found = steered(registry.manifest(names[0])) if names else None
+    found = steered(registry.manifest(names[0]).metrics) if names else None
     if found:
         low, high, error = found
         line += (
@@ -466,7 +468,7 @@ def sweep_endpoint(registry, names: list[str]):
             registry, model, source, settings, subtitle
         )
         control, values = sweep_values(registry, model)
-        found = steered(registry.manifest(model)) if control == "length_ratio" else None
+        found = steered(registry.manifest(model).metrics) if control == "length_ratio" else None
 
         def in_range(value):
             if found is None:

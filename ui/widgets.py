@@ -14,6 +14,7 @@ would have replaced, so no stale result sits under the message. This module does
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import gradio as gr
@@ -216,22 +217,22 @@ class DecodingInputs:
         outputs = [self[name] for name in names]
 
         def defaults(model):
-            found = model_defaults(registry.manifest(model)) if model else {}
+            given = registry.manifest(model).generation_defaults if model else {}
+            found = model_defaults(given)
             return [gr.update(value=found[n]) if n in found else gr.skip() for n in names]
 
         picker.input(defaults, picker, outputs, queue=False, api_visibility="private")
 
 
-def model_defaults(manifest: dict) -> dict:
+def model_defaults(generation_defaults: Mapping) -> dict:
     """The decoding settings (by the endpoints' names) a manifest's `generation_defaults` give:
     the mode, and each setting a model may set, within the app's range (a larger one is cut
     to the app's largest).
 
-    >>> model_defaults({"generation_defaults": {"do_sample": True, "top_k": 40,
-    ...     "max_new_tokens": 500, "stop": ["[e:text]"]}})
+    >>> model_defaults({"do_sample": True, "top_k": 40, "max_new_tokens": 500, "stop": ["[e:]"]})
     {'mode': 'sampling', 'max_new_tokens': 256, 'top_k': 40}
     """
-    given = manifest.get("generation_defaults") or {}
+    given = dict(generation_defaults)
     found = {}
     if "do_sample" in given or "num_beams" in given:
         mode = runtime.GenerationConfig.from_dict(given).mode
