@@ -114,7 +114,7 @@ def _logits(model: CausalLM, ids: list[int]) -> np.ndarray:
 def test_adapter_matches_peft_merged_model(tiny, architecture, quant):
     gguf, peft_dir, bundle = tiny(architecture, quant)
     gen = runtime.load(bundle, threads=1)
-    slots = gen.manifest["adapter"]["base"]["lora_slots"]
+    slots = gen.manifest.adapter["base"]["lora_slots"]
     fused = "lora.0.q_proj+k_proj+v_proj" in slots
     assert fused == (quant != "mixed") and ("lora.0.k_proj" in slots) == (not fused)
     reference_model = merged(gguf, peft_dir)
@@ -150,7 +150,7 @@ def test_empty_slots_are_the_plain_base(tiny, architecture, quant):
     _, _, bundle = tiny(architecture, quant)
     gen = runtime.load(bundle, threads=1)
     base = runtime.load(gen.directory, threads=1)
-    assert base.manifest["graphs"]["decoder"]["file"] == "model.onnx"
+    assert base.manifest.graphs["decoder"].file == "model.onnx"
     slots = CausalLM(gen.model.runner.session, base.manifest)
     ids = base.encode_prompt(PROMPTS[0])
     plain = _logits(base.model, ids)
@@ -273,7 +273,7 @@ def test_metadata_controls_and_prompt_prefix(tiny, tmp_path):
         "translation": ["KJV", "WEB"],
         "book": ["Psalms"],
     }
-    assert gen.manifest["chat"]["template"]  # the base's keys stay
+    assert gen.manifest.chat.template  # the base's keys stay
     assert gen.defaults.temperature == 0.7
     encode = gen.tokenizer.encode
     expected = "[s:translation]KJV[e:translation] [s:book]Psalms[e:book] [s:text]In the"
@@ -317,7 +317,7 @@ def test_shared_sessions_are_per_graph_and_settings(tiny):
     _, _, bundle = tiny("llama", "F32")
     manifest = read_manifest(bundle)
     base = runtime.bundle.adapter_base(bundle, manifest)
-    graph = base / manifest["graphs"]["decoder"]["file"]
+    graph = base / manifest.graphs["decoder"].file
     assert shared_session(graph, threads=1) is shared_session(graph, threads=1)
     assert shared_session(graph, threads=1) is not shared_session(graph, threads=2)
     assert os.path.basename(graph) == "model_lora.onnx"

@@ -194,7 +194,7 @@ def test_a_bundle_carries_its_chat_object_as_the_gguf_importer_writes_it(chat_mo
 
     _, model, tokenizer, directory = chat_model
     bundle = shutil.copytree(directory, tmp_path / "bundle")
-    manifest = {k: v for k, v in infer_manifest(bundle).items() if k != "inferred"}
+    manifest = {k: v for k, v in infer_manifest(bundle).to_json().items() if k != "inferred"}
     manifest["files"] = {
         name: {"sha256": sha256_of(bundle / name)} for name in ("model.onnx", "tokenizer.json")
     }

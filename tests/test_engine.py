@@ -75,7 +75,7 @@ def generators(request, tmp_path_factory):
     plain = runtime.load(path, threads=1, batching=False)
     batched = runtime.load(path, threads=1)  # the default: batch-invariant bundles batch
     assert plain.engine is None and batched.engine is not None
-    assert batched.manifest["batch_invariant"] is True
+    assert batched.manifest.batch_invariant is True
     if request.param == "tiny-lean-gpt2":
         assert batched.model.shared_cache
     return plain, batched, prompts

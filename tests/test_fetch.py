@@ -194,7 +194,7 @@ from export import flagship
 (bundle,) = [p for p in root.iterdir() if p.is_dir()]
 gen = runtime.load(bundle)
 out = gen.generate("hello", runtime.GenerationConfig(max_new_tokens=3, min_new_tokens=3))
-print(json.dumps([bundle.name, gen.manifest["precision"], len(out[0].token_ids)]))
+print(json.dumps([bundle.name, gen.manifest.precision, len(out[0].token_ids)]))
 """
     done = run_offline(script, tmp_path)
     assert done.returncode == 0, done.stderr

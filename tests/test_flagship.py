@@ -58,7 +58,7 @@ def test_converts_once_then_reuses_the_cache(tiny_gguf, conversions, tmp_path):
 @pytest.mark.parametrize("damage", ["flip a byte", "delete a file", "truncate the manifest"])
 def test_a_corrupted_cache_is_rebuilt(tiny_gguf, conversions, damage):
     bundle = flagship.ensure_bundle(tiny_gguf)
-    files = read_manifest(bundle)["files"]
+    files = read_manifest(bundle).files
     largest = max(files, key=lambda name: (bundle / name).stat().st_size)
     if damage == "flip a byte":
         data = bytearray((bundle / largest).read_bytes())

@@ -153,7 +153,7 @@ def test_seq2seq_select_shares_source_tensors_within_a_source(pair):
     """Reordering beams of one source reuses the cross-attention cache; moving a row to another
     source copies it (and both give the rows' own values)."""
     gen, _, _, _ = pair
-    if gen.manifest["task"] != "seq2seq":
+    if gen.manifest.task != "seq2seq":
         pytest.skip("causal LMs have no source-side cache")
     _, input_ids, mask = gen._batch(PROMPTS[:2], None)  # right-padded sources, (2, S)
     _, state = gen.model.start(input_ids, mask)

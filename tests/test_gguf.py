@@ -153,7 +153,7 @@ def test_mixed_types_match_transformers(tmp_path, architecture):
     from Q5_0, so q|k|v and gate|up cannot share one kernel."""
     overrides = {"attn_v": "Q8_0", "ffn_up": "Q8_0", "ffn_down": "Q5_0"}
     path = write_tiny_gguf(tmp_path / "mixed.gguf", architecture, "Q4_K", overrides=overrides)
-    manifest = export_gguf(path, tmp_path / "bundle", accuracy_level=0, parity=False)
+    manifest = export_gguf(path, tmp_path / "bundle", accuracy_level=0, parity=False).to_json()
     assert set(manifest["export"]["quantization"]["storage"]) == {"Q4_K", "Q8_0", "Q5_0"}
     ids = build_tokenizer(read_gguf(path).tokenizer).encode(PROMPT).ids
     with torch.no_grad():
@@ -173,7 +173,7 @@ def test_mixed_types_match_transformers(tmp_path, architecture):
 )
 def test_manifest_card_and_parity_report(tmp_path, architecture, quant, storage):
     path = write_tiny_gguf(tmp_path / "tiny.gguf", architecture, quant)
-    manifest = export_gguf(path, tmp_path / "bundle")
+    manifest = export_gguf(path, tmp_path / "bundle").to_json()
     assert manifest["task"] == "causal-lm" and manifest["architecture"] == architecture
     source = manifest["export"]["gguf"]
     assert source["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()

@@ -35,7 +35,7 @@ def bundle(tiny_checkpoint, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("gpu") / "tiny-lm"
     manifest = export_bundle(tiny_checkpoint("gpt2"), out, progress=False)
-    assert manifest["graphs"]["decoder"].get("kv_cache") == SHARED_BUFFER
+    assert manifest.graphs["decoder"].kv_cache == SHARED_BUFFER
     return out
 
 

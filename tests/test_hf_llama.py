@@ -252,7 +252,7 @@ def test_quantized_stays_close(exported, case, precision):
 
 def test_manifest_parity_and_chat(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "checkpoint", "qwen2", tied=True)
-    manifest = export_hf_llama(checkpoint, tmp_path / "bundle", "int4")
+    manifest = export_hf_llama(checkpoint, tmp_path / "bundle", "int4").to_json()
     source = manifest["export"]["huggingface"]
     assert manifest["export"]["source"] == "huggingface"
     config_hash = hashlib.sha256((checkpoint / "config.json").read_bytes()).hexdigest()
@@ -301,7 +301,7 @@ def test_export_bundle_routes_here(tmp_path):
     from export import export_bundle
 
     checkpoint = make_checkpoint(tmp_path / "checkpoint", "qwen2", tied=False)
-    manifest = export_bundle(checkpoint, tmp_path / "bundle", "int8", progress=False)
+    manifest = export_bundle(checkpoint, tmp_path / "bundle", "int8", progress=False).to_json()
     assert manifest["export"]["source"] == "huggingface" and manifest["precision"] == "int8"
     assert "seqlens_k" in manifest["graphs"]["decoder"]["inputs"]
 

@@ -103,8 +103,8 @@ def test_autoencoder_data_is_every_fitting_verse_copied():
 
 def test_export_parity_with_pytorch(bundle):
     _, manifest = bundle
-    assert manifest["task"] == "hierarchical-lm"
-    parity = manifest["parity"]
+    assert manifest.task == "hierarchical-lm"
+    parity = manifest.parity
     assert max(parity["graphs_max_abs_diff"].values()) < 1e-4
     greedy = parity["greedy"]
     assert greedy["identical"] == greedy["compared"] == 8
@@ -297,18 +297,18 @@ def shipped(name: str) -> Path:
 def test_shipped_bundles_verify_and_match_pytorch(name):
     for manifest_path in shipped(name).glob("*/manifest.json"):
         gen = runtime.load(manifest_path.parent)  # checks every sha256 first
-        parity = gen.manifest["parity"]
+        parity = gen.manifest.parity
         exported = parity.get("fp32_greedy", parity["greedy"])
         assert exported["identical"] == exported["compared"]
         # int8's greedy strings drift from fp32's after a near-tie (2 of 8 identical for the
         # paraphraser); what ships it is its teacher-forced cost, within 1 % of fp32's:
-        measured = gen.manifest["metrics"]["runtime_nits_per_char"]
+        measured = gen.manifest.metrics["runtime_nits_per_char"]
         assert measured["int8"] <= measured["fp32"] * 1.01
 
 
 def test_shipped_paraphraser_reconstructs_and_paraphrases_held_out_verses():
     gen = runtime.load(shipped("paraphraser"))
-    metrics = gen.manifest["metrics"]
+    metrics = gen.manifest.metrics
     assert set(metrics["sentence_encoders"]) == {"gru", "transformer", "sarah"}
     verse = "Jesus wept."
     assert 0 < gen.reconstruction(verse).nits_per_char < 2 * metrics["test_nits_per_char"]
@@ -328,5 +328,5 @@ def test_shipped_autoencoder_keeps_more_of_a_verse_than_another_verse_shares():
     quality = hierarchical_ship.reconstruction_quality(gen, verses)
     assert quality["sentences"] == 46
     assert quality["chrf"] >= quality["unrelated_chrf"] + 4
-    recorded = gen.manifest["metrics"]["autoencoder_reconstruction"]
+    recorded = gen.manifest.metrics["autoencoder_reconstruction"]
     assert recorded["chrf"] >= recorded["unrelated_chrf"] + 4

@@ -15,6 +15,7 @@ import pytest
 import runtime
 from runtime.masked_lm import MaskedLM
 from runtime.word_vectors import WordVectors, load_matrix
+from tests.manifest_fixtures import manifest_of
 
 ROOT = Path(__file__).resolve().parent.parent
 WORD2VEC = ROOT / "models" / "word2vec"
@@ -216,7 +217,7 @@ def test_library_run_evaluates_and_ships_with_its_own_card(tmp_path):
     assert study["content"]["predictions"][2] <= study["predictions"][2]
     assert cli.main(["ship", *base, "--models-dir", str(models), "--quiet"]) == 0
     gen = runtime.load(models / "masked-lm-base" / "int8")
-    manifest = gen.manifest
+    manifest = gen.manifest.to_json()
     assert "content-word top-5 accuracy at 15 % (held-out verses)" in manifest["metrics"]
     everyday = json.loads((out / "evaluation.json").read_text())["everyday_study"]
     assert everyday["sentences"] == 60 and everyday["ratios"] == [0.15]
@@ -243,7 +244,7 @@ def test_library_run_evaluates_and_ships_with_its_own_card(tmp_path):
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
     assert cli.main([*on_web, "--quiet"]) == 0
     assert cli.main(["ship", *on_web, "--models-dir", str(tmp_path / "m2"), "--quiet"]) == 0
-    manifest = runtime.load(tmp_path / "m2" / "masked-lm-base" / "int8").manifest
+    manifest = runtime.load(tmp_path / "m2" / "masked-lm-base" / "int8").manifest.to_json()
     data = manifest["training_data"]
     assert data["pretraining"]["steps"] == 2 and data["pretraining"]["run"] == str(out)
     readme = (tmp_path / "m2" / "masked-lm-base" / "int8" / "README.md").read_text()
@@ -320,21 +321,21 @@ def test_card_metrics_match_the_analogy_evaluation(shipped):
 
     vectors, _ = shipped
     result = word_analogies.evaluate(vectors)
-    metrics = vectors.manifest["metrics"]
+    metrics = vectors.manifest.metrics
     assert metrics["analogy accuracy (3CosAdd, top 1)"] == round(result["analogy_accuracy"], 3)
     assert result["analogy_questions"] == result["analogy_total"]  # every word is in the vocab
     assert metrics["analogy questions out of vocabulary"] == 0
     # the library vectors ship their 30,000 most frequent words, in frequency order
-    assert len(vectors.words) == vectors.manifest["vocab_size"] == 30_000
-    assert vectors.manifest["restricted"]["vocab_size"] == 63_169
+    assert len(vectors.words) == vectors.manifest.vocab_size == 30_000
+    assert vectors.manifest.restricted["vocab_size"] == 63_169
     assert vectors.counts == sorted(vectors.counts, reverse=True)
 
 
 def test_load_matrix_needs_the_manifest_entry(tmp_path):
     with pytest.raises(ValueError, match="has no embeddings.npy"):
-        load_matrix(tmp_path, {"name": "m"})
+        load_matrix(tmp_path, manifest_of())
     np.save(tmp_path / "embeddings.npy", np.ones((3, 2), dtype=np.float16))
-    matrix = load_matrix(tmp_path, {"name": "m", "embeddings": "embeddings.npy"})
+    matrix = load_matrix(tmp_path, manifest_of(embeddings="embeddings.npy"))
     assert matrix.dtype == np.float32 and matrix.shape == (3, 2)
 
 
@@ -345,7 +346,7 @@ def test_tiny_word2vec_chain_and_its_restricted_ship(tmp_path):
     word_vectors.main(["--tiny", "--out", str(tmp_path / "full"), "--reference", none])
     for variant in word_vectors.VARIANTS:
         vectors = runtime.load(tmp_path / "full" / variant)  # checksums verified
-        assert vectors.manifest["task"] == "word-vectors"
+        assert vectors.manifest.task == "word-vectors"
         assert len(vectors.most_similar("god", topn=3)) == 3
         assert (tmp_path / "full" / variant / "README.md").exists()
     ship = [
@@ -362,7 +363,7 @@ def test_tiny_word2vec_chain_and_its_restricted_ship(tmp_path):
         shipped = runtime.load(tmp_path / "shipped" / variant)
         assert shipped.words == full.words[:50] and shipped.counts == full.counts[:50]
         np.testing.assert_array_equal(shipped.vectors, full.vectors[:50])
-        assert shipped.manifest["restricted"]["vocab_size"] == len(full.words) > 50
+        assert shipped.manifest.restricted["vocab_size"] == len(full.words) > 50
         card = (tmp_path / "shipped" / variant / "README.md").read_text()
         assert f"the 50 most frequent of {len(full.words):,} words" in card
         assert f"(WEB, {len(full.words):,} words)" in card  # the full vectors' row
@@ -376,7 +377,7 @@ def test_shipped_masked_lms_verify_and_match_pytorch(name):
     if not (path / "manifest.json").exists():
         pytest.skip(f"{name} is not shipped")
     gen = runtime.load(path)  # checks every sha256 first
-    parity = gen.manifest["parity"]["bundle"]
+    parity = gen.manifest.parity["bundle"]
     assert parity["masked_argmax_agreement"] >= 0.9 and parity["min_hidden_cosine"] > 0.95
     found = gen.fill_mask("I am the <|mask|> of life.", top_k=5)
     scores = [p["score"] for p in found]

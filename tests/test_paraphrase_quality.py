@@ -82,7 +82,7 @@ def test_library_ship_carries_the_web_model_and_measures_everyday_sentences(tmp_
     assert not (models / "paraphraser-spurgeon").exists()
     (bundle,) = [p.parent for p in (models / "paraphraser").glob("*/manifest.json")]
     gen = runtime.load(bundle)  # checksums verified
-    metrics = gen.manifest["metrics"]
+    metrics = gen.manifest.metrics
     web_metrics = json.loads((WEB_BUNDLE / "manifest.json").read_text())["metrics"]
     web = metrics["web_model"]
     assert (
@@ -94,12 +94,12 @@ def test_library_ship_carries_the_web_model_and_measures_everyday_sentences(tmp_
     everyday = metrics["everyday"]
     assert everyday["sentences"] == 60 and 0 <= everyday["changed_share"] <= 1
     assert everyday["meaning_kept"] is None
-    sources = gen.manifest["training_data"]["sources"]
+    sources = gen.manifest.training_data["sources"]
     assert set(sources) == set(library.SOURCES)
     assert sources["gcide"]["licence"].startswith("GPL-2.0-or-later")
     card = (bundle / "README.md").read_text()
     assert "From the WEB runs: sentence encoders" in card and "not judged yet" in card
-    assert f"{gen.manifest['training_data']['lm_pairs']:,} pairs" in card
+    assert f"{gen.manifest.training_data['lm_pairs']:,} pairs" in card
     assert (bundle / "sentence_encoders.png").exists() and (bundle / "loss-shipped.png").exists()
     unjudged = pq.read_judgements(runs / "lm-library-everyday-unjudged.tsv")
     assert [r["source"] for r in unjudged] == pq.everyday_sentences()[: pq.JUDGED_SAMPLE]
@@ -116,7 +116,7 @@ def test_library_ship_carries_the_web_model_and_measures_everyday_sentences(tmp_
     beside = [*ship, "--previous", str(WEB_BUNDLE), "--name", "paraphraser-library"]
     assert hierarchical_cli.main(beside) == 0
     (other,) = [p.parent for p in (models / "paraphraser-library").glob("*/manifest.json")]
-    assert runtime.load(other).manifest["name"] == "paraphraser-library"
+    assert runtime.load(other).manifest.name == "paraphraser-library"
     assert (other / "README.md").read_text().startswith("# paraphraser-library\n")
     assert "It ships beside the WEB-trained paraphraser" in (other / "README.md").read_text()
     assert (bundle / "manifest.json").exists()  # the first ship is left as it was

@@ -251,7 +251,7 @@ def test_missing_graph_and_missing_directory(bundle, exported, tmp_path):
 def test_precision_directory_picks_a_bundle(bundle, tmp_path):
     shutil.copytree(bundle, tmp_path / "family" / "fp32")
     manifest = json.loads((tmp_path / "family" / "fp32" / "manifest.json").read_text())
-    assert runtime.load(tmp_path / "family").manifest["files"] == manifest["files"]
+    assert runtime.load(tmp_path / "family").manifest.to_json()["files"] == manifest["files"]
     with pytest.raises(ValueError, match=r"`precision` must be one of \['fp32'\]"):
         runtime.load(tmp_path / "family", precision="int4")
 

@@ -37,9 +37,9 @@ def held_out_verses(limit: int = 12) -> list[dict]:
 )
 def test_bundle_verifies_and_loads(name, precision):
     gen = runtime.load(bundle(name, precision))  # checks every sha256 first
-    assert gen.manifest["precision"] == precision
-    assert gen.manifest["license"].startswith("Public domain")
-    greedy = gen.manifest["parity"]["greedy"]
+    assert gen.manifest.precision == precision
+    assert gen.manifest.license.startswith("Public domain")
+    greedy = gen.manifest.parity["greedy"]
     if precision == "fp32":  # export fails otherwise; int8 may drift after a near-tie
         assert greedy["identical_sequences"] == greedy["prompts"]
     assert greedy["token_agreement"] >= 0.5

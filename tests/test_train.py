@@ -67,7 +67,7 @@ def test_lm_bundle_controls_reproduce_training_format(tiny_runs):
     out = tiny_runs("bible-lm")
     gen = runtime.load(out / "bundle-int8")
     assert gen.controls == {"section": list(lm.SECTION_KEYS.values())}
-    assert gen.manifest["add_bos_token"] is True
+    assert gen.manifest.add_bos_token is True
     tokenizer = lm.with_bos_post_processor(
         __import__("tokenizers").Tokenizer.from_file(str(out / "tokenizer-en.json"))
     )
