@@ -85,7 +85,7 @@ def side_by_side(columns: dict[str, list[tuple[str, float]]]) -> list[list]:
 
 
 class _Section(NamedTuple):
-    """One column of the tab: its endpoint's inputs by parameter name (in the endpoint's order),
+    """One section of the tab: its event's inputs by parameter name (in the function's order),
     its button, error box, outputs and each output's empty value after a failed run."""
 
     inputs: dict
@@ -265,6 +265,43 @@ def word_vector_link(section: str, inputs: dict) -> None:
 
 def build_word_vectors(registry) -> None:
     models = word_models(registry)
+    neighbours, analogies = _static_sections(models)
+    contrast = _contrast_section()
+    word_neighbours, word_analogy, static_vs_contextual = _word_vector_endpoints(registry, models)
+
+    def neighbour_rows(word, topn):
+        return side_by_side(word_neighbours(word, topn))
+
+    def analogy_rows(a, b, c):
+        return side_by_side(word_analogy(a, b, c, 5))
+
+    def contrast_rows(word, sentence_1, sentence_2):
+        rows = static_vs_contextual(word, sentence_1, sentence_2)
+        return gr.Dataframe(rows, headers=["model", "where", "neighbours"])
+
+    found = _view_and_endpoint(neighbours, neighbour_rows, word_neighbours, "word_neighbours")
+    solved = _view_and_endpoint(analogies, analogy_rows, word_analogy, "word_analogy")
+    contrasted = _view_and_endpoint(
+        contrast, contrast_rows, static_vs_contextual, "static_vs_contextual"
+    )
+    # Neighbours and analogies share one table and one error box.
+    triggers = [neighbours.button.click, analogies.button.click]
+    for event in (found, solved):
+        widgets.show_errors(neighbours.errors, event, triggers, neighbours.stale)
+    widgets.show_errors(contrast.errors, contrasted, [contrast.button.click], contrast.stale)
+
+
+def _view_and_endpoint(section: _Section, view, endpoint, api_name: str):
+    """checks.view_and_endpoint on `section`'s button, inputs and outputs."""
+    inputs = list(section.inputs.values())
+    return checks.view_and_endpoint(
+        section.button, view, inputs, section.outputs, endpoint, api_name
+    )
+
+
+def _static_sections(models: list[str]) -> tuple[_Section, _Section]:
+    """The word-vector neighbours and analogy sections, which share one side-by-side table (a
+    column per model) and one error box."""
     gr.Markdown(
         "### Static word vectors (001)\nword2vec skip-gram and CBOW (with Mikolov phrases: "
         "`holy spirit`, `son of man`) beside the language models' input embeddings; every column "
@@ -279,19 +316,29 @@ def build_word_vectors(registry) -> None:
                 1, checks.LIMITS.max_neighbours, value=8, step=1, label="neighbours"
             )
             find = gr.Button("Neighbours in every model")
-            word_vector_link("word_neighbours", {"word": word, "topn": topn})
+            neighbour_inputs = {"word": word, "topn": topn}
+            word_vector_link("word_neighbours", neighbour_inputs)
         with gr.Column():
             with gr.Row():
                 a = gr.Textbox("man", label="a")
                 b = gr.Textbox("king", label="b")
                 c = gr.Textbox("woman", label="c")
             solve = gr.Button("a : b :: c : ?")
-            word_vector_link("word_analogy", {"a": a, "b": b, "c": c})
-    word_errors = widgets.error_box("word-vectors-error")
+            analogy_inputs = {"a": a, "b": b, "c": c}
+            word_vector_link("word_analogy", analogy_inputs)
+    errors = widgets.error_box("word-vectors-error")
     headers = ["rank", *models] if models else ["rank"]
     table = gr.Dataframe(
         headers=headers, interactive=False, wrap=True, label="Side by side", elem_id="word-vectors"
     )
+    return (
+        _Section(neighbour_inputs, find, errors, table, {table: None}),
+        _Section(analogy_inputs, solve, errors, table, {table: None}),
+    )
+
+
+def _contrast_section() -> _Section:
+    """A word in two sentences: its static neighbours beside the masked LMs' fillers."""
     gr.Markdown(
         "### Static against contextual (001)\nword2vec gives a word one list of neighbours; a "
         "masked LM, with the word masked in a sentence, ranks the words that fit there, so its "
@@ -302,11 +349,16 @@ def build_word_vectors(registry) -> None:
         first = gr.Textbox(word_analogies.POLYSEMOUS["light"][0], label="Sentence 1")
         second = gr.Textbox(word_analogies.POLYSEMOUS["light"][1], label="Sentence 2")
     contrast = gr.Button("Compare static and contextual neighbours")
-    word_vector_link(
-        "static_vs_contextual", {"word": sense_word, "sentence_1": first, "sentence_2": second}
-    )
-    contrast_errors = widgets.error_box("static-vs-contextual-error")
-    contrast_table = gr.Dataframe(interactive=False, wrap=True, label="Neighbours")
+    inputs = {"word": sense_word, "sentence_1": first, "sentence_2": second}
+    word_vector_link("static_vs_contextual", inputs)
+    errors = widgets.error_box("static-vs-contextual-error")
+    table = gr.Dataframe(interactive=False, wrap=True, label="Neighbours")
+    return _Section(inputs, contrast, errors, table, {table: None})
+
+
+def _word_vector_endpoints(registry, models: list[str]) -> tuple:
+    """The functions behind `/word_neighbours`, `/word_analogy` and `/static_vs_contextual`,
+    over `models` (word_models) and the registry's masked LMs."""
 
     def _check(model: str) -> str:
         if model not in models:
@@ -357,30 +409,4 @@ def build_word_vectors(registry) -> None:
                 rows.append([name, f"sentence {index}", ", ".join(w for w, _ in found)])
         return rows
 
-    def neighbour_rows(word, topn):
-        return side_by_side(word_neighbours(word, topn))
-
-    def analogy_rows(a, b, c):
-        return side_by_side(word_analogy(a, b, c, 5))
-
-    def contrast_rows(word, sentence_1, sentence_2):
-        rows = static_vs_contextual(word, sentence_1, sentence_2)
-        return gr.Dataframe(rows, headers=["model", "where", "neighbours"])
-
-    found = checks.view_and_endpoint(
-        find, neighbour_rows, [word, topn], table, word_neighbours, "word_neighbours"
-    )
-    solved = checks.view_and_endpoint(
-        solve, analogy_rows, [a, b, c], table, word_analogy, "word_analogy"
-    )
-    contrasted = checks.view_and_endpoint(
-        contrast,
-        contrast_rows,
-        [sense_word, first, second],
-        contrast_table,
-        static_vs_contextual,
-        "static_vs_contextual",
-    )
-    for event in (found, solved):
-        widgets.show_errors(word_errors, event, [find.click, solve.click], {table: None})
-    widgets.show_errors(contrast_errors, contrasted, [contrast.click], {contrast_table: None})
+    return word_neighbours, word_analogy, static_vs_contextual
