@@ -267,28 +267,19 @@ MANIFEST_MODULE = "runtime.manifest"  # the one reader and writer of manifest.js
 # a manifest read as a dict: `manifest[…]`, `manifest.get(…)`, `registry.manifest(name)[…]`
 MANIFEST_AS_DICT = re.compile(r"\bmanifest(?:\([^()]*\))?(?:\[|\.get\()")
 MANIFEST_JSON_LOAD = re.compile(r"json\.loads?\([^\n]*manifest")
-# Modules still reading the manifest as its JSON document (`Manifest` serves both), each
-# another engineer's or not yet moved to the typed fields; the list only shrinks.
-MANIFEST_AS_DICT_YET = {
-    "ui.embeddings_tab",
-}
 
 
 def test_the_manifest_is_read_in_one_place():
     """manifest.json is parsed only by runtime/manifest.py (`Manifest.read`), and the modules
-    read its typed fields, not `manifest[…]` or `manifest.get(…)`, but for the listed ones."""
-    loads, as_dict = [], set()
+    read its typed fields, never `manifest[…]` or `manifest.get(…)`."""
+    found = []
     for module, path in FILES.items():
         if module == MANIFEST_MODULE:
             continue
         text = path.read_text(encoding="utf-8")
-        loads += [f"{module}: {m.group()}" for m in MANIFEST_JSON_LOAD.finditer(text)]
-        if MANIFEST_AS_DICT.search(text):
-            as_dict.add(module)
-    yet = MANIFEST_AS_DICT_YET
-    assert not [line for line in loads if line.split(":")[0] not in yet], loads
-    found = as_dict | {line.split(":")[0] for line in loads}
-    assert found == yet, f"typed fields: {sorted(found - yet)}; unlist: {sorted(yet - found)}"
+        for pattern in (MANIFEST_JSON_LOAD, MANIFEST_AS_DICT):
+            found += [f"{module}: {match.group()}" for match in pattern.finditer(text)]
+    assert not found, found
 
 
 # Source files that name each decoding parameter (runtime/parameters.py declares them once; the

@@ -35,14 +35,14 @@ def status(registry, name) -> str:
     if not name:
         return ""
     manifest = registry.manifest(name)
-    if not manifest.get("embeddings"):
+    if not manifest.embeddings:
         return (
             f"**{name}** has no `embeddings.npy` (manifest key `embeddings`): its input "
             "embeddings are not available. Re-export it with the current export/."
         )
     return (
-        f"Input embeddings of **{name}**: {manifest.get('vocab_size', '?')} tokens × "
-        f"{manifest.get('hidden_size', '?')} dimensions."
+        f"Input embeddings of **{name}**: {manifest.vocab_size or '?'} tokens × "
+        f"{manifest.hidden_size or '?'} dimensions."
     )
 
 
