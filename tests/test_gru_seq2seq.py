@@ -6,7 +6,6 @@ sampling, scoring, α, loading from the manifest)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 import runtime
 from export import gru_seq2seq as gru_export
 from modeling import gru_seq2seq as model_definition
+from runtime.manifest import Manifest
 from runtime.recurrent import RecurrentSeq2SeqLM
 from train import data
 from train import gru_seq2seq as recipe
@@ -149,7 +149,7 @@ def test_training_run_resumes_and_leaves_an_exportable_folder(tmp_path):
     assert [row.split(",")[0] for row in rows[1:]] == ["1", "2", "3"]
     assert "resume attention" in (out / recipe.LOG_FILE).read_text()
     manifest = gru_export.export_bundle(out, tmp_path / "bundle", "int8")
-    assert manifest["architecture"] == "gru-attention"
+    assert manifest.architecture == "gru-attention"
     assert runtime.load(tmp_path / "bundle").generate("Jesus wept.")[0].token_ids
     scores = recipe.evaluate_bundle(tmp_path / "bundle", pairs, count=3, beams=2, progress=False)
     assert scores["test_pairs"] == 3 and len(scores["samples"]) == 3
@@ -168,14 +168,14 @@ def test_bad_run_arguments_raise_value_error(tmp_path):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_export_parity_is_recorded_in_the_manifest(bundles, variant):
-    manifest = json.loads((bundles[variant] / "manifest.json").read_text())
-    assert manifest["task"] == "seq2seq"
-    assert manifest["architecture"] == model_definition.PRESETS[variant].architecture
-    parity = manifest["parity"]
+    manifest = Manifest.read(bundles[variant] / "manifest.json")
+    assert manifest.task == "seq2seq"
+    assert manifest.architecture == model_definition.PRESETS[variant].architecture
+    parity = manifest.parity
     assert parity["logits_max_abs_diff"] < 1e-4
     assert parity["greedy"]["identical_sequences"] == parity["sentences"]
     assert ("attention_max_abs_diff" in parity) == (variant == "attention")
-    assert ("attention" in manifest["graphs"]["decoder"]["outputs"]) == (variant == "attention")
+    assert ("attention" in manifest.graphs["decoder"].outputs) == (variant == "attention")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -189,12 +189,12 @@ def test_step_graph_holds_one_embedding_table(bundles, variant):
 def test_int8_bundle_is_quantized_smaller_and_keeps_greedy(bundles, tmp_path):
     run = bundles["attention"].parent / "run-attention"
     manifest = gru_export.export_bundle(run, tmp_path / "int8", "int8")
-    fp32 = json.loads((bundles["attention"] / "manifest.json").read_text())
-    sizes = [sum(f["size"] for f in m["files"].values()) for m in (manifest, fp32)]
+    fp32 = Manifest.read(bundles["attention"] / "manifest.json")
+    sizes = [sum(f.size for f in m.files.values()) for m in (manifest, fp32)]
     assert sizes[0] < 0.6 * sizes[1]
-    assert manifest["export"]["quantization"][gru_export.DECODER_FILE]["MatMulInteger"] >= 5
-    assert manifest["batch_invariant"] is False
-    assert manifest["parity"]["logits_max_abs_diff"] < 0.05
+    assert manifest.export["quantization"][gru_export.DECODER_FILE]["MatMulInteger"] >= 5
+    assert manifest.batch_invariant is False
+    assert manifest.parity["logits_max_abs_diff"] < 0.05
 
 
 def test_graphs_without_the_tied_pair_are_refused():
