@@ -23,7 +23,6 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -135,11 +134,8 @@ class MemorisationIndex:
 class Manifest:
     """A bundle's manifest.json. Free-form sections (`controls`, `generation_defaults`,
     `parity`, `metrics`, `training_data`, `export`, …) are the JSON objects as written, never
-    changed in place: build a changed manifest with `dataclasses.replace`.
-
-    The manifest also reads as its JSON document (`manifest["task"]`, `manifest.get(…)`), for
-    what passes it on as JSON (serve's `/v1/models/{id}`) and for the front-end modules that
-    still read it so; new code reads the typed fields."""
+    changed in place: build a changed manifest with `dataclasses.replace`. Code reads the typed
+    fields; what passes the manifest on as JSON (serve's `/v1/models/{id}`) sends `to_json()`."""
 
     # --- common to every task -----------------------------------------------------------------
     name: str  # display name
@@ -350,38 +346,6 @@ class Manifest:
         checked = Manifest.from_json(json.loads(text))
         Path(path).write_text(text + "\n", encoding="utf-8")
         return checked
-
-    # --- the JSON document view ---------------------------------------------------------------
-    @cached_property
-    def _document(self) -> dict:
-        return self.to_json()
-
-    def __getitem__(self, key: str):
-        return self._document[key]
-
-    def get(self, key: str, default=None):
-        return self._document.get(key, default)
-
-    def __contains__(self, key) -> bool:
-        return key in self._document
-
-    def __iter__(self):
-        return iter(self._document)
-
-    def __len__(self) -> int:
-        return len(self._document)
-
-    def keys(self):
-        return self._document.keys()
-
-    def items(self):
-        return self._document.items()
-
-    def values(self):
-        return self._document.values()
-
-
-Mapping.register(Manifest)  # pydantic's `dict` fields (serve's ModelInfo) take it as a mapping
 
 
 def _required(task: str) -> tuple[str, ...]:
