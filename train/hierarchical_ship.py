@@ -109,18 +109,28 @@ def comparison_run(runs: Path, kind: str) -> Path:
     return compare if compare.exists() else runs / f"lm-{kind}"
 
 
-def ship(args) -> int:
-    """Export the chosen WEB kind (+ autoencoder) to models/paraphraser/<precision> and the
-    Spurgeon fine-tune to models/paraphraser-spurgeon/<precision>, each with its model card
-    (int8 when it is within INT8_TOLERANCE of fp32, else fp32)."""
-    runs = args.runs
-    compared = {k: comparison_run(runs, k) for k in model_definition.KINDS}
-    results = {
+@dataclasses.dataclass(frozen=True)
+class RunResults:
+    """What the training runs under runs/ recorded, as `ship` reads it."""
+
+    runs: Path  # the runs folder: lm-<kind>, compare/<kind>, ae, style-<name>, spurgeon.json
+    compared: dict  # kind -> result.json of its comparison run, for the kinds that have one
+    best: str  # the kind that ships
+    shipped: dict  # result.json of runs/lm-<best>, the shipped run
+    autoencoder: dict  # result.json of runs/ae
+    style: dict  # "finetune" / "scratch" -> result.json of runs/style-<name>, those that exist
+    corpus: dict  # runs/spurgeon.json (the Spurgeon slice), {} when no style run exists
+
+
+def read_runs(runs: Path, ship_kind: str | None) -> RunResults:
+    """Read every run's result.json, pick the kind to ship (`ship_kind`, else the lowest test
+    nits/char) and check its autoencoder shares its weights."""
+    compared = {
         k: common.read_json(run / "result.json")
-        for k, run in compared.items()
+        for k, run in ((k, comparison_run(runs, k)) for k in model_definition.KINDS)
         if (run / "result.json").exists()
     }
-    best = args.ship_kind or min(results, key=lambda k: results[k]["test_nits_per_char"])
+    best = ship_kind or min(compared, key=lambda k: compared[k]["test_nits_per_char"])
     shipped = common.read_json(runs / f"lm-{best}" / "result.json")
     autoencoder = common.read_json(runs / "ae" / "result.json")
     check_shared_weights(runs / f"lm-{best}", runs / "ae")
@@ -130,11 +140,24 @@ def ship(args) -> int:
         if (runs / f"style-{name}" / "result.json").exists()
     }
     corpus = json.loads((runs / "spurgeon.json").read_text()) if style else {}
-    encoders = {
-        k: {"parameters": r["parameters"], "test_nits_per_char": r["test_nits_per_char"]}
-        for k, r in results.items()
-    }
-    table = common.markdown_table(
+    return RunResults(runs, compared, best, shipped, autoencoder, style, corpus)
+
+
+def ship(args) -> int:
+    """Export the chosen WEB kind (+ autoencoder) to models/paraphraser/<precision> and the
+    Spurgeon fine-tune to models/paraphraser-spurgeon/<precision>, each with its model card
+    (int8 when it is within INT8_TOLERANCE of fp32, else fp32)."""
+    recorded = read_runs(args.runs, args.ship_kind)
+    sections = training_sections(recorded)
+    ship_paraphraser(recorded, sections, args.models_dir, args.verses)
+    if "finetune" in recorded.style:
+        ship_spurgeon(recorded, sections, args.models_dir)
+    return 0
+
+
+def encoder_table(compared: dict) -> str:
+    """The three-way comparison of sentence encoders, one row a kind."""
+    return common.markdown_table(
         (
             "sentence encoder",
             "parameters",
@@ -152,54 +175,65 @@ def ship(args) -> int:
                 r["steps"],
                 round(r["train_seconds"] / 60, 1),
             )
-            for k, r in results.items()
+            for k, r in compared.items()
         ],
     )
-    style_table = (
-        common.markdown_table(
-            ("Spurgeon model", "steps", "held-out Spurgeon nits/char"),
-            [
-                (
-                    (
-                        "WEB-pretrained, fine-tuned"
-                        if n == "finetune"
-                        else "from scratch on the slice"
-                    ),
-                    r["steps"],
-                    r["test_nits_per_char"],
-                )
-                for n, r in style.items()
-            ],
-        )
-        if style
-        else "Not trained."
+
+
+def style_table(style: dict) -> str:
+    """The Spurgeon runs' held-out cost, fine-tuned against from scratch."""
+    if not style:
+        return "Not trained."
+    return common.markdown_table(
+        ("Spurgeon model", "steps", "held-out Spurgeon nits/char"),
+        [
+            (
+                "WEB-pretrained, fine-tuned" if n == "finetune" else "from scratch on the slice",
+                r["steps"],
+                r["test_nits_per_char"],
+            )
+            for n, r in style.items()
+        ],
     )
-    common_sections = (
+
+
+def training_sections(recorded: RunResults) -> str:
+    """The card sections both bundles share: training, the encoder comparison, the style runs."""
+    best, shipped, compared = recorded.best, recorded.shipped, recorded.compared
+    sections = (
         "## Training\n\n"
-        f"Next-verse prediction on consecutive WEB verses ({results[best]['train_pairs']:,} "
+        f"Next-verse prediction on consecutive WEB verses ({compared[best]['train_pairs']:,} "
         "training pairs: both verses ≤ 30 words of ≤ 19 characters; train / validation / test "
         f"books as every Scriptorium model; split {common.split_description()}). Batch "
-        f"{results[best]['batch_size']}, AdamW, peak lr {results[best]['lr']}, on a shared 2-core "
-        f"host ({shipped['threads']} torch thread(s) for the shipped run). Nits per character "
-        "count every character of a target word, its end-of-word symbol and the end-of-sentence "
-        "word. Sizes are seed 003's scaled down: docs/PARAPHRASE.md.\n\n"
-        f"## Sentence encoders (seed 003, figure 3.2)\n\n{budget_note(results, shipped, best)}"
-        f"{table}\n\n"
+        f"{compared[best]['batch_size']}, AdamW, peak lr {compared[best]['lr']}, on a shared "
+        f"2-core host ({shipped['threads']} torch thread(s) for the shipped run). Nits per "
+        "character count every character of a target word, its end-of-word symbol and the "
+        "end-of-sentence word. Sizes are seed 003's scaled down: docs/PARAPHRASE.md.\n\n"
+        f"## Sentence encoders (seed 003, figure 3.2)\n\n{budget_note(compared, shipped, best)}"
+        f"{encoder_table(compared)}\n\n"
         "![test nits per character against parameters](sentence_encoders.png)\n\n"
-        + "".join(f"![{k} training curve](loss-{k}.png)\n" for k in results)
+        + "".join(f"![{k} training curve](loss-{k}.png)\n" for k in compared)
         + f"\nThe shipped {best} model's curve ({shipped['steps']} steps):\n\n"
         "![shipped model training curve](loss-shipped.png)\n"
-        + f"\n## Style fine-tuning: Spurgeon\n\n{style_table}\n\n"
+        + f"\n## Style fine-tuning: Spurgeon\n\n{style_table(recorded.style)}\n\n"
     )
+    corpus = recorded.corpus
     if corpus:
-        common_sections += (
+        sections += (
             "Corpus: C. H. Spurgeon's own EXPOSITION sections of *The Treasury of David* (SWORD "
             f"TDavid), quoted writers dropped; {corpus['words']['train']:,} training words "
             f"(Psalms {corpus['psalms']['train'][0]}-{corpus['psalms']['train'][1]}), held-out "
             f"test Psalms {corpus['psalms']['test'][0]}-{corpus['psalms']['test'][1]} "
             f"({corpus['words']['test']:,} words).\n"
         )
-    out = args.models_dir / "paraphraser" / "fp32"
+    return sections
+
+
+def ship_paraphraser(recorded: RunResults, sections: str, models_dir: Path, verses) -> None:
+    """Export the shipped run with its autoencoder to models/paraphraser, keep the better
+    precision, measure its reconstructions and write its card."""
+    runs, best, shipped = recorded.runs, recorded.best, recorded.shipped
+    out = models_dir / "paraphraser" / "fp32"
     manifest = hierarchical_export.export_bundle(
         runs / f"lm-{best}",
         out,
@@ -208,12 +242,18 @@ def ship(args) -> int:
         card={
             "description": "",
             "metrics": {
-                "sentence_encoders": encoders,
+                "sentence_encoders": {
+                    k: {
+                        "parameters": r["parameters"],
+                        "test_nits_per_char": r["test_nits_per_char"],
+                    }
+                    for k, r in recorded.compared.items()
+                },
                 "kind": best,
                 "test_nits_per_char": shipped["test_nits_per_char"],
                 "steps": shipped["steps"],
-                "autoencoder_test_nits_per_char": autoencoder["test_nits_per_char"],
-                "spurgeon": {n: r["test_nits_per_char"] for n, r in style.items()},
+                "autoencoder_test_nits_per_char": recorded.autoencoder["test_nits_per_char"],
+                "spurgeon": {n: r["test_nits_per_char"] for n, r in recorded.style.items()},
             },
             "training_data": {
                 "corpus": "World English Bible (WEB), consecutive verses",
@@ -221,25 +261,15 @@ def ship(args) -> int:
             },
         },
     )
-    pairs, verse_rows = hierarchical_training.web_pairs(args.verses)
-    web_test = pairs["test"]
-    precision_text, kept = _precisions(out, manifest, web_test, "WEB test (next verse)")
-    generator = HierarchicalGenerator.open(kept[0][0])
-    rows = []
-    for sentence in RECONSTRUCTION_SENTENCES:
-        result = generator.reconstruction(sentence)
-        rows.append((sentence, result.text, round(result.nits_per_char, 3)))
-    reconstruction = common.markdown_table(("sentence", "greedy reconstruction", "nits/char"), rows)
+    pairs, verse_rows = hierarchical_training.web_pairs(verses)
+    precision_text, kept = _precisions(out, manifest, pairs["test"], "WEB test (next verse)")
     test_verses = [
         "".join(words) for words, _ in hierarchical_training.verse_copies(verse_rows, "test")
     ]
-    quality = reconstruction_quality(generator, test_verses[:RECONSTRUCTION_VERSES])
+    generator = HierarchicalGenerator.open(kept[0][0])
+    reconstruction_text, quality = reconstruction_sections(generator, test_verses)
     kept = [(bundle, with_metrics(m, autoencoder_reconstruction=quality)) for bundle, m in kept]
-    exact_verses = ", ".join(f"“{text}” × {count}" for text, count in quality["exact"].items())
-    examples = generator.paraphrase(RECONSTRUCTION_SENTENCES[1], 40, seed=0)[:4]
-    example_rows = [
-        (round(c.distance, 3), round(c.temperature, 2), round(c.noise, 2), c.text) for c in examples
-    ]
+    autoencoder, parity = recorded.autoencoder, manifest.parity
     readme = (
         f"# paraphraser\n\nSeed 003's hierarchical character-level model with a **{best}** "
         f"sentence encoder and decoder ({shipped['steps']} steps), trained to predict "
@@ -250,10 +280,36 @@ def ship(args) -> int:
         f"(reconstruction) test nits/char: **{autoencoder['test_nits_per_char']}** after "
         f"{autoencoder['steps']} steps.\n\n"
         "## Parity with PyTorch\n\n"
-        f"Greedy decoding: {manifest.parity['greedy']['identical']} of "
-        f"{manifest.parity['greedy']['compared']} sentences identical, max |Δlogit| "
-        f"{manifest.parity['greedy']['max_abs_logit_diff']}; per graph max |Δ| "
-        f"{manifest.parity['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
+        f"Greedy decoding: {parity['greedy']['identical']} of "
+        f"{parity['greedy']['compared']} sentences identical, max |Δlogit| "
+        f"{parity['greedy']['max_abs_logit_diff']}; per graph max |Δ| "
+        f"{parity['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
+        + reconstruction_text
+        + precision_text
+        + sections
+        + "\n## Licence\n\nPublic domain: trained only on public-domain text.\n"
+    )
+    for bundle, bundle_manifest in kept:
+        _finish_bundle(bundle, bundle_manifest, readme, recorded.compared, runs)
+        print(f"shipped {bundle}")
+
+
+def reconstruction_sections(generator: HierarchicalGenerator, test_verses: list[str]):
+    """The autoencoder's card sections: the cost of reconstructing RECONSTRUCTION_SENTENCES,
+    the quality of the first RECONSTRUCTION_VERSES test verses' greedy reconstructions, and one
+    paraphrase ranking. Returns (those sections, the quality metrics)."""
+    rows = []
+    for sentence in RECONSTRUCTION_SENTENCES:
+        result = generator.reconstruction(sentence)
+        rows.append((sentence, result.text, round(result.nits_per_char, 3)))
+    reconstruction = common.markdown_table(("sentence", "greedy reconstruction", "nits/char"), rows)
+    quality = reconstruction_quality(generator, test_verses[:RECONSTRUCTION_VERSES])
+    exact_verses = ", ".join(f"“{text}” × {count}" for text, count in quality["exact"].items())
+    examples = generator.paraphrase(RECONSTRUCTION_SENTENCES[1], 40, seed=0)[:4]
+    example_rows = [
+        (round(c.distance, 3), round(c.temperature, 2), round(c.noise, 2), c.text) for c in examples
+    ]
+    text = (
         f"## Reconstruction cost (seed 003, table 4.2)\n\n{reconstruction}\n\n"
         f"Over the first {quality['sentences']} test verses, the greedy reconstruction is the "
         f"verse exactly for {quality['exact_share']:.1%} of them ({exact_verses}); against the "
@@ -263,47 +319,46 @@ def ship(args) -> int:
         "## Paraphrase example (40 candidates, seed 0, closest 4)\n\n"
         + common.markdown_table(("distance", "T", "noise w", "candidate"), example_rows)
         + "\n\n"
+    )
+    return text, quality
+
+
+def ship_spurgeon(recorded: RunResults, sections: str, models_dir: Path) -> None:
+    """Export the Spurgeon fine-tune to models/paraphraser-spurgeon, keep the better precision
+    and write its card."""
+    style = recorded.style
+    out = models_dir / "paraphraser-spurgeon" / "fp32"
+    manifest = hierarchical_export.export_bundle(
+        recorded.runs / "style-finetune",
+        out,
+        "paraphraser-spurgeon",
+        card={
+            "metrics": {
+                "spurgeon_test_nits_per_char": style["finetune"]["test_nits_per_char"],
+                "from_scratch_test_nits_per_char": style.get("scratch", {}).get(
+                    "test_nits_per_char"
+                ),
+                "kind": recorded.best,
+            },
+            "training_data": {
+                "corpus": "WEB (pretraining), then Spurgeon's Treasury of "
+                "David exposition (fine-tuning)"
+            },
+        },
+    )
+    precision_text, kept = _precisions(out, manifest, recorded.corpus["test"], "held-out Spurgeon")
+    readme = (
+        "# paraphraser-spurgeon\n\nThe `paraphraser`'s next-sentence model (WEB-pretrained, "
+        f"{recorded.best}) fine-tuned on C. H. Spurgeon's own exposition in *The Treasury of "
+        "David*: the app's second style for the next sentence (Generate and Compare tabs). It has "
+        "no autoencoder, so it does not paraphrase.\n\n"
         + precision_text
-        + common_sections
-        + "\n## Licence\n\nPublic domain: trained only on public-domain text.\n"
+        + sections
+        + "\n## Licence\n\nPublic domain text (WEB; Spurgeon, 1869-1885).\n"
     )
     for bundle, bundle_manifest in kept:
-        _finish_bundle(bundle, bundle_manifest, readme, results, runs)
+        _finish_bundle(bundle, bundle_manifest, readme, recorded.compared, recorded.runs)
         print(f"shipped {bundle}")
-    if "finetune" in style:
-        out = args.models_dir / "paraphraser-spurgeon" / "fp32"
-        manifest = hierarchical_export.export_bundle(
-            runs / "style-finetune",
-            out,
-            "paraphraser-spurgeon",
-            card={
-                "metrics": {
-                    "spurgeon_test_nits_per_char": style["finetune"]["test_nits_per_char"],
-                    "from_scratch_test_nits_per_char": style.get("scratch", {}).get(
-                        "test_nits_per_char"
-                    ),
-                    "kind": best,
-                },
-                "training_data": {
-                    "corpus": "WEB (pretraining), then Spurgeon's Treasury of "
-                    "David exposition (fine-tuning)"
-                },
-            },
-        )
-        precision_text, kept = _precisions(out, manifest, corpus["test"], "held-out Spurgeon")
-        readme = (
-            "# paraphraser-spurgeon\n\nThe `paraphraser`'s next-sentence model (WEB-pretrained, "
-            f"{best}) fine-tuned on C. H. Spurgeon's own exposition in *The Treasury of David*: "
-            "the app's second style for the next sentence (Generate and Compare tabs). It has no "
-            "autoencoder, so it does not paraphrase.\n\n"
-            + precision_text
-            + common_sections
-            + "\n## Licence\n\nPublic domain text (WEB; Spurgeon, 1869-1885).\n"
-        )
-        for bundle, bundle_manifest in kept:
-            _finish_bundle(bundle, bundle_manifest, readme, results, runs)
-            print(f"shipped {bundle}")
-    return 0
 
 
 INT8_TOLERANCE = 0.01  # int8 ships instead of fp32 when its nits/char is at most 1 % worse
