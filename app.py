@@ -1,7 +1,7 @@
 """Scriptorium's Gradio app: `python app.py [--models DIR | --backend URL] [--device D] [--share]`.
 
-It finds every bundle under models/, the flagship SmolLM2-135M-Instruct (export/flagship.py) and
-any `--models` directories or GGUF files (converted once into a cache), or with `--backend` the
+It finds every bundle under models/, the flagship SmolLM2-135M-Instruct (export/llama/flagship.py)
+and any `--models` directories or GGUF files (converted once into a cache), or with `--backend` the
 models of a `scriptorium serve` server, which then runs every generation (ui/remote.py). It
 assembles the tabs, which live in ui/ (one module each), and serves them with a bounded queue,
 behind a request-body limit, from a temporary folder of its own (ui/server.py). A file that
@@ -93,9 +93,9 @@ def quiet_upstream_warnings() -> None:
 
 def usable_roots(models: list[str]) -> tuple[list[Path], dict[str, str]]:
     """The model directories to look in: the flagship's and each `--models` entry's (a GGUF is
-    converted once into the cache, export/flagship.py), and {entry: why} for each entry that
+    converted once into the cache, export/llama/flagship.py), and {entry: why} for each entry that
     could not be used, whatever it holds (one line each)."""
-    from export.flagship import MISSING_FLAGSHIP, model_roots, ships_flagship
+    from export.llama.flagship import MISSING_FLAGSHIP, model_roots, ships_flagship
 
     roots, unusable = [], {}
     for entry in [None, *models]:  # None: the flagship alone, unless models/ ships it (a Space)

@@ -9,7 +9,7 @@ Every engine starts from the one GGUF file: llama.cpp (llama-cpp-python) runs th
 transformers dequantizes it (`from_pretrained(dir, gguf_file=…)`, saved once as an fp32
 checkpoint) and runs PyTorch eager; optimum-onnx runs its own `text-generation-with-past` export
 of that checkpoint; CTranslate2 converts the checkpoint (int8, and float32); Scriptorium runs
-`--bundle`, by default the GGUF converted by export/flagship.py (carried-over Q4_1 weights).
+`--bundle`, by default the GGUF converted by export/llama/flagship.py (carried-over Q4_1 weights).
 Every engine runs with its own defaults, as its users get it: ours is `runtime.load(bundle,
 threads=…)` with nothing else set (the runtime chooses spinning and batching), and a second row,
 "no spinning", shows our speed with spinning off, the floor that adaptive spinning must keep.
@@ -407,11 +407,11 @@ def bundle_precision(bundle: Path) -> str:
 
 def check_and_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse fewer than 2 `--new-tokens`; fill in `args.gguf` (the flagship's by default,
-    export/fetch.py) and `args.bundle` (that GGUF converted once, from the per-user cache)."""
+    export/llama/fetch.py) and `args.bundle` (that GGUF converted once, from the per-user cache)."""
     if args.new_tokens < 2:
         parser.error(f"`--new-tokens` must be at least 2, got {args.new_tokens}")
-    from export import flagship
-    from export.fetch import FetchError, fetch_gguf
+    from export.llama import flagship
+    from export.llama.fetch import FetchError, fetch_gguf
 
     try:
         args.gguf = args.gguf or fetch_gguf()
@@ -423,7 +423,10 @@ def check_and_convert(parser: argparse.ArgumentParser, args: argparse.Namespace)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--gguf", type=Path, default=None, help="default: the flagship's GGUF (export/fetch.py)"
+        "--gguf",
+        type=Path,
+        default=None,
+        help="default: the flagship's GGUF (export/llama/fetch.py)",
     )
     parser.add_argument("--bundle", type=Path, default=None, help="default: the GGUF converted")
     parser.add_argument("--threads", type=int, default=2)

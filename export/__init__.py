@@ -12,9 +12,9 @@ optimize.py, quantize.py, parity.py and manifest.py (whose `seal` writes a bundl
 hierarchical.py exports seed 003's hierarchical model, ngram_index.py adds the memorisation index,
 corpus.py reads the verse table both it and train/ use. Uses torch, transformers, optimum-onnx,
 onnx and onnxruntime; the runtime it produces bundles for needs none but onnxruntime.
-`export.gguf.export_gguf` imports GGUF files without torch or transformers (docs/GGUF.md), so
-the names below are loaded on first use: importing `export.gguf` loads no torch, nor
-does `export.flagship` (the shipped SmolLM2 GGUF, converted once into a per-user cache).
+`export.llama.gguf.export_gguf` imports GGUF files without torch or transformers (docs/GGUF.md), so
+the names below are loaded on first use: importing `export.llama.gguf` loads no torch, nor
+does `export.llama.flagship` (the shipped SmolLM2 GGUF, converted once into a per-user cache).
 
 May import: runtime/ (the bundle contract it writes for, e.g. checksums and graph kinds) and
 modeling/ (the torch models it exports). Never train/, which is above it (it calls export), nor

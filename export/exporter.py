@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from runtime.manifest import Manifest, SpecialTokens
 
 from . import manifest as bundle_manifest
-from .hf_llama import export_hf_llama, is_hf_llama
+from .llama.hf_checkpoint import export_hf_llama, is_hf_llama
 from .optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
 from .parity import OnnxModel, Reference, check_bundle, logit_parity
 from .quantize import (
@@ -528,7 +528,7 @@ def export_bundle(
     keep_lm_head: leave the LM head in float32 when quantizing.
     Raises FileNotFoundError / ValueError for unusable inputs and ParityError when an fp32
     export does not reproduce PyTorch's greedy tokens. A llama / qwen2 checkpoint is exported
-    by `export.hf_llama.export_hf_llama` instead (the lean Llama graph, without optimum).
+    by `export.llama.hf_checkpoint.export_hf_llama` instead (the lean Llama graph, without optimum).
     """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if precision not in PRECISIONS:

@@ -10,16 +10,18 @@ for token models, or a `HierarchicalGenerator`, `MaskedLM` or `WordVectors`.
 
 What is where: `loading` (`load`, `find_bundles`: the one module that knows every task);
 `sessions` (the one place onnxruntime sessions are made: providers, threads, spinning, IO
-binding); `bundle` (manifests, checksums); `outputs` (`GenerationOutput`, `StreamEvent`);
-`generator`, `models`, `search`, `processors`, `sampling` (the top-k / top-p kernels), `text`,
-`config` (token models); `chat` (chat templates in a bounded sandbox, the chat methods);
-`hierarchical`, `hierarchical_text`, `masked_lm`, `word_vectors` (the other tasks);
-`scoring` (`score`, `score_ids`: log-probabilities of given text); `memorisation`; `limits`
-(the caps every front end puts on a request).
+binding); `manifest` (the typed, versioned manifest: its one reader); `bundle` (opening a
+bundle, checksums); `outputs` (`GenerationOutput`, `StreamEvent`); `generator`, `models`,
+`recurrent` (GRU encoder-decoders), `search`, `processors`, `sampling` (the top-k / top-p
+kernels), `text`, `config` (token models); `parameters` (every decoding parameter, declared
+once); `chat` (chat templates in a bounded sandbox, the chat methods); `alignment` (a seq2seq
+model's attention over its source); `hierarchical`, `hierarchical_text`, `masked_lm`,
+`word_vectors` (the other tasks); `scoring` (`score`, `score_ids`: log-probabilities of given
+text); `memorisation`; `request_caps` (the caps the app and serve put on a request).
 
 Layer: the bottom one. runtime/ imports only numpy, onnxruntime, tokenizers, jinja2 (chat
-templates) and the standard library, never torch, transformers or any other package of ours
-(docs/DESIGN.md, "Layers").
+templates), onnx (`alignment`, at first use) and the standard library, never torch,
+transformers or any other package of ours (docs/DESIGN.md, "Layers").
 """
 
 from . import sampling

@@ -183,7 +183,7 @@ class Manifest:
     chat: ChatSection | None = _optional()  # a chat model's template
     memorisation_index: MemorisationIndex | None = _optional()
     # a GGUF import's LoRA slot graph: {"file", "format" (runtime.bundle.LORA_FORMAT), "slots":
-    # {slot: {"A", "B", "k", "parts"}}} (export/gguf.py)
+    # {slot: {"A", "B", "k", "parts"}}} (export/llama/gguf.py)
     lora: Mapping[str, Any] | None = _optional()
     # an adapter bundle: {"base": {"name", "file", "sha256", …}, "file", "format", "rank",
     # "alpha", "scaling", "targets", "layers", …}; merged onto its base, `base.lora_slots` too

@@ -2,13 +2,13 @@
 
 Starts a local Ray cluster, or joins one with `--address`, deploys one `ModelServer` deployment
 per bundle found under `--models` (default: the shipped models/ and the flagship
-SmolLM2-135M-Instruct; a GGUF file is converted once, export/flagship.py) and the OpenAI-compatible
-gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM stop a local
-cluster within seconds; on a cluster joined with `--address`, Ctrl-C deletes the application).
-When the replicas would reserve more CPUs than the cluster has and `--cpus-per-replica` is not
-given, each replica reserves a share of the cluster's CPUs instead (`fit_cpus`), so every model
-is placed and the server becomes ready; it says so. The client limits (`--max-body-bytes`,
-`--max-prompt-chars`, `--max-sequences`, `--max-downloads`) and `--api-key` are
+SmolLM2-135M-Instruct; a GGUF file is converted once, export/llama/flagship.py) and the
+OpenAI-compatible gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM stop
+a local cluster within seconds; on a cluster joined with `--address`, Ctrl-C deletes the
+application). When the replicas would reserve more CPUs than the cluster has and
+`--cpus-per-replica` is not given, each replica reserves a share of the cluster's CPUs instead
+(`fit_cpus`), so every model is placed and the server becomes ready; it says so. The client limits
+(`--max-body-bytes`, `--max-prompt-chars`, `--max-sequences`, `--max-downloads`) and `--api-key` are
 docs/SCALING.md's "Limits" and "Authentication". docs/SCALING.md shows how to run it on several
 machines.
 """
@@ -22,7 +22,7 @@ import signal
 import threading
 from pathlib import Path
 
-from export.flagship import model_roots
+from export.llama.flagship import model_roots
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tokenized text generators. Masked LMs, word vectors and the character-level paraphraser have

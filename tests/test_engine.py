@@ -59,7 +59,7 @@ def _family(name: str, root: Path) -> tuple[Path, list[str]]:
 
         export_bundle(make_checkpoint("gpt2", root / "checkpoint"), root / "bundle", progress=False)
         return root / "bundle", PROMPTS[:7]
-    from export.gguf import export_gguf
+    from export.llama.gguf import export_gguf
     from tests.gguf_models import CORPUS, write_tiny_gguf
 
     export_gguf(write_tiny_gguf(root / "model.gguf", "llama", "Q4_1"), root / "bundle")
@@ -324,7 +324,7 @@ def test_chat_goes_through_the_loop_and_ends_at_end_of_turn(tmp_path):
 
 
 def test_a_converted_gguf_says_it_is_batch_invariant(tmp_path, monkeypatch):
-    from export.flagship import ensure_bundle
+    from export.llama.flagship import ensure_bundle
     from tests.gguf_models import write_tiny_gguf
 
     monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))

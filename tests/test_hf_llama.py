@@ -1,5 +1,5 @@
-"""Hugging Face Llama / Qwen2 checkpoints to the lean bundle (export/hf_llama.py), against
-transformers running the same checkpoint.
+"""Hugging Face Llama / Qwen2 checkpoints to the lean bundle (export/llama/hf_checkpoint.py),
+against transformers running the same checkpoint.
 
 Tiny random `LlamaForCausalLM` and `Qwen2ForCausalLM` models (2 layers, width 128, GQA 4 query / 2
 KV heads of 32; tied and untied embeddings; a Llama 3 rope_scaling case whose tokenizer adds BOS)
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from export.cli import main
-from export.hf_llama import LAYER_TENSORS, TOP_TENSORS, export_hf_llama, read_hf_llama
-from export.llama_bundle import full_logits, parity_session
+from export.llama.bundle import full_logits, parity_session
+from export.llama.hf_checkpoint import LAYER_TENSORS, TOP_TENSORS, export_hf_llama, read_hf_llama
 from runtime import load
 from runtime.config import GenerationConfig
 from tests.gguf_models import CHAT_TEMPLATE, CORPUS, SPECIALS
@@ -310,7 +310,7 @@ def test_conversion_is_torch_free(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "checkpoint", "llama", tied=True)
     script = (
         "import sys\n"
-        "from export.hf_llama import export_hf_llama\n"
+        "from export.llama.hf_checkpoint import export_hf_llama\n"
         f"export_hf_llama({str(checkpoint)!r}, {str(tmp_path / 'bundle')!r}, 'int4', "
         "parity=False)\n"
         "print(sorted(m for m in ('torch', 'transformers', 'optimum') if m in sys.modules))\n"

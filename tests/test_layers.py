@@ -30,11 +30,12 @@ ALLOWED = {
     "export": {"runtime", "modeling"},
     "train": {"export", "modeling", "study", "runtime"},
     "ui": {"runtime", "study"},
-    # app, serve and spaces open the flagship GGUF through export.flagship, which imports no torch
-    "serve": {"runtime", "export.flagship"},
+    # app, serve and spaces open the flagship GGUF through export.llama.flagship, which imports no
+    # torch
+    "serve": {"runtime", "export.llama.flagship"},
     "bench": {"runtime", "modeling", "export", "train", "study", "serve"},
-    "app": {"ui", "runtime", "export.flagship"},
-    "spaces": {"ui", "runtime", "export.flagship"},
+    "app": {"ui", "runtime", "export.llama.flagship"},
+    "spaces": {"ui", "runtime", "export.llama.flagship"},
     # the `scriptorium` command dispatches to every subcommand's module
     "scriptorium": {"runtime", "modeling", "export", "train", "study", "ui", "serve", "bench"},
 }

@@ -288,16 +288,16 @@ def test_runtime_runs_without_torch_or_transformers(bundle):
 
 
 def test_gguf_conversion_runs_without_torch_or_transformers(tmp_path):
-    """The flagship's path: a GGUF converted into the cache (export/flagship.py, export/gguf.py)
-    and generated from, with torch, transformers and optimum unimportable."""
-    pytest.importorskip("export.gguf", reason="export/gguf.py (the importer) missing")
+    """The flagship's path: a GGUF converted into the cache (export/llama/flagship.py,
+    export/llama/gguf.py) and generated from, with torch, transformers and optimum unimportable."""
+    pytest.importorskip("export.llama.gguf", reason="export/llama/gguf.py (the importer) missing")
     from tests.llm_fixtures import write_tiny_gguf
 
     gguf = write_tiny_gguf(tmp_path / "tiny.Q4_1.gguf", "Q4_1")
     script = BLOCK_TORCH + textwrap.dedent(
         f"""
         import runtime
-        from export.flagship import ensure_bundle
+        from export.llama.flagship import ensure_bundle
         gen = runtime.load(ensure_bundle({str(gguf)!r}))
         out = gen.generate("In the beginning", runtime.GenerationConfig(
             max_new_tokens=5, min_new_tokens=5))

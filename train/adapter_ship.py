@@ -3,12 +3,12 @@
     python -m train.adapter_ship --run checkpoints/adapter/bible --corpus bible \
         --out models/smollm2-bible
 
-writes the bundle with export/adapter.py (controls built from the corpus's fields, the
+writes the bundle with export/llama/adapter.py (controls built from the corpus's fields, the
 memorisation index of its training text), then measures it through the runtime
 (train/adapter_eval.py) beside the base and, for the Bible corpus, the from-scratch `bible-lm`,
 and puts every number in the manifest's `metrics` and the model card, whichever way it went.
 
-Does not cover: training (train/adapter.py), the bundle format (export/adapter.py).
+Does not cover: training (train/adapter.py), the bundle format (export/llama/adapter.py).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def _known(fields: dict, controls: dict) -> dict:
 
 def ship(run: Path, corpus: str, out: Path, verses: Path) -> dict:
     import runtime
-    from export.adapter import export_adapter, model_card
+    from export.llama.adapter import export_adapter, model_card
 
     training = common.read_json(run / "training.json")
     rows = load_verses(verses)

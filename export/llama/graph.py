@@ -32,8 +32,8 @@ Nodes, using onnxruntime's contrib ops:
                  -> SkipSimplifiedLayerNormalization(+ residual; next attn_norm, or output_norm)
     LM head      Slice(last logits_to_keep positions) -> projection by the output (or token) table
 
-A projection of 32-weight blocks with a per-block offset (Q4_1, Q4_K; export/gguf_read.py) adds
-to MatMulNBits' output the block sums of its input times an [K/32, N] offset matrix: Reshape +
+A projection of 32-weight blocks with a per-block offset (Q4_1, Q4_K; export/llama/gguf_read.py)
+adds to MatMulNBits' output the block sums of its input times an [K/32, N] offset matrix: Reshape +
 ReduceSum once per input (shared by q|k|v and by gate|up) and one small MatMul + Add. llama.cpp
 stores llama's q and k rows permuted for its adjacent-pair rotary embedding, so llama graphs use
 GroupQueryAttention's interleaved rotary on the weights as stored; qwen2 uses the half-split form.
@@ -43,8 +43,8 @@ With a `lora_path` a second graph is written beside the first, sharing its weigh
 "Adapters"; a separate file because zero-rank slots cost measured decode speed): two more graph
 inputs, `lora.{i}.{slot}.A` (float32 [K, r]) and `lora.{i}.{slot}.B` ([r, N]), whose default
 initializers have rank r = 0, feeding x·A·B into the projection's output. With no adapter they
-are zero-rank no-ops; onnxruntime's LoraAdapter (export/adapter.py) feeds an adapter's factors by
-those names. A fused projection (q|k|v, gate|up) has one slot for its parts; `lora_slots` in the
+are zero-rank no-ops; onnxruntime's LoraAdapter (export/llama/adapter.py) feeds an adapter's factors
+by those names. A fused projection (q|k|v, gate|up) has one slot for its parts; `lora_slots` in the
 report says which modules (Hugging Face names) each slot covers and their output rows.
 
 Run plainly each present is past plus the new positions; bound as one buffer for past and
@@ -62,8 +62,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ..graph_builder import MICROSOFT, GraphBuilder
 from .gguf_read import BLOCK, DEFAULT_ZERO, FLOATS, GGUFModel, Linear, concat
-from .graph_builder import MICROSOFT, GraphBuilder
 
 OPSET = 17
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations (measured: docs/GGUF.md)
@@ -317,9 +317,9 @@ def build_llama_graph(
     lora_path: Path | None = None,
 ) -> dict:
     """Write `model` as a lean decoder graph to `path`. With `fp32` every weight is dequantized to
-    float32; otherwise quantized types are carried over (export/gguf_read.py). With `lora_path`
-    the same graph with a zero-rank LoRA slot on every projection is written there too, sharing
-    the weights file. Returns a report: node count, per GGUF tensor type how its projections
+    float32; otherwise quantized types are carried over (export/llama/gguf_read.py). With
+    `lora_path` the same graph with a zero-rank LoRA slot on every projection is written there too,
+    sharing the weights file. Returns a report: node count, per GGUF tensor type how its projections
     were stored, and the LoRA slots."""
     g = LlamaGraph(accuracy_level, lora=lora_path is not None)
     weights = _Weights(model, fp32)

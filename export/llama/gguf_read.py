@@ -19,10 +19,10 @@ one scale each, `w = scale · (q − zero) + offset`, where `q` holds `bits`-bit
 
 A float zero point would make Q4_1 exact too, but onnxruntime runs that case on a slow path
 (docs/GGUF.md, "Quantization: carried over"); the offset is instead applied by the graph as
-per-block sums of the input times a small [K/32, N] matrix (export/lean_llama.py).
+per-block sums of the input times a small [K/32, N] matrix (export/llama/graph.py).
 
 Covers the `llama` and `qwen2` architectures (anything else raises `ValueError` naming it). It does
-not build graphs or tokenizers (export/lean_llama.py, export/gguf_tokenizer.py).
+not build graphs or tokenizers (export/llama/graph.py, export/llama/gguf_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def _field_value(reader_field):
 
 def read_gguf(path: str | Path) -> GGUFModel:
     """Parse `path` (never executed). Raises GGUFError (a ValueError) naming the field or tensor
-    for a file that is not a readable GGUF, is over a limit (export/gguf_check.py), has an
+    for a file that is not a readable GGUF, is over a limit (export/llama/gguf_check.py), has an
     architecture other than llama / qwen2, or whose hyper-parameters, tensors and tokenizer
     fields do not agree."""
     from gguf import GGUFReader

@@ -1,18 +1,19 @@
 """`scriptorium export gguf FILE.gguf OUT_DIR`: a GGUF file (llama, qwen2) to a Scriptorium bundle,
 with numpy, onnx, onnxruntime and tokenizers only (no torch, no transformers).
 
-`export_gguf(gguf_path, out_dir)` writes model.onnx (export/lean_llama.py; quantized weights
-carried over, or with `fp32` every weight dequantized), tokenizer.json (export/gguf_tokenizer.py),
-README.md and manifest.json: task causal-lm, the GGUF's scalar metadata and sha256, the chat
-template and end-of-turn token ids, how each GGUF tensor type was stored, and a parity report.
+`export_gguf(gguf_path, out_dir)` writes model.onnx (export/llama/graph.py; quantized weights
+carried over, or with `fp32` every weight dequantized), tokenizer.json
+(export/llama/gguf_tokenizer.py), README.md and manifest.json: task causal-lm, the GGUF's scalar
+metadata and sha256, the chat template and end-of-turn token ids, how each GGUF tensor type was
+stored, and a parity report.
 
-The parity report is torch-free (export/llama_bundle.py, shared with export/hf_llama.py): the
-bundle's graph against an fp32 graph of the same weights (for a quantized bundle; what quantized
+The parity report is torch-free (export/llama/bundle.py, shared with export/llama/hf_checkpoint.py):
+the bundle's graph against an fp32 graph of the same weights (for a quantized bundle; what quantized
 activations cost) and against its own full-sequence pass (the KV cache path), on a few prompts.
 Parity against transformers loading the same GGUF lives in tests/test_gguf.py.
 
 `main` prints one line for every refused input (the field, tensor or path and what was expected;
-export/gguf_check.py) and exits with 2, or 1 when the disk fails (full, read-only).
+export/llama/gguf_check.py) and exits with 2, or 1 when the disk fails (full, read-only).
 """
 
 from __future__ import annotations
@@ -25,10 +26,7 @@ from pathlib import Path
 from runtime.bundle import LORA_FORMAT, sha256_of
 from runtime.manifest import ChatSection, Manifest, SpecialTokens
 
-from .gguf_read import GGUFModel, read_gguf
-from .gguf_tokenizer import build_tokenizer
-from .lean_llama import ACCURACY_LEVEL, build_llama_graph
-from .llama_bundle import (
+from .bundle import (
     llama_manifest,
     model_card,
     parity_report,
@@ -36,6 +34,9 @@ from .llama_bundle import (
     summary,
     write_bundle,
 )
+from .gguf_read import GGUFModel, read_gguf
+from .gguf_tokenizer import build_tokenizer
+from .graph import ACCURACY_LEVEL, build_llama_graph
 
 LORA_GRAPH = "model_lora.onnx"  # the decoder with LoRA slots, for adapter bundles
 # Tokens that end a chat turn when a chat template uses them (besides the GGUF's eos / eot ids).
@@ -121,7 +122,7 @@ def export_gguf(
     every weight; `accuracy_level` is MatMulNBits' (0 float activations, 4 int8); `parity=False`
     skips the parity report (and the fp32 reference graph it builds); `lora_slots` also writes
     model_lora.onnx, the decoder with a zero-rank LoRA slot on every projection that adapter
-    bundles fill (export/adapter.py), sharing model.onnx's weights file."""
+    bundles fill (export/llama/adapter.py), sharing model.onnx's weights file."""
     if accuracy_level not in (0, 1, 2, 3, 4):
         raise ValueError(f"`accuracy_level` must be one of 0-4, got {accuracy_level!r}")
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)

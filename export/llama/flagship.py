@@ -1,29 +1,29 @@
 """The flagship, SmolLM2-135M-Instruct, and any other GGUF or Hub checkpoint, as bundles in a
 per-user cache.
 
-    >>> from export.flagship import flagship_bundle
+    >>> from export.llama.flagship import flagship_bundle
     >>> path = flagship_bundle()  # doctest: +SKIP
 
 `ensure_bundle(gguf_path=None)` converts a GGUF file (default: the flagship's, found or fetched
-by export/fetch.py) with export/gguf.py (numpy, gguf and onnx: no torch) into
+by export/llama/fetch.py) with export/llama/gguf.py (numpy, gguf and onnx: no torch) into
 `<cache>/gguf/<sha256 of the GGUF>/<name>/` once (`<name>`: the file name without `.gguf`) and
 returns that bundle on every later call; `flagship_bundle` first looks in the cache under the
 flagship's known sha256, so a converted flagship needs no GGUF at all. `checkpoint_bundle` does
-the same for a Hugging Face Llama / Qwen2 checkpoint folder from the Hub (export/hf_llama.py,
-int8), keyed by the Hub commit. `<cache>` is `$SCRIPTORIUM_CACHE`, by default
-`~/.cache/scriptorium`.
+the same for a Hugging Face Llama / Qwen2 checkpoint folder from the Hub
+(export/llama/hf_checkpoint.py, int8), keyed by the Hub commit. `<cache>` is `$SCRIPTORIUM_CACHE`,
+by default `~/.cache/scriptorium`.
 
 A conversion writes into a temporary sibling directory (`.<key>-<pid>-…`) that is renamed into
 place only when complete, so an interrupted conversion never looks finished; such directories
 left by a process that no longer runs (a conversion killed with SIGKILL) are removed at the next
 conversion. A cached bundle whose files no longer match the sha256 its manifest records, or that
 lacks the LoRA slot graph adapter bundles need (of `runtime.bundle.LORA_FORMAT`), is rebuilt, and
-the log says so. `python -m export.flagship [FILE.gguf]` (and `scriptorium fetch smollm2`) fetch
-and convert from the command line. `model_roots` gives the app and `scriptorium serve` the
+the log says so. `python -m export.llama.flagship [FILE.gguf]` (and `scriptorium fetch smollm2`)
+fetch and convert from the command line. `model_roots` gives the app and `scriptorium serve` the
 directories to look for models in: the flagship's `<sha256>` folder (when it can be had: else one
 line in the log, and `MISSING_FLAGSHIP` says how to get it), and each `.gguf` or `hf://` model
 they are given replaced by its own folder, so the bundle is listed under its name.
-This module does not say what a bundle holds (export/gguf.py and docs/bundle.md do).
+This module does not say what a bundle holds (export/llama/gguf.py and docs/bundle.md do).
 """
 
 from __future__ import annotations
@@ -128,13 +128,13 @@ def _convert_once(
 
 def ensure_bundle(gguf_path: str | Path | None = None) -> Path:
     """The bundle converted from `gguf_path` (default: the flagship's GGUF, found or fetched by
-    export/fetch.py), converting it into the cache first if it is missing or corrupted."""
+    export/llama/fetch.py), converting it into the cache first if it is missing or corrupted."""
     source = Path(gguf_path) if gguf_path is not None else fetch_gguf(FLAGSHIP)
     if not source.is_file():
         raise FileNotFoundError(f"`gguf_path` must be a GGUF file, got {str(source)!r}")
 
     def convert(out_dir: Path) -> None:
-        from export.gguf import export_gguf
+        from export.llama.gguf import export_gguf
 
         export_gguf(source, out_dir)
 
@@ -158,7 +158,7 @@ def checkpoint_bundle(folder: str | Path) -> Path:
     repo = folder.parent.parent.name.removeprefix("models--")
 
     def convert(out_dir: Path) -> None:
-        from export.hf_llama import export_hf_llama
+        from export.llama.hf_checkpoint import export_hf_llama
 
         export_hf_llama(folder, out_dir, precision="int8", parity=False)
 
