@@ -196,21 +196,14 @@ def _optimize(source: Path, target: Path, config: dict, before: dict, check) -> 
     return target, report
 
 
-def export_fill_mask_bundle(
-    model_dir, out_dir, precision: str = "int8", optimize: bool = True, name: str | None = None
-) -> Manifest:
-    """Export the masked-LM checkpoint in `model_dir` to a bundle in `out_dir`; return its
-    manifest. `precision` is "fp32" or "int8". The checkpoint's tokenizer must have a mask
-    token. Raises ValueError for a checkpoint that is not a masked LM."""
-    import onnx
+def _load_masked_lm(model_dir: Path):
+    """The checkpoint's config, model card ({} when it has none), transformers tokenizer,
+    PyTorch model, `tokenizers` tokenizer and mask token id. Raises ValueError when its
+    tokenizer has no mask token."""
     import torch
-    from optimum.exporters.onnx import main_export
     from tokenizers import Tokenizer
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if precision not in ("fp32", "int8"):
-        raise ValueError(f"`precision` must be one of fp32, int8, got {precision!r}")
     config = bundle_manifest.load_json(model_dir / "config.json", "model config")
     card_path = model_dir / bundle_manifest.CARD_FILE
     card = bundle_manifest.load_json(card_path, "model card") if card_path.exists() else {}
@@ -221,19 +214,58 @@ def export_fill_mask_bundle(
         raise ValueError(f"the tokenizer in {model_dir} has no mask token")
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     mask_id = tokenizer.token_to_id(hf_tokenizer.mask_token)
+    return config, card, hf_tokenizer, model, tokenizer, mask_id
+
+
+def _export_graph(model, model_dir: Path, work: Path) -> Path:
+    """optimum's fill-mask export of `model` under `work`, with the last hidden state added as
+    a second output; returns the graph's path."""
+    from optimum.exporters.onnx import main_export
+
+    source = _with_two_token_types(model, model_dir, work / "source")
+    with quiet():
+        main_export(
+            str(source),
+            output=work / "optimum",
+            task="fill-mask",
+            do_validation=False,
+            library_name="transformers",
+        )
+    graph = work / "optimum" / "model.onnx"
+    add_hidden_output(graph)
+    return graph
+
+
+def _write_precision(graph: Path, target: Path, precision: str) -> dict:
+    """Write `graph` at `precision` to `target` (int8: dynamic int8 MatMuls; fp32: a copy);
+    returns the manifest's quantization entry."""
+    if precision == "fp32":
+        shutil.copyfile(graph, target)
+        return {"summary": "none (float32)"}
+    with quiet():
+        quantized = quantize_graph(graph, target, "int8", False)
+    return {
+        "method": f"dynamic int8 ({INT8_FORMAT}, MatMul)",
+        "graphs": {"model": quantized},
+        "summary": f"dynamic int8 ({INT8_FORMAT}, MatMul); MLM head quantized",
+    }
+
+
+def export_fill_mask_bundle(
+    model_dir, out_dir, precision: str = "int8", optimize: bool = True, name: str | None = None
+) -> Manifest:
+    """Export the masked-LM checkpoint in `model_dir` to a bundle in `out_dir`; return its
+    manifest. `precision` is "fp32" or "int8". The checkpoint's tokenizer must have a mask
+    token. Raises ValueError for a checkpoint that is not a masked LM."""
+    import onnx
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    if precision not in ("fp32", "int8"):
+        raise ValueError(f"`precision` must be one of fp32, int8, got {precision!r}")
+    config, card, hf_tokenizer, model, tokenizer, mask_id = _load_masked_lm(model_dir)
     with tempfile.TemporaryDirectory(prefix="scriptorium-fill-mask-") as tmp:
         work = Path(tmp)
-        source = _with_two_token_types(model, model_dir, work / "source")
-        with quiet():
-            main_export(
-                str(source),
-                output=work / "optimum",
-                task="fill-mask",
-                do_validation=False,
-                library_name="transformers",
-            )
-        graph = work / "optimum" / "model.onnx"
-        add_hidden_output(graph)
+        graph = _export_graph(model, model_dir, work)
 
         def check(path):
             return parity(path, model, tokenizer, mask_id)
@@ -245,21 +277,10 @@ def export_fill_mask_bundle(
             optimizer = {"applied": False, "summary": "no (optimize=False)"}
         staging = work / "bundle"
         staging.mkdir()
-        if precision == "int8":
-            with quiet():
-                quantized = quantize_graph(graph, staging / "model.onnx", "int8", False)
-            quantization = {
-                "method": f"dynamic int8 ({INT8_FORMAT}, MatMul)",
-                "graphs": {"model": quantized},
-                "summary": f"dynamic int8 ({INT8_FORMAT}, MatMul); MLM head quantized",
-            }
-        else:
-            shutil.copyfile(graph, staging / "model.onnx")
-            quantization = {"summary": "none (float32)"}
+        quantization = _write_precision(graph, staging / "model.onnx", precision)
         shutil.copyfile(model_dir / "tokenizer.json", staging / "tokenizer.json")
         table = model.get_input_embeddings().weight.detach().float().numpy()  # (V, D)
         np.save(staging / EMBEDDINGS_FILE, table.astype(np.float16))
-        shape = bundle_manifest.model_shape(config, "causal-lm")
         graph = staging / "model.onnx"
         manifest = Manifest(
             name=name or card.get("name") or model_dir.name,
@@ -268,7 +289,7 @@ def export_fill_mask_bundle(
             precision=precision,
             batch_invariant=batch_invariant(onnx.load(str(graph))),
             graphs={"model": bundle_manifest.graph_entry("model.onnx", graph)},
-            **shape,
+            **bundle_manifest.model_shape(config, "causal-lm"),
             mask_token=hf_tokenizer.mask_token,
             mask_token_id=mask_id,
             special_tokens=SpecialTokens(
