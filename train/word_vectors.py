@@ -186,15 +186,9 @@ def percent(share: float | None, decimals: int = 0) -> str:
     return "–" if share is None else f"{100 * share:.{decimals}f} %"
 
 
-def write_card(bundle: Path, results: dict[str, dict]) -> None:
-    """README.md (model card) of one bundle, then manifest.json's metrics and checksums."""
-    import runtime
-    from export.manifest import seal
-    from study import word_analogies
-    from train.common import markdown_table
-
-    manifest = Manifest.read(bundle / "manifest.json")
-    vectors = runtime.load(bundle)
+def card_metrics(manifest: Manifest, results: dict[str, dict]) -> dict:
+    """The manifest's metrics of one bundle: its analogy and similarity scores, and for a
+    restricted bundle how many analogy questions its full vocabulary leaves out."""
     own = results[label(manifest)]
     metrics = {
         "analogy accuracy (3CosAdd, top 1)": rounded(own["analogy_accuracy"]),
@@ -203,43 +197,86 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
         "similarity triples passed": rounded(own["similarity_accuracy"]),
     }
     restricted = manifest.restricted  # set by `restrict`
-    settings = manifest.settings
-    vocabulary = f"{manifest.vocab_size:,} words and phrases (min count {settings['min_count']})"
-    restriction = ""
     if restricted:
         full = results[label(manifest, restricted["vocab_size"])]
         metrics["analogy questions out of vocabulary, full vocabulary"] = (
             full["analogy_total"] - full["analogy_questions"]
         )
-        vocabulary = (
-            f"the {manifest.vocab_size:,} most frequent of {restricted['vocab_size']:,} words "
-            f"and phrases (min count {settings['min_count']}; those kept: count ≥ "
-            f"{restricted['min_count_kept']})"
-        )
-        restriction = (
-            f"\nThis bundle keeps the {manifest.vocab_size:,} most frequent of the "
-            f"{restricted['vocab_size']:,} words its run learnt (the first rows, as gensim's "
-            f"`restrict_vocab`; full vectors: `{restricted['from']}`). Out of vocabulary: "
-            f"{own['analogy_total'] - own['analogy_questions']} of {own['analogy_total']} "
-            f"analogy questions restricted, {full['analogy_total'] - full['analogy_questions']} "
-            f"with the full vocabulary; similarity triples usable: {own['similarity_triples']} "
-            f"restricted, {full['similarity_triples']} full, of {own['similarity_total']}.\n"
-        )
-    sections = list(own["sections"])
+    return metrics
+
+
+def vocabulary_text(manifest: Manifest, results: dict[str, dict]) -> tuple[str, str]:
+    """The card's vocabulary row and, for a restricted bundle, its paragraph comparing the
+    restricted vocabulary with the full one ("" otherwise)."""
+    restricted, settings = manifest.restricted, manifest.settings
+    if not restricted:
+        return f"{manifest.vocab_size:,} words and phrases (min count {settings['min_count']})", ""
+    own = results[label(manifest)]
+    full = results[label(manifest, restricted["vocab_size"])]
+    vocabulary = (
+        f"the {manifest.vocab_size:,} most frequent of {restricted['vocab_size']:,} words "
+        f"and phrases (min count {settings['min_count']}; those kept: count ≥ "
+        f"{restricted['min_count_kept']})"
+    )
+    restriction = (
+        f"\nThis bundle keeps the {manifest.vocab_size:,} most frequent of the "
+        f"{restricted['vocab_size']:,} words its run learnt (the first rows, as gensim's "
+        f"`restrict_vocab`; full vectors: `{restricted['from']}`). Out of vocabulary: "
+        f"{own['analogy_total'] - own['analogy_questions']} of {own['analogy_total']} "
+        f"analogy questions restricted, {full['analogy_total'] - full['analogy_questions']} "
+        f"with the full vocabulary; similarity triples usable: {own['similarity_triples']} "
+        f"restricted, {full['similarity_triples']} full, of {own['similarity_total']}.\n"
+    )
+    return vocabulary, restriction
+
+
+def evaluation_table(manifest: Manifest, results: dict[str, dict]) -> str:
+    """Every evaluated model's analogy accuracy (overall and per section of this bundle's
+    evaluation) and similarity triples passed, one row a model."""
+    from train.common import markdown_table
+
+    sections = list(results[label(manifest)]["sections"])
     rows = [
         [name, percent(r["analogy_accuracy"], 1), r["analogy_questions"]]
         + [percent(r["sections"][s]["accuracy"]) for s in sections]
         + [f"{percent(r['similarity_accuracy'])} of {r['similarity_triples']}"]
         for name, r in results.items()
     ]
-    table = markdown_table(["model", "analogies", "questions", *sections, "similarity"], rows)
-    neighbours = [
+    return markdown_table(["model", "analogies", "questions", *sections, "similarity"], rows)
+
+
+def nearest_neighbours(vectors) -> str:
+    """A bullet a probe word (the polysemous words and two phrases) in the vocabulary: its 8
+    nearest neighbours."""
+    from study import word_analogies
+
+    return "\n".join(
         f"- **{word}**: " + ", ".join(w for w, _ in vectors.most_similar(word, topn=8))
         for word in [*word_analogies.POLYSEMOUS, "holy_spirit", "son_of_man"]
         if word in vectors
-    ]
-    phrases = manifest.phrases
-    corpus = manifest.training_data
+    )
+
+
+def licence_text(training_data: dict) -> str:
+    """The card's licence: the WEB's public domain, or the library's licence (with GCIDE's
+    GPL caveat when it names the GPL)."""
+    if not training_data.get("library"):
+        return "Public domain: trained only on the public-domain World English Bible"
+    licence = training_data["licence"]
+    if "GPL" in licence:
+        licence += (
+            ".\n\nGCIDE is not public domain as a compilation: Debian licenses it under the GNU "
+            "GPL, version 2 or later (docs/DATA.md). Whether vectors trained on it must carry the "
+            "GPL is not settled; redistribute them as GPL-2.0-or-later material to be safe"
+        )
+    return licence
+
+
+def card_text(manifest: Manifest, vectors, results: dict[str, dict]) -> str:
+    """README.md (model card) of one bundle: its settings, training text, evaluation against
+    the other models in `results`, nearest neighbours and licence."""
+    settings, phrases, corpus = manifest.settings, manifest.phrases, manifest.training_data
+    vocabulary, restriction = vocabulary_text(manifest, results)
     window = f"{settings['window']}, {settings['negative']}, {settings['epochs']}"
     phrase_line = (
         f"{corpus['phrases_detected']:,} detected, {phrases['passes']} passes, Mikolov scoring, "
@@ -248,19 +285,8 @@ def write_card(bundle: Path, results: dict[str, dict]) -> None:
     library = corpus.get("library")  # set when trained on train/library.py's output
     unit = "sentences" if library else "verses"
     trained_on = corpus["corpus"] if library else "the World English Bible's training books"
-    licence = (
-        corpus["licence"]
-        if library
-        else "Public domain: trained only on the public-domain World English Bible"
-    )
-    if "GPL" in licence:
-        licence += (
-            ".\n\nGCIDE is not public domain as a compilation: Debian licenses it under the GNU "
-            "GPL, version 2 or later (docs/DATA.md). Whether vectors trained on it must carry the "
-            "GPL is not settled; redistribute them as GPL-2.0-or-later material to be safe"
-        )
     text_line = f"{corpus['sentences']:,} {unit}, {corpus['tokens']:,} tokens after phrasing"
-    card = f"""# {manifest.name}
+    return f"""# {manifest.name}
 
 Static word vectors (seed 001): word2vec {"skip-gram" if settings["sg"] else "CBOW"} trained
 with gensim on {trained_on} after Mikolov phrase detection.
@@ -285,18 +311,27 @@ model's vocabulary is skipped ("questions": those answered). Rows: each model's 
 text (WEB or library) and vocabulary size; the Bible LM's input embeddings are evaluated the
 same way over its " word" tokens.
 {restriction}
-{table}
+{evaluation_table(manifest, results)}
 
 ## Nearest neighbours
 
-{chr(10).join(neighbours)}
+{nearest_neighbours(vectors)}
 
 ## Licence
 
-{licence}.
+{licence_text(corpus)}.
 """
-    (bundle / "README.md").write_text(card)
-    seal(bundle, dataclasses.replace(manifest, metrics=metrics))
+
+
+def write_card(bundle: Path, results: dict[str, dict]) -> None:
+    """README.md (model card) of one bundle, then manifest.json's metrics and checksums."""
+    import runtime
+    from export.manifest import seal
+
+    manifest = Manifest.read(bundle / "manifest.json")
+    vectors = runtime.load(bundle)
+    (bundle / "README.md").write_text(card_text(manifest, vectors, results))
+    seal(bundle, dataclasses.replace(manifest, metrics=card_metrics(manifest, results)))
 
 
 def main(argv: list[str] | None = None) -> int:
