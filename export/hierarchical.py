@@ -20,7 +20,7 @@ cell), and greedy next-sentence and reconstruction decoding through the runtime 
 PyTorch loop (`modeling.hierarchical.decode`): characters identical, max |Δlogit| recorded.
 An export whose graphs differ from PyTorch by more than PARITY_TOLERANCE raises ParityError.
 
-Does not cover: training (train/hierarchical.py), generation (runtime/hierarchical.py).
+Does not cover: training (train/hierarchical/recipes.py), generation (runtime/hierarchical.py).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ of runtime/hierarchical.py's loop (export checks parity against it; bench races 
 The character vocabulary and word limits are the runtime's (`runtime.hierarchical_text`), so the
 model, its export and the torch-free runtime spell words the same way.
 
-Does not cover: training data and recipes (train/hierarchical.py), shipping
-(train/hierarchical_ship.py), ONNX export (export/hierarchical.py), generation
+Does not cover: training data and recipes (train/hierarchical/recipes.py), shipping
+(train/hierarchical/ship.py), ONNX export (export/hierarchical.py), generation
 (runtime/hierarchical.py).
 """
 

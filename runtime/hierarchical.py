@@ -8,7 +8,7 @@ end-of-sentence symbol ends the sentence (after 31 words: finish reason "length"
 every step: special input symbols are never emitted, end-of-sentence only as a word's first
 character, end-of-word never first and always at a word's 20th character. A character's cost is
 its nits under the model's own (untempered, unfiltered) distribution; it was "sampled" when it
-is not the argmax of the allowed characters. These are train.hierarchical.decode's rules
+is not the argmax of the allowed characters. These are train.hierarchical.recipes.decode's rules
 (export's parity check compares the two).
 
 - `generate(text, config)` / `stream(...)`: the next sentence; GenerationConfig's do_sample,
@@ -478,7 +478,7 @@ class HierarchicalGenerator:
 
     def teacher_forced_cost(self, words: list[str], vectors, role="autoencoder_decoder") -> float:
         """Nits per character of `words` (+ end-of-word symbols and the end-of-sentence word)
-        given sentence vectors (1, L, V): train.hierarchical's metric for one sentence."""
+        given sentence vectors (1, L, V): train.hierarchical.recipes's metric for one sentence."""
         total, count = self.teacher_forced_nits(words, vectors, role)
         return total / count
 

@@ -7,7 +7,7 @@ first character, so that joining the words gives the text back exactly; the char
 its special symbols; spelling words as rows of character ids; the checks that turn bad input into
 `ValueError`.
 
-Does not cover: the model (train/hierarchical.py) or generation (runtime/hierarchical.py).
+Does not cover: the model (train/hierarchical/recipes.py) or generation (runtime/hierarchical.py).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ hand-judged share of those that keep the meaning.
   a floor (the same scores for another sentence of the set, the list rotated by half its
   length); plus `reconstruction_quality` on the same sentences.
 - `reconstruction_quality`: the greedy reconstruction's exact share, corpus BLEU and chrF
-  against the sentences, and the same floor (train/hierarchical_ship.py scores the WEB test
+  against the sentences, and the same floor (train/hierarchical/ship.py scores the WEB test
   verses with it).
 - Meaning kept, judged by hand: `write_unjudged` writes the first JUDGED_SAMPLE sources and their
   closest changed candidates to a TSV (columns index, source, candidate, keeps_meaning); a person
@@ -27,7 +27,7 @@ hand-judged share of those that keep the meaning.
         [--judged study/judgements/paraphraser-web.tsv] [--write-unjudged FILE.tsv] [--json OUT]
 
 Does not cover: generating candidates (runtime/hierarchical.py), the Paraphrase tab
-(ui/paraphrase_tab.py), shipping (train/hierarchical_ship.py, train/hierarchical_library_ship.py).
+(ui/paraphrase_tab.py), shipping (train/hierarchical/ship.py, train/hierarchical/library_ship.py).
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ import runtime
 from export import hierarchical as hierarchical_export
 from modeling import hierarchical as model_definition
 from runtime import hierarchical_text as ht
-from train import hierarchical as hierarchical_training
-from train import hierarchical_cli, hierarchical_ship
+from train.hierarchical import cli as hierarchical_cli
+from train.hierarchical import recipes as hierarchical_training
+from train.hierarchical import ship as hierarchical_ship
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCE = "In the beginning, God created the heavens and the earth."

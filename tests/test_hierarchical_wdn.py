@@ -11,7 +11,7 @@ import torch
 
 from modeling import hierarchical as model_definition
 from runtime import hierarchical_text as ht
-from train import hierarchical_cli
+from train.hierarchical import cli as hierarchical_cli
 
 
 def test_perturb_scales_noise_by_each_vectors_rms_and_passes_gradients():

@@ -192,7 +192,8 @@ def test_recipes_read_the_library(built, tmp_path):
     """The recipes' readers: word2vec's sentences, the masked LM's packed groups and the
     hierarchical model's consecutive-sentence pairs, all from the built fixture library."""
     from runtime import hierarchical_text
-    from train import hierarchical, masked_lm, word_vectors
+    from train import masked_lm, word_vectors
+    from train.hierarchical import recipes as hierarchical
 
     result, records = built
     path = tmp_path / "library.jsonl"

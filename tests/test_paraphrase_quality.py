@@ -1,6 +1,6 @@
 """Paraphrase quality on unseen everyday sentences (study/paraphrase_quality.py): the fixed set,
 the closest changed candidate, the hand-judged TSV round trip; and the library ship
-(train/hierarchical_library_ship.py) on tiny runs trained on the fixture library, carrying the
+(train/hierarchical/library_ship.py) on tiny runs trained on the fixture library, carrying the
 shipped WEB paraphraser's measures."""
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import pytest
 import runtime
 from runtime import hierarchical_text
 from study import paraphrase_quality as pq
-from train import hierarchical_cli, hierarchical_library_ship, library
+from train import library
+from train.hierarchical import cli as hierarchical_cli
+from train.hierarchical import library_ship as hierarchical_library_ship
 
 REPO = Path(__file__).resolve().parents[1]
 WEB_BUNDLE = REPO / "models" / "paraphraser" / "int8"

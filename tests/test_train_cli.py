@@ -15,16 +15,17 @@ import pytest
 from train import cli
 
 TRAIN_DIR = Path(__file__).resolve().parent.parent / "train"
-DISPATCHERS = {"cli", "__main__"}  # train/cli.py and `python -m train` are the command itself
+DISPATCHERS = {"cli.py", "__main__.py"}  # train/cli.py and `python -m train`: the command itself
 
 
 def entry_point_modules() -> set[str]:
     """The modules under train/ that run as `python -m train.<module>`."""
     main_guard = re.compile(r"^if __name__ == .__main__.:", re.MULTILINE)
     return {
-        f"train.{path.stem}"
-        for path in TRAIN_DIR.glob("*.py")
-        if path.stem not in DISPATCHERS and main_guard.search(path.read_text())
+        ".".join(("train", *path.relative_to(TRAIN_DIR).with_suffix("").parts))
+        for path in TRAIN_DIR.rglob("*.py")
+        if path.relative_to(TRAIN_DIR).as_posix() not in DISPATCHERS
+        and main_guard.search(path.read_text())
     }
 
 

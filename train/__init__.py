@@ -1,8 +1,9 @@
 """Training: the verse table (train.data), tokenizers (train.tokenizer), the training loop
 (train.common), the recipes of `scriptorium train` (train.lm, train.seq2seq_recipes,
 train.masked_lm; their contract: train.recipe) and their metrics (train.evaluate), word vectors
-(train.word_vectors), the hierarchical model's data, recipes and shipping (train.hierarchical,
-train.hierarchical_ship, train.hierarchical_cli) and the Spurgeon corpus (train.spurgeon).
+(train.word_vectors), the hierarchical model's data, recipes and shipping
+(train.hierarchical.recipes, train.hierarchical.ship, train.hierarchical.cli) and the Spurgeon
+corpus (train.spurgeon).
 
 May import: export/ (to export and seal what it trains), modeling/ (our torch model definitions),
 study/ (the studies a model card reports), runtime/ (to evaluate bundles as the app runs them),

@@ -50,7 +50,7 @@ COMMANDS = {
     ("library",): ("train.library", "the library data/library.jsonl of public-domain English"),
     ("spurgeon",): ("train.spurgeon", "Spurgeon's sentence pairs for the paraphraser's style"),
     ("paraphraser",): (
-        "train.hierarchical_cli",
+        "train.hierarchical.cli",
         "seed 003's hierarchical paraphraser: lm|autoencoder|style|ship",
     ),
     ("masked-lm",): ("train.masked_lm", "plots: the masking-study plot on both masked-LM cards"),

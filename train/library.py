@@ -29,7 +29,7 @@ quotes a whole held-out verse of LEAK_VERSE_WORDS words or more.
     python -m train.library --fixture                           # rewrites tests/fixtures/library/
 
 Does not cover: tokenizers, recipes (train/word_vectors.py, train/masked_lm.py and
-train/hierarchical.py read the output with `load_library`). docs/DATA.md is its data card.
+train/hierarchical/recipes.py read the output with `load_library`). docs/DATA.md is its data card.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ below without a body, and inherits the defaults of the others (`finish_model_dir
 `card_files`) unless its task needs more.
 
 Does not cover: the training loop (train/common.py's `train`), what the CLI does with a recipe
-(train/cli.py). The hierarchical model has its own command (train/hierarchical_cli.py).
+(train/cli.py). The hierarchical model has its own command (train/hierarchical/cli.py).
 """
 
 from __future__ import annotations

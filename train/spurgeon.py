@@ -1,5 +1,5 @@
 """The style corpus: C. H. Spurgeon's own exposition in *The Treasury of David* (SWORD module
-TDavid, Debian sword-comm-tdavid), as consecutive-sentence pairs for train/hierarchical.py.
+TDavid, Debian sword-comm-tdavid), as consecutive-sentence pairs for train/hierarchical/recipes.py.
 
 The module's OSIS text marks sections with `<title type="x-s">` headings. Spurgeon's own words are
 the EXPOSITION sections; the quoted writers are in "EXPLANATORY NOTES AND QUAINT SAYINGS" and the
@@ -12,7 +12,7 @@ the next ones for validation, then for test (held-out Psalms, not held-out sente
 
     python -m train.spurgeon --out checkpoints/hier/spurgeon.json [--imp tdavid.imp]
 
-Does not cover: the model and its training (train/hierarchical.py).
+Does not cover: the model and its training (train/hierarchical/recipes.py).
 """
 
 from __future__ import annotations

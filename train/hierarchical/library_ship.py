@@ -1,7 +1,7 @@
 """Shipping the paraphraser trained on the library (issue 24): `ship --library-runs DIR` exports
 DIR/<lm> (next sentence on train/library.py's paragraphs) and its autoencoder DIR/<ae> to
 models/<--name>/<precision> (default models/paraphraser: it replaces the WEB model; another name
-ships it beside), int8 when it is within 1 % of fp32 (train/hierarchical_ship.py's
+ships it beside), int8 when it is within 1 % of fp32 (train/hierarchical/ship.py's
 rule), with a model card that sets its measures beside the WEB-trained paraphraser's.
 
 The WEB-era results whose runs are gone (the sentence-encoder comparison, the Spurgeon style runs,
@@ -19,7 +19,7 @@ sentences with a changed candidate, reconstruction there, and the hand-judged sh
 the meaning (`--judged` TSV for the new bundle; without it the card says it is not judged yet and
 an unjudged TSV is written beside the runs for a person to fill).
 
-Does not cover: the WEB ship (train/hierarchical_ship.py), the measures themselves
+Does not cover: the WEB ship (train/hierarchical/ship.py), the measures themselves
 (study/paraphrase_quality.py), the library recipe (train/library.py).
 """
 
@@ -35,8 +35,8 @@ from runtime.hierarchical import HierarchicalGenerator
 from runtime.manifest import Manifest
 from study import paraphrase_quality
 from train import common
-from train import hierarchical as hierarchical_training
-from train.hierarchical_ship import (
+from train.hierarchical import recipes as hierarchical_training
+from train.hierarchical.ship import (
     RECONSTRUCTION_SENTENCES,
     RECONSTRUCTION_VERSES,
     _precisions,

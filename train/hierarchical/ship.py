@@ -3,8 +3,8 @@ the Spurgeon fine-tune to bundles under models/, measures fp32 against int8 thro
 keeps the better-sized one that is close enough, and writes each bundle's model card (tables,
 plots, reconstruction examples and their quality).
 
-Does not cover: the model (modeling/hierarchical.py), training (train/hierarchical.py), the
-command line (train/hierarchical_cli.py), the ONNX graphs and parity checks
+Does not cover: the model (modeling/hierarchical.py), training (train/hierarchical/recipes.py), the
+command line (train/hierarchical/cli.py), the ONNX graphs and parity checks
 (export/hierarchical.py).
 """
 
@@ -24,7 +24,7 @@ from runtime.hierarchical import HierarchicalGenerator
 from runtime.manifest import Manifest
 from study.paraphrase_quality import reconstruction_quality
 from train import common
-from train import hierarchical as hierarchical_training
+from train.hierarchical import recipes as hierarchical_training
 
 RECONSTRUCTION_SENTENCES = (
     "Jesus wept.",

@@ -8,8 +8,8 @@ reconstruct its input (seed 003 §4.3). The style recipe continues training on a
 Metric: nits per character = summed cross-entropy / predicted characters, where every character of
 a target word, its end-of-word symbol and the end-of-sentence word count as characters.
 
-Does not cover: the model (modeling/hierarchical.py), shipping (train/hierarchical_ship.py), the
-command line (train/hierarchical_cli.py), ONNX export (export/hierarchical.py), generation
+Does not cover: the model (modeling/hierarchical.py), shipping (train/hierarchical/ship.py), the
+command line (train/hierarchical/cli.py), ONNX export (export/hierarchical.py), generation
 (runtime/hierarchical.py), the Spurgeon corpus (train/spurgeon.py).
 """
 

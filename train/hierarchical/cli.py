@@ -1,13 +1,13 @@
 """The command line of seed 003's hierarchical model: train one recipe (lm, autoencoder, style)
 or ship the trained runs.
 
-    python -m train.hierarchical_cli lm --kind sarah --out checkpoints/hier/lm-sarah
-    python -m train.hierarchical_cli ship --runs checkpoints/hier
-    python -m train.hierarchical_cli ship --library-runs checkpoints/hier \
+    python -m train.hierarchical.cli lm --kind sarah --out checkpoints/hier/lm-sarah
+    python -m train.hierarchical.cli ship --runs checkpoints/hier
+    python -m train.hierarchical.cli ship --library-runs checkpoints/hier \
         --library data/library.jsonl
 
 (`python -m scriptorium train paraphraser …` is the same command.) Recipes:
-train/hierarchical.py; shipping: train/hierarchical_ship.py.
+train/hierarchical/recipes.py; shipping: train/hierarchical/ship.py.
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ import sys
 from pathlib import Path
 
 from modeling.hierarchical import KINDS
-from train import data, hierarchical_library_ship, hierarchical_ship
-from train.hierarchical import run_autoencoder, run_lm, run_style
+from train import data
+from train.hierarchical.recipes import run_autoencoder, run_lm, run_style
+
+from . import library_ship, ship
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m train.hierarchical_cli", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m train.hierarchical.cli", description=__doc__)
     parser.add_argument("recipe", choices=("lm", "autoencoder", "style", "ship"))
     parser.add_argument(
         "--runs",
@@ -34,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         "--library-runs",
         type=Path,
         help="ship: instead of --runs, export the library runs <dir>/<--lm> + <dir>/<--ae> "
-        "(train/hierarchical_library_ship.py; needs --library)",
+        "(train/hierarchical/library_ship.py; needs --library)",
     )
     parser.add_argument(
         "--name",
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--previous-judged",
         type=Path,
-        default=hierarchical_library_ship.WEB_JUDGED,
+        default=library_ship.WEB_JUDGED,
         help="ship --library-runs: the WEB bundle's judged TSV",
     )
     parser.add_argument("--models-dir", type=Path, default=Path("models"))
@@ -112,9 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.recipe == "ship" and args.library_runs is not None:
         if args.library is None:
             parser.error("ship --library-runs needs --library (the library the runs trained on)")
-        return hierarchical_library_ship.ship_library(args)
+        return library_ship.ship_library(args)
     if args.recipe == "ship":
-        return hierarchical_ship.ship(args)
+        return ship.ship(args)
     if args.out is None:
         parser.error("--out is required")
     {"lm": run_lm, "autoencoder": run_autoencoder, "style": run_style}[args.recipe](args)
