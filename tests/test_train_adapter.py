@@ -1,5 +1,5 @@
-"""The LoRA fine-tuning recipe (train/adapter.py): seed 000's metadata format and feature dropout,
-the two corpora, and a real (tiny) LoRA training run through train/common.py's loop."""
+"""The LoRA fine-tuning recipe (train/adapter/finetune.py): seed 000's metadata format and feature
+dropout, the two corpora, and a real (tiny) LoRA training run through train/common.py's loop."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from export.corpus import load_verses
-from train import adapter, data
+from train import data
+from train.adapter import finetune as adapter
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

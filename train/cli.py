@@ -55,8 +55,11 @@ COMMANDS = {
     ),
     ("masked-lm",): ("train.masked_lm", "plots: the masking-study plot on both masked-LM cards"),
     ("word-vectors",): ("train.word_vectors", "word2vec skip-gram and CBOW bundles (seed 001)"),
-    ("adapter",): ("train.adapter", "train: a LoRA on the flagship (SmolLM2-135M-Instruct)"),
-    ("adapter", "ship"): ("train.adapter_ship", "the trained LoRA as a measured adapter bundle"),
+    ("adapter",): (
+        "train.adapter.finetune",
+        "train: a LoRA on the flagship (SmolLM2-135M-Instruct)",
+    ),
+    ("adapter", "ship"): ("train.adapter.ship", "the trained LoRA as a measured adapter bundle"),
     ("requantize",): ("train.requantize", "bible-lm's int8 bundle again from its fp32, evaluated"),
     ("gru-seq2seq",): (
         "train.gru_seq2seq",

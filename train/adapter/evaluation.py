@@ -12,7 +12,7 @@ Covers, all through the runtime (so the numbers are the shipped bundles'):
   the two models' accuracies compare; for translations it learns KJV against WEB from the same
   training verses in both.
 
-Does not cover: training (train/adapter.py), shipping (train/adapter_ship.py).
+Does not cover: training (train/adapter/finetune.py), shipping (train/adapter/ship.py).
 """
 
 from __future__ import annotations

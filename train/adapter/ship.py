@@ -1,14 +1,15 @@
-"""Shipping a trained LoRA (train/adapter.py) as an adapter bundle in models/, measured.
+"""Shipping a trained LoRA (train/adapter/finetune.py) as an adapter bundle in models/, measured.
 
-    python -m train.adapter_ship --run checkpoints/adapter/bible --corpus bible \
+    python -m train.adapter.ship --run checkpoints/adapter/bible --corpus bible \
         --out models/smollm2-bible
 
 writes the bundle with export/llama/adapter.py (controls built from the corpus's fields, the
 memorisation index of its training text), then measures it through the runtime
-(train/adapter_eval.py) beside the base and, for the Bible corpus, the from-scratch `bible-lm`,
-and puts every number in the manifest's `metrics` and the model card, whichever way it went.
+(train/adapter/evaluation.py) beside the base and, for the Bible corpus, the from-scratch
+`bible-lm`, and puts every number in the manifest's `metrics` and the model card, whichever way it
+went.
 
-Does not cover: training (train/adapter.py), the bundle format (export/llama/adapter.py).
+Does not cover: training (train/adapter/finetune.py), the bundle format (export/llama/adapter.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from pathlib import Path
 from export.corpus import load_verses
 from export.manifest import seal
 from runtime.manifest import Manifest
-from train import adapter, adapter_eval, common, data
+from train import common, data
+
+from . import evaluation as adapter_eval
+from . import finetune as adapter
 
 BIBLE_LM = Path("models/bible-lm/int8")
 SAMPLES = 50  # generated samples per control value (seed 000's check; bible-lm used 50)
@@ -326,7 +330,7 @@ def evaluation_markdown(corpus: str, metrics: dict, training: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scriptorium train adapter ship", description=__doc__)
-    parser.add_argument("--run", type=Path, required=True, help="train.adapter's --out")
+    parser.add_argument("--run", type=Path, required=True, help="train.adapter.finetune's --out")
     parser.add_argument("--corpus", choices=sorted(adapter.CORPUS_FIELDS), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--verses", type=Path, default=Path("data/verses.tsv"))

