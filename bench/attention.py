@@ -5,7 +5,7 @@
 
 A decoding step attends one new token to every cached position, in every layer. This times that
 alone, at GPT-2 small's shape (12 heads of 64, batch 1), for the two onnxruntime kernels that
-append to a preallocated cache in place: GroupQueryAttention (what export/lean_gpt2.py uses) and
+append to a preallocated cache in place: GroupQueryAttention (what export/lean/gpt2.py uses) and
 DecoderMaskedMultiHeadAttention. Each graph holds `LAYERS` attention nodes and nothing else, with
 every layer's cache bound once as its past and present (IO binding, as runtime/models.py does),
 and runs in its own session with the runtime's thread settings. Reported: microseconds per layer

@@ -1,7 +1,7 @@
 """Probe: decoding speed of optimum's GPT-2 graph vs the lean graph, fp32 / int8 / int4.
 
 Builds a GPT-2-small-shaped model (GPT2Config() defaults, random weights, seed 0), writes
-optimum-onnx's `text-generation-with-past` export and `export.lean_gpt2`'s graph into `--work`,
+optimum-onnx's `text-generation-with-past` export and `export.lean.gpt2`'s graph into `--work`,
 quantizes each (int8: `quantize_dynamic`, QInt8 weights per tensor and per channel, and QUInt8
 weights per tensor, export/'s int8 format; int4: `MatMulNBitsQuantizer` in export/'s int4 format,
 after rewriting optimum's Gemm nodes to MatMul + Add so that the quantizer
@@ -50,7 +50,7 @@ def _write_graphs(work: Path) -> dict[str, Path]:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from export.lean_gpt2 import build_gpt2_graph
+    from export.lean.gpt2 import build_gpt2_graph
 
     paths = {"optimum": work / "optimum" / "model.onnx", "lean": work / "lean" / "model.onnx"}
     if all(p.exists() for p in paths.values()):

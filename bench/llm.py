@@ -420,7 +420,8 @@ def check_and_convert(parser: argparse.ArgumentParser, args: argparse.Namespace)
     args.bundle = args.bundle or flagship.ensure_bundle(args.gguf)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, checked and completed by `check_and_convert`."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--gguf",
@@ -453,23 +454,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.contended:
         args.loads = list(LOADS)
     check_and_convert(parser, args)
+    return args
+
+
+def skip_unavailable(args: argparse.Namespace) -> dict[str, str]:
+    """Drop from `args.engines` the peers that are missing or crash; returns engine -> why."""
     skipped = {}
     for engine in args.engines:
         if reason := unavailable_peer(engine, args.gguf, args.threads):
             skipped[engine] = reason
             print(f"skipped {engine}: {reason}")
     args.engines = [e for e in args.engines if e not in skipped]
-    paths = prepare(args.gguf, work_dir(args.work, args.gguf), args.engines)
+    return skipped
 
-    import runtime
 
-    gen = runtime.load(args.bundle, threads=args.threads)
-    texts, prompts = zip(*(make_prompt(gen, n) for n in args.prompt_tokens))
-    runs = runners(args, paths, list(texts), list(prompts))
+def measure(args: argparse.Namespace, runs: dict, prompts: int) -> dict:
+    """Time every runner on every prompt, generating 1 and `--new-tokens` tokens, under each
+    load; returns load -> engine -> its first 8 greedy tokens and, per prompt length, TTFT, total
+    time and decode speed."""
     timed = {
         (*key, prompt, new): (lambda run=run, prompt=prompt, new=new: run(prompt, new))
         for key, run in runs.items()
-        for prompt in range(len(prompts))
+        for prompt in range(prompts)
         for new in (1, args.new_tokens)
     }
     seconds = {}
@@ -491,7 +497,13 @@ def main(argv: list[str] | None = None) -> int:
                 # None when noise swamps a tiny run (T_N not above T_1)
                 "decode_tok_per_s": (args.new_tokens - 1) / (tn - t1) if tn > t1 else None,
             }
+    return results
 
+
+def roofline_of(args: argparse.Namespace, runs: dict) -> tuple[dict, dict]:
+    """Measure the read bandwidth and count each engine's bytes per token; returns (the
+    roofline: bandwidth, method and per engine its bytes and tok/s per prompt length, the
+    byte counts)."""
     bandwidth = read_bandwidth(args.threads, args.bandwidth_mb << 20)
     context = {n: n + args.new_tokens / 2 for n in args.prompt_tokens}  # mean cache length
     counts = {"scriptorium": bundle_bytes_per_token(args.bundle)}
@@ -507,7 +519,12 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.prompt_tokens:
             per_token = count["weights"] + count["kv_per_position"] * context[n]
             roofline[engine][f"prompt_{n}_tok_per_s"] = bandwidth / per_token
+    return roofline, counts
 
+
+def results_table(args: argparse.Namespace, runs: dict, results: dict, roofline: dict) -> str:
+    """One row a load and engine: per prompt length its decode speed, how much faster ours is,
+    TTFT, how much faster our TTFT is, and its share of the roofline."""
     ours = next(("/".join(k) for k in runs if k[0] == "scriptorium"), None)
     header = ["load", "engine", "precision"]
     for n in args.prompt_tokens:
@@ -536,9 +553,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{speed / ceiling:.0%}" if ceiling and speed else "",
             ]
         rows.append(row)
-    table = common.markdown_table(header, rows)
-    print(table)
-    print(f"read bandwidth {bandwidth / 1e9:.1f} GB/s ({args.threads} threads); bytes per token:")
+    return common.markdown_table(header, rows)
+
+
+def print_roofline(args: argparse.Namespace, roofline: dict, counts: dict) -> None:
+    """The bandwidth measured and each engine's bytes per token and roofline speed."""
+    print(
+        f"read bandwidth {roofline['bandwidth_gb_per_s']:.1f} GB/s ({args.threads} threads); "
+        "bytes per token:"
+    )
     for engine, count in counts.items():
         print(
             f"  {engine}: weights {count['weights'] / 1e6:.1f} MB + KV "
@@ -548,6 +571,23 @@ def main(argv: list[str] | None = None) -> int:
                 for n in args.prompt_tokens
             )
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    skipped = skip_unavailable(args)
+    paths = prepare(args.gguf, work_dir(args.work, args.gguf), args.engines)
+
+    import runtime
+
+    gen = runtime.load(args.bundle, threads=args.threads)
+    texts, prompts = zip(*(make_prompt(gen, n) for n in args.prompt_tokens))
+    runs = runners(args, paths, list(texts), list(prompts))
+    results = measure(args, runs, len(prompts))
+    roofline, counts = roofline_of(args, runs)
+    table = results_table(args, runs, results, roofline)
+    print(table)
+    print_roofline(args, roofline, counts)
     common.write_results(
         args.out,
         {

@@ -6,7 +6,7 @@ The steps, each shown as a progress step:
               have length 0 on the first step), or encoder, decoder and decoder-with-past
               for seq2seq.
 2. optimize - GPT-2, BART and mBART decoders are rebuilt as lean fused graphs with the same
-              interface (export/lean_gpt2.py, export/lean_bart.py); other graphs (the seq2seq
+              interface (export/lean/gpt2.py, export/lean/bart.py); other graphs (the seq2seq
               encoder, other architectures) go through onnxruntime's transformer optimizer
               where it has fusions for the architecture (export/optimize.py). Either result is
               kept only if it loads and its logits agree with PyTorch at least as well as
@@ -288,8 +288,8 @@ def _assemble(graphs: dict[str, Path], task: str, target: Path) -> dict[str, Pat
 def _optimize(checkpoint, graphs, shape, ref, work: Path) -> tuple[dict[str, Path], dict]:
     """Optimized graphs if they pass the parity check, else the originals; plus a report.
 
-    GPT-2, BART and mBART decoders get the lean fused graphs of export/lean_gpt2.py and
-    export/lean_bart.py (attention fused, 9 to 15 nodes per layer); other architectures, configs
+    GPT-2, BART and mBART decoders get the lean fused graphs of export/lean/gpt2.py and
+    export/lean/bart.py (attention fused, 9 to 15 nodes per layer); other architectures, configs
     the lean graphs do not cover, and the seq2seq encoder go through onnxruntime's transformer
     optimizer.
     """
@@ -354,12 +354,12 @@ def _lean(
     lean = dict(graphs)
     try:
         if checkpoint.architecture == "gpt2":
-            from .lean_gpt2 import build_gpt2_graph
+            from .lean.gpt2 import build_gpt2_graph
 
             lean["decoder"] = target / "model.onnx"
             build_gpt2_graph(ref.model, lean["decoder"])
         else:
-            from .lean_bart import build_bart_decoders
+            from .lean.bart import build_bart_decoders
 
             lean["decoder"] = target / "decoder_model.onnx"
             lean["decoder_with_past"] = target / "decoder_with_past_model.onnx"

@@ -1,4 +1,4 @@
-"""export.lean_bart: lean BART / mBART decoder graphs match PyTorch step by step, and quantize."""
+"""export.lean.bart: lean BART / mBART decoder graphs match PyTorch step by step, and quantize."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from transformers import (
     MBartForConditionalGeneration,
 )
 
-from export.lean_bart import build_bart_decoders
+from export.lean.bart import build_bart_decoders
 
 LAYERS, HEADS, WIDTH, VOCAB = 2, 4, 64, 300
 SOURCE_LENGTHS = (7, 4, 5)  # a batch of 3 sources, padded to 7

@@ -1,4 +1,4 @@
-"""export.lean_gpt2: the lean GPT-2 graph matches PyTorch, decodes like `generate`, quantizes."""
+"""export.lean.gpt2: the lean GPT-2 graph matches PyTorch, decodes like `generate`, quantizes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from export.lean_gpt2 import build_gpt2_graph
+from export.lean.gpt2 import build_gpt2_graph
+from tests.manifest_fixtures import manifest_of
 
 LAYERS, HEADS, WIDTH, VOCAB = 2, 4, 64, 300
 HEAD_SIZE = WIDTH // HEADS
@@ -280,15 +281,10 @@ def test_shared_buffer_cache_gives_the_same_logits_as_separate_tensors(
     from runtime import models
 
     monkeypatch.setattr(models, "_CACHE_HEADROOM", headroom)
-    manifest = {
-        "num_heads": HEADS,
-        "head_size": HEAD_SIZE,
-        "vocab_size": VOCAB,
-        "graphs": {"decoder": {}},
-    }
-    separate = models.CausalLM(session, manifest)
-    manifest["graphs"]["decoder"]["kv_cache"] = models.SHARED_BUFFER
-    shared = models.CausalLM(session, manifest)
+    fields = {"num_heads": HEADS, "head_size": HEAD_SIZE, "vocab_size": VOCAB}
+    separate = models.CausalLM(session, manifest_of(**fields))
+    graphs = {"decoder": {"file": "model.onnx", "kv_cache": models.SHARED_BUFFER}}
+    shared = models.CausalLM(session, manifest_of(graphs=graphs, **fields))
     assert shared.shared_cache and not separate.shared_cache
     ids, mask, _ = _left_padded_batch(seed=4)
     (logits_a, state_a), (logits_b, state_b) = (m.start(ids, mask) for m in (separate, shared))
@@ -323,7 +319,7 @@ def test_runtime_computes_the_lm_head_for_the_last_position_only(session):
             self.logits_shapes.append(values[0].shape)
             return values
 
-    manifest = {"num_heads": HEADS, "head_size": HEAD_SIZE, "graphs": {"decoder": {}}}
+    manifest = manifest_of(num_heads=HEADS, head_size=HEAD_SIZE)
     recording = Recording(session)
     ids, mask, positions = _left_padded_batch()
     logits, _ = models.CausalLM(recording, manifest).start(ids, mask)

@@ -62,7 +62,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..graph_builder import MICROSOFT, GraphBuilder
+from ..lean.builder import MICROSOFT, GraphBuilder
 from .gguf_read import BLOCK, DEFAULT_ZERO, FLOATS, GGUFModel, Linear, concat
 
 OPSET = 17
