@@ -29,7 +29,7 @@ three layers, 75 % with the last layer alone and 70 % with the first (88 % with 
 which cannot be named in advance for another model); the last layer also spreads its weight onto
 neighbouring words and punctuation, so the mean shows alignment best.
 
-Does not cover: decoder graphs whose attention is fused (export/lean_bart.py's
+Does not cover: decoder graphs whose attention is fused (export/lean/bart.py's
 MultiHeadAttention exposes no probabilities: `ValueError`), causal LMs (no source), drawing the
 weights (ui/alignment_view.py).
 """
