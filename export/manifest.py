@@ -14,31 +14,19 @@ import json
 from pathlib import Path
 
 from runtime.bundle import sha256_of
+from runtime.config import GenerationConfig
 from runtime.manifest import FileEntry, Graph, Manifest
 
 PRECISIONS = ("fp32", "int8", "int4")
 CONTROLS_FILE = "scriptorium_controls.json"
 CARD_FILE = "scriptorium_card.json"
 CONTROL_KINDS = ("choice", "numeric")
-# transformers GenerationConfig fields that the runtime's GenerationConfig also has.
-GENERATION_FIELDS = (
-    "max_new_tokens",
-    "min_new_tokens",
-    "do_sample",
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
-    "repetition_penalty",
-    "no_repeat_ngram_size",
-    "num_beams",
-    "length_penalty",
-    "early_stopping",
-    "num_return_sequences",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "suppress_tokens",
+# transformers GenerationConfig fields that the runtime's GenerationConfig also has: all of its
+# fields but the two that are ours.
+GENERATION_FIELDS = tuple(
+    field.name
+    for field in dataclasses.fields(GenerationConfig)
+    if field.name not in ("seed", "stop")
 )
 TRANSFORMERS_TOP_K = 50  # transformers' default top_k when sampling
 

@@ -53,10 +53,25 @@ from .hierarchical_text import (
 )
 from .manifest import Manifest
 from .outputs import GenerationOutput, StreamEvent
+from .parameters import BEAMS, PARAMETERS
 from .sampling import Sampler
 from .sessions import available_providers, create_session
 
 TASK = "hierarchical-lm"
+# The decoding parameters a character-level model honours: the sampler's, and how many
+# characters and sequences. Every other one that changes greedy or sampled output (penalties,
+# beams, a minimum length) and stop strings must keep its default: it is refused, not ignored.
+HONOURED = ("max_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p", "typical_p")
+HONOURED += ("num_return_sequences", "seed")
+UNSUPPORTED_SETTINGS = (
+    {"num_beams": 1}
+    | {  # beam search, which it cannot run, and
+        parameter.name: parameter.default  # the settings of the modes it runs that it cannot apply
+        for parameter in PARAMETERS
+        if parameter.name not in HONOURED and not set(parameter.modes) <= set(BEAMS)
+    }
+    | {"stop": ()}
+)
 FORBIDDEN_OUTPUTS = (PAD, BEGIN_WORD, BEGIN_SENTENCE, UNKNOWN)
 
 
@@ -344,14 +359,8 @@ class HierarchicalGenerator:
     def _settings(self, config: GenerationConfig | None) -> GenerationConfig:
         """Validate `config`; settings a character model cannot honour raise ValueError."""
         config = (config or self.defaults).validate()
-        unsupported = {
-            "num_beams": (config.num_beams, 1),
-            "repetition_penalty": (config.repetition_penalty, 1.0),
-            "no_repeat_ngram_size": (config.no_repeat_ngram_size, 0),
-            "min_new_tokens": (config.min_new_tokens, 0),
-            "stop": (config.stop, ()),
-        }
-        for name, (value, only) in unsupported.items():
+        for name, only in UNSUPPORTED_SETTINGS.items():
+            value = getattr(config, name)
             if value != only:
                 raise ValueError(
                     f"`{name}` must be {only!r} for a character-level hierarchical model, "

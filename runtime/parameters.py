@@ -9,6 +9,7 @@ it (`modes`: the values of `GenerationConfig.mode`); its field in the OpenAI-com
 how the app offers it (`app`: label, row, step, first value; None for a parameter the app does
 not show). The app's widgets, its endpoints' decoding parameters and their checks, and the
 remote backend's requests (ui/widgets.py, ui/checks.py, ui/remote.py) are derived from it.
+`PRESETS` names the settings the app offers as choices (Compare's columns, the arena's players).
 
 Why the valid ranges are what they are: a repetition penalty of 1e-300 is 0 in float32, and
 dividing a logit by it gives +inf, which no sampler can draw from; a temperature of 1e300 is +inf
@@ -285,6 +286,35 @@ PARAMETERS = (
     ),
 )
 NAMED = {parameter.name: parameter for parameter in PARAMETERS}
+
+
+ADAPTER_PRESET = "top-p 0.95, temperature 0.9, repetition penalty 1.1"
+# Named decoding settings the app offers (the Compare tab's columns, the arena's players):
+# GenerationConfig fields. "samples" become num_return_sequences where the
+# preset can return several sequences (sampling; beam search up to its width).
+PRESETS = {
+    "greedy": {},
+    "greedy, no repeat 2-gram": {"no_repeat_ngram_size": 2},
+    "beam 5": {"num_beams": 5},
+    "beam 5, no repeat 2-gram": {"num_beams": 5, "no_repeat_ngram_size": 2},
+    "sampling, temperature 1.0": {"do_sample": True},
+    "sampling, temperature 0.7": {"do_sample": True, "temperature": 0.7},
+    "top-k 5": {"do_sample": True, "top_k": 5},
+    "top-k 50": {"do_sample": True, "top_k": 50},
+    "top-k 1000": {"do_sample": True, "top_k": 1000},
+    "top-p 0.95": {"do_sample": True, "top_p": 0.95},
+    "top-p 0.8": {"do_sample": True, "top_p": 0.8},
+    "min-p 0.1": {"do_sample": True, "min_p": 0.1},
+    # The SmolLM2 adapters' own defaults, and greedy with the penalty that keeps them out of
+    # loops (docs/APP.md, "Adapter defaults": bench/adapter_penalties.py).
+    ADAPTER_PRESET: {
+        "do_sample": True,
+        "temperature": 0.9,
+        "top_p": 0.95,
+        "repetition_penalty": 1.1,
+    },
+    "greedy, repetition penalty 1.2": {"repetition_penalty": 1.2},
+}
 
 
 def request_fields(config, chat: bool = False) -> dict:

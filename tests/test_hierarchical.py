@@ -198,6 +198,29 @@ def test_bad_input_raises_value_error(gen, text, kwargs, message):
         gen.paraphrase(text, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"num_beams": 2},
+        {"repetition_penalty": 1.2},
+        {"no_repeat_ngram_size": 2},
+        {"min_new_tokens": 3},
+        {"stop": ("x",)},
+    ],
+)
+def test_settings_a_character_model_cannot_apply_are_refused(gen, setting):
+    (name,) = setting
+    with pytest.raises(ValueError, match=f"`{name}` must be .* character-level"):
+        gen.generate(SENTENCE, runtime.GenerationConfig(**setting))
+
+
+def test_the_sampler_s_settings_are_honoured(gen):
+    config = runtime.GenerationConfig(
+        do_sample=True, temperature=0.8, top_k=5, top_p=0.9, min_p=0.01, typical_p=0.95, seed=1
+    )
+    assert gen.generate(SENTENCE, config)[0].text == gen.generate(SENTENCE, config)[0].text
+
+
 def test_runtime_hierarchical_runs_without_torch(bundle):
     code = (
         "import sys, runtime\n"

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
-from runtime.parameters import CHAT_MODES
+from runtime.parameters import CHAT_MODES, PRESETS
 
 from . import checks, votes, widgets
-from .compare_tab import METRIC_HEADERS, PRESETS, metric_row, preset_config
+from .compare_tab import METRIC_HEADERS, metric_row, preset_config
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4

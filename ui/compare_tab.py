@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 import runtime
+from runtime.parameters import ADAPTER_PRESET, PRESETS
 
 from . import checks, downloads, expectations, links, metrics, study_section, widgets
 from .generate_tab import memorisation, samples_of, shown_text
@@ -34,32 +35,6 @@ INTRO = (
     "It opens on the SmolLM2 flagship against its Bible fine-tune (an adapter), so you see what "
     "fine-tuning does; the chat arena (vote on replies) has its own tab."
 )
-ADAPTER_PRESET = "top-p 0.95, temperature 0.9, repetition penalty 1.1"
-# Decoding presets: GenerationConfig fields. "samples" become num_return_sequences where the
-# preset can return several sequences (sampling; beam search up to its width).
-PRESETS = {
-    "greedy": {},
-    "greedy, no repeat 2-gram": {"no_repeat_ngram_size": 2},
-    "beam 5": {"num_beams": 5},
-    "beam 5, no repeat 2-gram": {"num_beams": 5, "no_repeat_ngram_size": 2},
-    "sampling, temperature 1.0": {"do_sample": True},
-    "sampling, temperature 0.7": {"do_sample": True, "temperature": 0.7},
-    "top-k 5": {"do_sample": True, "top_k": 5},
-    "top-k 50": {"do_sample": True, "top_k": 50},
-    "top-k 1000": {"do_sample": True, "top_k": 1000},
-    "top-p 0.95": {"do_sample": True, "top_p": 0.95},
-    "top-p 0.8": {"do_sample": True, "top_p": 0.8},
-    "min-p 0.1": {"do_sample": True, "min_p": 0.1},
-    # The SmolLM2 adapters' own defaults, and greedy with the penalty that keeps them out of
-    # loops (docs/APP.md, "Adapter defaults": bench/adapter_penalties.py).
-    ADAPTER_PRESET: {
-        "do_sample": True,
-        "temperature": 0.9,
-        "top_p": 0.95,
-        "repetition_penalty": 1.1,
-    },
-    "greedy, repetition penalty 1.2": {"repetition_penalty": 1.2},
-}
 DEFAULT_PRESETS = ["top-p 0.95", "greedy", "top-k 5", "beam 5"]
 METRIC_HEADERS = [
     "column",

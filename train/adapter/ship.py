@@ -24,6 +24,7 @@ from pathlib import Path
 from export.corpus import load_verses
 from export.manifest import seal
 from runtime.manifest import Manifest
+from runtime.parameters import ADAPTER_PRESET, PRESETS
 from train import common, data
 
 from . import evaluation as adapter_eval
@@ -34,13 +35,12 @@ SAMPLES = 50  # generated samples per control value (seed 000's check; bible-lm 
 SAMPLE_TOKENS = 64
 STOP = (adapter.TEXT_END,)  # a passage ends at its closing tag
 AUTHORS_SHOWN = 10  # the treasury adapter's author picker: Spurgeon and the most quoted writers
+# What an adapter's manifest recommends: the app's adapter preset (runtime/parameters.py), 96
+# new tokens, and stopping at the passage's closing tag.
 GENERATION_DEFAULTS = {
     "max_new_tokens": 96,
-    "do_sample": True,
-    "top_p": 0.95,
+    **PRESETS[ADAPTER_PRESET],
     "top_k": 0,
-    "temperature": 0.9,
-    "repetition_penalty": 1.1,
     "stop": [adapter.TEXT_END],
 }
 CORPUS_NAMES = {
