@@ -191,9 +191,9 @@ def test_heat_map_caps_long_axes_and_says_so():
 
 def test_the_model_line_says_how_the_model_attends_to_its_source():
     gru = alignment_view.model_line(manifest_of("seq2seq", architecture="gru"))
-    assert gru.startswith("**No attention**: a GRU encoder–decoder that ")
+    assert gru.startswith("**No attention, no heat map**: a GRU encoder–decoder (Cho et al. 2014)")
     bart = alignment_view.model_line(manifest_of("seq2seq", architecture="bart"))
-    assert "a transformer (bart)" in bart and "(1 decoder layers × 1 heads" in bart
+    assert "a transformer encoder–decoder (bart)" in bart and "(1 decoder layers × 1 heads" in bart
     decoder_only = alignment_view.model_line(manifest_of(architecture="gpt2"))
     assert decoder_only.startswith("**No source attention**: a decoder-only gpt2")
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from runtime.alignment import Alignment
 from runtime.manifest import Manifest
+from runtime.recurrent import ATTENTION, RECURRENT_ARCHITECTURES
 
 SOURCE, OUTPUT, WEIGHT = "source token", "output token", "attention"
 MAX_TOKENS = 40  # per axis: 40 upright labels fit the plot's 600 px minimum
@@ -94,32 +95,46 @@ def caption(model: str, found: Alignment, limit: int = MAX_TOKENS) -> str:
     return line
 
 
+def attends(manifest: Manifest) -> bool:
+    """Whether the model has source attention to draw: a seq2seq model, and for a recurrent one
+    (runtime/recurrent.py) only when its decoder step outputs the attention α."""
+    if manifest.task != "seq2seq":
+        return False
+    if manifest.architecture not in RECURRENT_ARCHITECTURES:
+        return True
+    decoder = manifest.graphs.get("decoder")
+    return decoder is not None and ATTENTION in decoder.outputs
+
+
 def model_line(manifest: Manifest) -> str:
-    """One line: how the model attends to its source ("**No attention**: a GRU encoder–decoder
-    that …" for architecture "gru"), and what seed 001 says to look for."""
+    """One line: what the model is, how it attends to its source ("**No attention**: a GRU
+    encoder–decoder (Cho et al. 2014) that …" for architecture "gru"), and what seed 001 says to
+    look for."""
     architecture = manifest.architecture or "model"
     if manifest.task != "seq2seq":
         return f"**No source attention**: a decoder-only {architecture} has no source to align."
     if architecture == "gru":
         return (
-            "**No attention**: a GRU encoder–decoder that squeezes the whole source into one "
-            "context vector before it writes (Cho et al. 2014). Seed 001: that single vector "
-            "degrades on long sentences, so compare a long verse with the attention model's."
+            "**No attention, no heat map**: a GRU encoder–decoder (Cho et al. 2014) that squeezes "
+            "the whole source into one context vector before it writes a word, so there are no "
+            "attention weights to draw. Seed 001: that one vector degrades on long sentences; "
+            "rewrite a long verse here and with the GRU attention model to see it."
         )
     if architecture == "gru-attention":
         return (
-            "**Attention**: a GRU encoder–decoder that, for every word it writes, weighs each "
-            "source token anew (Bahdanau et al. 2015), one heat-map row per word. Seed 001: "
-            "attention aligns output words with source words (a verse kept word for word draws "
-            "a diagonal) and holds up on long sentences, where one context vector degrades."
+            "**Attention**: a bidirectional GRU encoder and a GRU decoder with additive attention "
+            "(Bahdanau et al. 2015), which weighs every source token anew for each word it "
+            "writes: one heat-map row per word. Seed 001: attention aligns output words with "
+            "source words (a verse kept word for word draws a diagonal) and holds up on long "
+            "sentences, where one context vector degrades."
         )
     layers, heads = manifest.num_layers, manifest.num_heads
     shape = f" ({layers} decoder layers × {heads} heads, averaged)" if layers and heads else ""
     return (
-        f"**Attention**: a transformer ({architecture}) whose decoder reads the whole source at "
-        f"every word it writes{shape}. Seed 001: attention aligns output words with source words "
-        "(a verse kept word for word draws a diagonal), where a single context vector degrades "
-        "on long sentences."
+        f"**Attention**: a transformer encoder–decoder ({architecture}) whose decoder reads the "
+        f"whole source at every word it writes{shape}. Seed 001: attention aligns output words "
+        "with source words (a verse kept word for word draws a diagonal), where a single "
+        "context vector degrades on long sentences."
     )
 
 

@@ -7,9 +7,13 @@ never from its name (docs/APP.md, "How models are chosen"):
 
 - generation: causal LMs and seq2seq models (tasks "causal-lm", "seq2seq"); causal LMs first,
   those with controls before those without;
-- rewriting: models with a `length_ratio` or `length` control;
-- translation: seq2seq models; those whose training_data names two different languages
-  (`source_language`/`target_language`, or `pair` "en-es") first, English → Spanish first of all;
+- rewriting: seq2seq models with a `length_ratio` or `length` control, or whose training_data
+  names the same source and target language (a rewrite, not a translation: seed 001's GRUs,
+  which have no length control); `length_ratio` first, then `length`, then those without;
+- translation: seq2seq models, except those trained on one language to the same (they rewrite,
+  and the Rewrite tab has them); those whose training_data names two different languages
+  (`source_language`/`target_language`, or `pair` "en-es") first, English → Spanish first of all,
+  then those that name no languages (they may translate; nothing says otherwise);
 - embeddings: models whose manifest names an `embeddings` file;
 - paraphrase: "hierarchical-lm" models with an `autoencoder_decoder` graph.
 - masked LMs: task "fill-mask" (the Masked LM tab), base before large (fewer parameters first);
@@ -246,19 +250,38 @@ class ModelRegistry:
     def word_vector_sets(self) -> list[str]:
         return [n for n in self.names if self.manifest(n).task == "word-vectors"]
 
-    def rewriters(self) -> list[str]:
-        def rank(name):
-            return "length_ratio" not in self.manifest(name).controls
+    def length_controls(self, name: str) -> list[str]:
+        """The model's length controls (`length_ratio`, `length`) in that order; none for a
+        model that rewrites at the length it chooses."""
+        return [control for control in LENGTH_CONTROLS if control in self.controls_of(name)]
 
-        found = [n for n in self.names if set(LENGTH_CONTROLS) & set(self.controls_of(n))]
+    def _same_language(self, name: str) -> bool:
+        pair = languages(self.manifest(name))
+        return pair is not None and pair[0] == pair[1]
+
+    def rewriters(self) -> list[str]:
+        def rank(name):  # length_ratio, then length, then no length control
+            controls = self.length_controls(name)
+            return LENGTH_CONTROLS.index(controls[0]) if controls else len(LENGTH_CONTROLS)
+
+        found = [
+            n
+            for n in self.names
+            if self.manifest(n).task == "seq2seq"
+            and (self.length_controls(n) or self._same_language(n))
+        ]
         return sorted(self._ordered(found), key=rank)
 
     def translators(self) -> list[str]:
         def rank(name):
             pair = languages(self.manifest(name))
-            return (pair is None or pair[0] == pair[1], pair != ("en", "es"))
+            return (pair is None, pair != ("en", "es"))
 
-        found = [n for n in self.names if self.manifest(n).task == "seq2seq"]
+        found = [
+            n
+            for n in self.names
+            if self.manifest(n).task == "seq2seq" and not self._same_language(n)
+        ]
         return sorted(self._ordered(found), key=rank)
 
     def paraphrasers(self) -> list[str]:

@@ -1,13 +1,16 @@
 """The Rewrite tab (seed 004): rewrite a line to a target length, checked against subtitle rules.
 
 The target is a ratio (the `length_ratio` control; the runtime takes the nearest listed value)
-or a category (the `length` control), whichever the model has. The output is measured against
-the source (achieved ratio in subwords and in characters, ui/subtitles.py) and against
-configurable subtitle limits, with pass/fail badges. The sweep rewrites the line at every ratio
-the model knows (or every category) and plots requested against achieved. After each rewrite
-the attention heat map shows where in the source the model looked for each output token
-(runtime/alignment.py, drawn by ui/alignment_view.py), under one line on how the model attends
-and what seed 001 says to look for; a model without attention gets the line and no map.
+or a category (the `length` control), whichever the model has. A model without either (seed
+001's GRU encoder–decoders) rewrites at the length it chooses: the target inputs are disabled and
+say so, the endpoints ignore them, and the sweep is off for it (its endpoint refuses it). The
+output is measured against the source (achieved ratio in subwords and in characters,
+ui/subtitles.py) and against configurable subtitle limits, with pass/fail badges. The sweep
+rewrites the line at every ratio the model knows (or every category) and plots requested against
+achieved. After each rewrite the attention heat map shows where in the source the model looked
+for each output token (runtime/alignment.py, drawn by ui/alignment_view.py), under one line on
+what the model is, how it attends and what seed 001 says to look for; a model without attention
+gets the line and no map. Which models are listed: ui/registry.py's `rewriters`.
 Endpoints: `/rewrite` → (text, report HTML, measurements), `/rewrite_sweep` → (plot, table).
 """
 
@@ -41,8 +44,11 @@ SWEEP_HEADERS = [
 
 
 def target_controls(registry, model, target, ratio, category) -> dict:
-    """The controls for the chosen target, checked against what the model offers."""
+    """The controls for the chosen target, checked against what the model offers; none for a
+    model without length controls, whatever the target inputs hold (they do not apply to it)."""
     checks.choice("target", target, TARGETS)
+    if not registry.length_controls(model):
+        return {}
     controls = registry.controls_of(model)
     if target == "ratio":
         if "length_ratio" not in controls:
@@ -129,7 +135,10 @@ def sweep_values(registry, model) -> tuple[str, list]:
         return "length_ratio", [v for v in values if 0.1 <= v <= 2.0]
     if "length" in controls:
         return "length", list(controls["length"]["values"])
-    raise ValueError(f"model {model!r} has no `length_ratio` or `length` control to sweep")
+    raise ValueError(
+        f"`model` must have a `length_ratio` or `length` control to sweep, got {model!r}, which "
+        "rewrites at the length it chooses: use Rewrite"
+    )
 
 
 STEERED = re.compile(r"value tokens.*?\(\s*([\d.]+)\s*-\s*([\d.]+)\s*\)")
@@ -177,6 +186,7 @@ class RewriteInputs:
     target: gr.Radio
     ratio: gr.Slider
     category: gr.Dropdown
+    target_note: gr.Markdown  # says when the target does not apply to the model
     decoding: widgets.DecodingInputs
     subtitle: dict  # chars_per_line, max_lines, chars_per_second, duration -> component
     run: gr.Button
@@ -211,8 +221,9 @@ def build(registry) -> None:
         gr.Markdown(intro(registry, names), elem_classes="model-note")
         if not names:
             gr.Markdown(
-                "No installed model has a `length_ratio` or `length` control (seed 004's "
-                "length tokens), so there is nothing to rewrite with.",
+                "No installed model rewrites: none is a seq2seq model with a `length_ratio` or "
+                "`length` control (seed 004's length tokens) or trained from one language to "
+                'the same (docs/APP.md, "How models are chosen").',
                 elem_classes="notice",
             )
         with gr.Row():
@@ -230,13 +241,19 @@ def input_column(registry, names: list[str]) -> RewriteInputs:
     model = widgets.model_picker(names)
     widgets.model_card(registry, model)
     source = gr.Textbox(examples.KJV[0], label="Line to rewrite", lines=3)
-    target, ratio, category = target_inputs(registry.controls_of(names[0]) if names else {})
+    target, ratio, category, target_note = target_inputs(registry, model.value)
     decoding = widgets.decoding_inputs(mode="beam search", max_new_tokens=96, with_samples=False)
     subtitle = subtitle_inputs()
     with gr.Row():
         run = gr.Button("Rewrite", variant="primary", interactive=bool(names))
-        sweep = gr.Button("Sweep every ratio", interactive=bool(names))
-    inputs = RewriteInputs(model, source, target, ratio, category, decoding, subtitle, run, sweep)
+        sweep = gr.Button(
+            "Sweep every ratio",
+            interactive=bool(names) and bool(registry.length_controls(model.value)),
+            elem_id="rewrite-sweep-button",
+        )
+    inputs = RewriteInputs(
+        model, source, target, ratio, category, target_note, decoding, subtitle, run, sweep
+    )
     links.shareable("rewrite", "rewrite", inputs.by_name())
     gr.Examples(
         [[line] for line in examples.KJV],
@@ -247,13 +264,43 @@ def input_column(registry, names: list[str]) -> RewriteInputs:
     return inputs
 
 
-def target_inputs(has: dict) -> tuple[gr.Radio, gr.Slider, gr.Dropdown]:
-    """The target kind, the ratio and the category, for a first model with controls `has`."""
+def without_length_control(model: str) -> str:
+    """The line under the target inputs for a model that has no length control."""
+    return (
+        f"**{model}** has no length control (it was not trained with seed 004's length tokens): "
+        "it rewrites at the length it chooses, so the target length does not apply and the "
+        "sweep is off."
+    )
+
+
+def target_state(registry, model: str | None) -> dict:
+    """What the target inputs show for `model`: the target kind, the categories, whether they
+    apply (a model without length controls ignores them) and the line saying so."""
+    has = registry.controls_of(model) if model else {}
+    categories = list(has.get("length", {}).get("values", {}))
+    applies = not model or bool(registry.length_controls(model))
+    if not applies:
+        kind = "none"
+    else:
+        kind = "ratio" if "length_ratio" in has else "category"
+    return {
+        "target": kind,
+        "categories": categories,
+        "applies": applies,
+        "note": "" if applies else without_length_control(model),
+    }
+
+
+def target_inputs(registry, model: str | None):
+    """The target kind, the ratio, the category and the line saying when they do not apply, for
+    the first `model`."""
+    state = target_state(registry, model)
     with gr.Row():
         target = gr.Radio(
             list(TARGETS),
-            value="ratio" if "length_ratio" in has else "category",
+            value=state["target"],
             label="Target length",
+            interactive=state["applies"],
         )
         ratio = widgets.setting_slider(
             0.1,
@@ -263,15 +310,17 @@ def target_inputs(has: dict) -> tuple[gr.Radio, gr.Slider, gr.Dropdown]:
             label="Ratio (output / source)",
             scale=2,
             min_width=200,  # narrower, the slider's maximum label is cut off
+            interactive=state["applies"],
         )
-        categories = list(has.get("length", {}).get("values", {}))
         category = gr.Dropdown(
-            categories,
-            value=categories[0] if categories else None,
+            state["categories"],
+            value=state["categories"][0] if state["categories"] else None,
             label="Category",
             allow_custom_value=True,
+            interactive=state["applies"],
         )
-    return target, ratio, category
+    note = gr.Markdown(state["note"], elem_id="rewrite-target-note", elem_classes="model-note")
+    return target, ratio, category, note
 
 
 def subtitle_inputs() -> dict:
@@ -301,7 +350,7 @@ def output_column(registry, model: gr.Dropdown) -> RewriteOutputs:
     widgets.model_note(registry, model, "rewrite-model-note")
     errors = widgets.error_box("rewrite-error")
     loops = widgets.loop_warning("rewrite-loops")
-    output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"])
+    output = gr.Textbox(label="Rewrite", lines=3, buttons=["copy"], elem_id="rewrite-output")
     report = gr.HTML(label="Subtitle check", elem_id="rewrite-report")
     with gr.Accordion("Measurements", open=False):
         measured = gr.JSON(label="Measurements")
@@ -329,21 +378,37 @@ def output_column(registry, model: gr.Dropdown) -> RewriteOutputs:
 
 
 def follow_model(registry, inputs: RewriteInputs, outputs: RewriteOutputs) -> None:
-    """A picked model sets the target kind and categories it offers, and the attention line."""
+    """A picked model sets the target kind and categories it offers (or disables the target
+    inputs and the sweep when it has no length control), and the attention line."""
 
     def for_model(name):
-        has = registry.controls_of(name) if name else {}
-        values = list(has.get("length", {}).get("values", {}))
+        state = target_state(registry, name)
+        categories = state["categories"]
+        applies = state["applies"]
         return (
-            gr.update(value="ratio" if "length_ratio" in has else "category"),
-            gr.update(choices=values, value=values[0] if values else None),
+            gr.update(value=state["target"], interactive=applies),
+            gr.update(interactive=applies),
+            gr.update(
+                choices=categories,
+                value=categories[0] if categories else None,
+                interactive=applies,
+            ),
+            state["note"],
+            gr.update(interactive=applies),
             alignment_view.model_line(registry.manifest(name)) if name else "",
         )
 
     inputs.model.change(
         for_model,
         inputs.model,
-        [inputs.target, inputs.category, outputs.attention_note],
+        [
+            inputs.target,
+            inputs.ratio,
+            inputs.category,
+            inputs.target_note,
+            inputs.sweep,
+            outputs.attention_note,
+        ],
         queue=False,
         api_visibility="private",
     )
@@ -390,10 +455,14 @@ def wire(registry, inputs: RewriteInputs, outputs: RewriteOutputs) -> None:
 
 def attention_view(registry, shown: dict | None) -> tuple:
     """(plot update, attention line) for the run `shown` describes: the heat map, or, for a
-    model whose attention cannot be read, the plot hidden and the line saying why."""
+    model without attention or whose attention cannot be read, the plot hidden and the line
+    (saying why, for the latter)."""
     if not shown:
         return gr.update(visible=False), gr.skip()
-    line = alignment_view.model_line(registry.manifest(shown["model"]))
+    manifest = registry.manifest(shown["model"])
+    line = alignment_view.model_line(manifest)
+    if not alignment_view.attends(manifest):
+        return gr.update(visible=False), line
     try:
         found = alignment.alignment(
             registry.get(shown["model"]), shown["source"], shown["text"], shown["controls"]
