@@ -16,6 +16,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from runtime.chat import MAX_CHARS, ChatMixin, ChatTemplate, check_messages, hf_chat_fields
+from tests.manifest_fixtures import manifest_of
 
 CHATML_SMOLLM2 = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -328,7 +329,7 @@ class _TinyChat(ChatMixin):
         self.tokenizer = tokenizer
         special = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
         chat = {"template": CHATML_SMOLLM2, "special_tokens": special}
-        self.manifest = {"task": "causal-lm", "chat": chat}
+        self.manifest = manifest_of(chat=chat)
 
 
 def test_conversations_encode_as_transformers_encodes_them():

@@ -13,6 +13,7 @@ import pytest
 import runtime
 from export.ngram_index import add_ngram_index, build_ngram_index
 from runtime.memorisation import memorised
+from tests.manifest_fixtures import manifest_of
 from train import data, evaluate
 from ui.compare_tab import METRIC_HEADERS, run_columns
 from ui.generate_tab import memorisation
@@ -98,7 +99,7 @@ def test_a_bundle_without_the_index_says_so(tmp_path):
 
 
 def test_only_causal_lm_bundles_get_an_index(tmp_path):
-    (tmp_path / "manifest.json").write_text(json.dumps({"task": "seq2seq"}))
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest_of("seq2seq").to_json()))
     with pytest.raises(ValueError, match="`bundle` must be a causal-lm bundle"):
         add_ngram_index(tmp_path, TRAINING, "x")
 
