@@ -18,10 +18,12 @@ import torch
 import runtime
 from export import gru_seq2seq as gru_export
 from modeling import gru_seq2seq as model_definition
+from runtime.bundle import read_manifest
 from runtime.manifest import Manifest
 from runtime.recurrent import RecurrentSeq2SeqLM
-from train import data
+from train import common, data
 from train import gru_seq2seq as recipe
+from train import gru_seq2seq_eval as gru_eval
 
 VARIANTS = ("context", "attention")
 SOURCES = (
@@ -33,7 +35,8 @@ TINY = {"embedding": 16, "encoder_hidden": 12, "decoder_hidden": 20, "attention_
 
 
 def _tiny_run(directory: Path, variant: str, seed: int = 0) -> Path:
-    """A run folder (what training leaves) holding a tiny randomly initialised model."""
+    """A run folder (what training leaves) holding a tiny randomly initialised model, with a
+    two-row loss log and its plot."""
     special = recipe.special_ids(recipe.TOKENIZER)
     config = replace(
         model_definition.PRESETS[variant],
@@ -48,6 +51,13 @@ def _tiny_run(directory: Path, variant: str, seed: int = 0) -> Path:
     model_definition.save_config(config, directory)
     torch.save(model.state_dict(), directory / model_definition.WEIGHTS_FILE)
     shutil.copyfile(recipe.TOKENIZER, directory / "tokenizer.json")
+    log = common.LossLog(directory / common.LOSS_CSV)
+    log.start()
+    for step, val_loss in ((1, ""), (2, 8.5)):
+        log.append({"step": step, "epoch": 0, "tokens": 40 * step, "lr": 1e-3,
+                    "train_loss": 9.0 - step / 10, "val_loss": val_loss,
+                    "train_seconds": float(step)})  # fmt: skip
+    common.plot_losses(directory / common.LOSS_CSV, directory / common.LOSS_PNG, variant)
     return directory
 
 
@@ -161,6 +171,85 @@ def test_bad_run_arguments_raise_value_error(tmp_path):
         recipe.run("transformer", tmp_path / "p.npz", tmp_path / "run")
     with pytest.raises(ValueError, match="`device` must be"):
         recipe.run("context", tmp_path / "p.npz", tmp_path / "run", device="tpu")
+
+
+def test_length_buckets_cover_every_source_length():
+    assert [gru_eval.bucket_of(n) for n in (1, 10, 11, 40, 41, 300)] == [
+        "1–10", "1–10", "11–20", "31–40", "41+", "41+"
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="`words` must be at least 1"):
+        gru_eval.bucket_of(0)
+    found = gru_eval.scores(["a b c d", "x y"], ["a b c d", "p q"], ["1–10", "41+"])
+    assert found["by_length"]["1–10"]["bleu"] == pytest.approx(100.0)
+    assert found["by_length"]["41+"]["bleu"] == pytest.approx(0.0)
+    assert set(found["by_length"]) == {"1–10", "41+"}  # empty buckets are left out
+
+
+def _rewriter_training_fields() -> set[str]:
+    return set(Manifest.read(recipe.REWRITER / "manifest.json").training_data)
+
+
+def test_ship_writes_evaluated_sealed_bundles_with_their_cards(tmp_path):
+    pairs = tmp_path / "pairs.npz"
+    recipe.write_pairs(data.FIXTURE, recipe.TOKENIZER, pairs)
+    runs = {v: _tiny_run(tmp_path / f"run-{v}", v, seed=i) for i, v in enumerate(VARIANTS)}
+    models = tmp_path / "models"
+    results = recipe.ship(runs, pairs, models, sample_verses=2, progress=False)
+    test_pairs = len(recipe.read_pairs(pairs, "test"))
+    assert results["test_pairs"] == test_pairs == sum(results["buckets"].values())
+    assert set(results["systems"]) == {
+        "rewriter-gru greedy", "rewriter-gru beam 3", "rewriter-gru-attention greedy",
+        "rewriter-gru-attention beam 3", "rewriter (mBART)", gru_eval.COPY,
+    }  # fmt: skip
+    mbart = results["systems"]["rewriter (mBART)"]
+    assert mbart["decoding"] == {"num_beams": 3, "max_new_tokens": 127}  # its manifest defaults
+    assert mbart["bleu"] > results["systems"]["rewriter-gru greedy"]["bleu"]  # tiny random GRU
+    for variant, name in recipe.SHIP_NAMES.items():
+        bundle = models / name / "int8"
+        manifest = read_manifest(bundle)  # every checksum, README.md and evaluation.json included
+        assert {"README.md", "evaluation.json", "loss.png"} <= set(manifest.files)
+        assert manifest.architecture == model_definition.PRESETS[variant].architecture
+        assert set(manifest.training_data) == _rewriter_training_fields() | {"steps"}
+        assert manifest.training_data["source_language"] == "en"
+        assert manifest.training_data["target_language"] == "en"
+        assert manifest.training_data["steps"] == 2
+        assert manifest.metrics["bleu greedy"] == round(
+            results["systems"][f"{name} greedy"]["bleu"], 2
+        )
+        evaluation = common.read_json(bundle / "evaluation.json")
+        assert evaluation["int8_vs_fp32"][name]["sources"] == test_pairs
+        card = (bundle / "README.md").read_text()
+        for heading in ("## BLEU by source length", "## int8 against fp32", "![loss curve]"):
+            assert heading in card
+        gen = runtime.load(bundle)
+        greedy = runtime.GenerationConfig(num_beams=1, max_new_tokens=127)
+        for sample in evaluation["greedy_samples"]:
+            assert gen.generate(sample["kjv"], greedy)[0].text.strip() == sample["output"]
+            assert f"greedy: {sample['output']}" in card
+
+
+def test_ship_refuses_an_unknown_variant(tmp_path):
+    with pytest.raises(ValueError, match="`runs` variants must be in"):
+        recipe.ship({"transformer": tmp_path}, tmp_path / "pairs.npz", tmp_path / "models")
+
+
+@pytest.mark.parametrize("name", sorted(recipe.SHIP_NAMES.values()))
+def test_shipped_bundle_writes_what_its_card_says(name):
+    bundle = recipe.REPO / "models" / name / "int8"
+    if not (bundle / "manifest.json").exists():
+        pytest.skip(f"{name} is not shipped")
+    gen = runtime.load(bundle)  # checks every sha256 first
+    manifest = gen.manifest
+    assert set(manifest.training_data) == _rewriter_training_fields() | {"steps"}
+    assert manifest.training_data["source_language"] == manifest.training_data["target_language"]
+    evaluation = common.read_json(bundle / "evaluation.json")
+    assert evaluation["test_pairs"] == sum(evaluation["buckets"].values())
+    card = (bundle / "README.md").read_text()
+    greedy = runtime.GenerationConfig(num_beams=1, max_new_tokens=127)
+    assert evaluation["greedy_samples"]
+    for sample in evaluation["greedy_samples"]:
+        assert f"KJV: {sample['kjv']}" in card and f"greedy: {sample['output']}" in card
+        assert gen.generate(sample["kjv"], greedy)[0].text.strip() == sample["output"]
 
 
 # ---- export ----------------------------------------------------------------------------------

@@ -17,10 +17,17 @@ model.pt, tokenizer.json (and loss.csv, loss.png, checkpoint.pt, train.log).
     python -m train.gru_seq2seq --pairs /tmp/pairs.npz --pairs-only     # build the pairs file
     python -m train.gru_seq2seq --variant attention --pairs /tmp/pairs.npz --out RUN --device cuda
     python -m train.gru_seq2seq --pairs /tmp/pairs.npz --evaluate BUNDLE [--eval-pairs 500]
+    python -m train.gru_seq2seq --pairs /tmp/pairs.npz --ship context=RUN attention=RUN
 
 Evaluation (`--evaluate`, an exported bundle through the runtime): sacreBLEU, chrF and ROUGE-2
 recall against the WEB on the test books, next to the copy baseline (the KJV source itself), as
 the rewriter's card reports them, beam 3.
+
+Shipping (`--ship VARIANT=RUN …`): each finished run exported as an int8 bundle into
+models/rewriter-gru/int8 and models/rewriter-gru-attention/int8, evaluated on the whole test
+split next to the shipped mBART rewriter (train/gru_seq2seq_eval.py: BLEU and chrF overall and
+by source length, int8 against fp32), with evaluation.json, loss.png, the card
+(train/gru_seq2seq_card.py) and the manifest's metrics and training data, sealed last.
 
 Does not cover: the models (modeling/gru_seq2seq.py), export (export/gru_seq2seq.py), the mBART
 recipes (train/seq2seq_recipes.py).
@@ -29,10 +36,12 @@ recipes (train/seq2seq_recipes.py).
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import logging
 import random
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, replace
@@ -44,7 +53,11 @@ import torch
 from modeling import gru_seq2seq as model_definition
 from train import common, data, evaluate, seq2seq
 
-TOKENIZER = Path(__file__).resolve().parents[1] / "models" / "rewriter" / "int8" / "tokenizer.json"
+REPO = Path(__file__).resolve().parents[1]
+REWRITER = REPO / "models" / "rewriter" / "int8"  # the shipped mBART rewriter
+TOKENIZER = REWRITER / "tokenizer.json"
+SHIP_NAMES = {"context": "rewriter-gru", "attention": "rewriter-gru-attention"}
+SAMPLE_VERSES = 3  # fixture test verses whose greedy rewrites a card records (tests check them)
 SOURCE, TARGET = "kjv", "web"
 POSITIONS = seq2seq.REWRITER_FULL.positions  # the rewriter's pair filter: sources and targets fit
 LOG_FILE = "train.log"
@@ -329,6 +342,152 @@ def evaluate_bundle(
     }
 
 
+# ---------------------------------------------------------------------------------------------
+# Shipping: int8 bundles in models/, evaluated against the mBART rewriter, with their cards
+
+
+def run_summary(run_dir: Path, training_pairs: int) -> dict:
+    """What a finished run's loss.csv, train.log and config say: steps, epochs, time, losses,
+    threads and sizes (threads None and the default batch size without a train.log)."""
+    rows = common.LossLog(run_dir / common.LOSS_CSV).rows()
+    last = rows[-1]
+    starts = [line for line in _log_lines(run_dir) if " start " in line or " resume " in line]
+    size = asdict(FULL)
+    threads = None
+    if starts:
+        size = ast.literal_eval(starts[-1].split(" size ", 1)[1])
+        threads = int(re.search(r"threads (\d+)", starts[-1]).group(1))
+    steps = int(last["step"])
+    return {
+        "steps": steps,
+        "batch_size": size["batch_size"],
+        "epochs": round(steps * size["batch_size"] / training_pairs, 2),
+        "target_tokens": int(last["tokens"]),
+        "train_seconds": float(last["train_seconds"]),
+        "steps_per_second": common.steps_per_second(run_dir / common.LOSS_CSV),
+        "threads": threads,
+        "lr": size["lr"],
+        "warmup": size["warmup"],
+        "final_train_loss": float(last["train_loss"]),
+        "validation_losses": {
+            int(r["step"]): float(r["val_loss"]) for r in rows if r["val_loss"] not in ("", None)
+        },
+        "model": asdict(model_definition.load_config(run_dir)),
+    }
+
+
+def _log_lines(run_dir: Path) -> list[str]:
+    path = run_dir / LOG_FILE
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def training_data(pairs_path: Path, steps: int) -> dict:
+    """The manifest's training_data, with the fields of the mBART rewriter's and the steps."""
+    return {
+        "corpus": f"{SOURCE.upper()} -> {TARGET.upper()} verse pairs from the SWORD modules "
+        "engKJV2006eb, engWEB2015eb, spaRV1909eb (canonical books)",
+        "source_language": "en",
+        "target_language": "en",
+        "training pairs": len(read_pairs(pairs_path, "train")),
+        "pair filter": f"{data.PAIR_BOUNDS}",
+        "split": common.split_description(),
+        "licence": "public domain",
+        "steps": steps,
+    }
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the repository when inside it, so results read the same anywhere."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def ship(
+    runs: dict[str, Path],
+    pairs_path: Path,
+    models_dir: Path = REPO / "models",
+    rewriter: Path = REWRITER,
+    sample_verses: int = SAMPLE_VERSES,
+    progress: bool = True,
+) -> dict:
+    """Export each finished run (variant -> run folder) to models_dir/<SHIP_NAMES>/int8,
+    evaluate the int8 bundles (greedy and beam 3) and the mBART rewriter (its defaults) on the
+    whole test split (train/gru_seq2seq_eval.py), measure int8 against an fp32 export of the same
+    run, then write each bundle's evaluation.json, card and metrics and seal it. Returns the
+    evaluation."""
+    import tempfile
+
+    from export import gru_seq2seq as gru_export
+    from export.manifest import seal
+    from train import gru_seq2seq_card
+    from train import gru_seq2seq_eval as gru_eval
+
+    unknown = sorted(set(runs) - set(SHIP_NAMES))
+    if unknown:
+        raise ValueError(f"`runs` variants must be in {sorted(SHIP_NAMES)}, got {unknown}")
+    test = read_pairs(pairs_path, "test")
+    training_pairs = len(read_pairs(pairs_path, "train"))
+    fixture_sources = [r["kjv"] for r in data.load_verses(data.FIXTURE, split="test")]
+    fixture_sources = fixture_sources[:sample_verses]
+    bundles, summaries, parity, manifests, samples = {}, {}, {}, {}, {}
+    systems = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for variant, run_dir in runs.items():
+            name = SHIP_NAMES[variant]
+            summaries[name] = run_summary(run_dir, training_pairs)
+            bundles[name] = models_dir / name / "int8"
+            manifests[name] = gru_export.export_bundle(
+                run_dir,
+                bundles[name],
+                "int8",
+                name=name,
+                training_data=training_data(pairs_path, summaries[name]["steps"]),
+            )
+            fp32 = gru_export.export_bundle(run_dir, Path(tmp) / name, "fp32", name=name)
+            parity[name] = gru_eval.int8_parity(
+                bundles[name], Path(tmp) / name, [p.source for p in test], [p.target for p in test]
+            )
+            parity[name]["fp32_vs_pytorch_max_abs_logit_diff"] = fp32.parity["logits_max_abs_diff"]
+            samples[name] = gru_eval.greedy_samples(bundles[name], fixture_sources)
+            systems += [
+                gru_eval.System(f"{name} greedy", bundles[name], 1),
+                gru_eval.System(f"{name} beam 3", bundles[name], 3),
+            ]
+    systems.append(gru_eval.System(f"{rewriter.parent.name} (mBART)", rewriter))
+    long_rows = [i for i, p in enumerate(test) if gru_eval.source_words(p.source) > 40][:2]
+    results = gru_eval.evaluate_systems(systems, test, sample_rows=long_rows, progress=progress)
+    for found in results["systems"].values():
+        if "bundle" in found:
+            found["bundle"] = _shown(found["bundle"])
+    results["int8_vs_fp32"] = parity
+    results["training"] = summaries
+    for variant, run_dir in runs.items():
+        name = SHIP_NAMES[variant]
+        evaluation = {**results, "greedy_samples": samples[name]}
+        common.write_json(bundles[name] / common.EVALUATION, evaluation)
+        shutil.copyfile(run_dir / common.LOSS_PNG, bundles[name] / common.LOSS_PNG)
+        metrics = {
+            f"{metric} {how}": round(results["systems"][f"{name} {how}"][metric], 2)
+            for how in ("greedy", "beam 3")
+            for metric in ("bleu", "chrf")
+        }
+        copy = results["systems"][gru_eval.COPY]
+        metrics |= {
+            f"{metric} {gru_eval.COPY}": round(copy[metric], 2) for metric in ("bleu", "chrf")
+        }
+        manifest = replace(manifests[name], metrics=metrics)
+        (bundles[name] / "README.md").write_text(
+            gru_seq2seq_card.card(manifest, variant, evaluation, FULL.steps)
+        )
+        seal(bundles[name], manifest, ensure_ascii=False)
+        print(f"shipped {bundles[name]}")
+    total = sum(p.stat().st_size for p in models_dir.rglob("*") if p.is_file()) / 2**20
+    print(f"{models_dir}: {total:.1f} MB in total")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m train.gru_seq2seq", description=__doc__.split("\n\n")[0]
@@ -347,6 +506,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--evaluate", type=Path, help="score this bundle on the test books")
     parser.add_argument("--eval-pairs", type=int, default=0, help="test pairs scored (0: all)")
+    parser.add_argument(
+        "--ship",
+        nargs="+",
+        metavar="VARIANT=RUN",
+        help="export these finished runs as int8 bundles into --models-dir, evaluated and carded",
+    )
+    parser.add_argument("--models-dir", type=Path, default=REPO / "models")
+    parser.add_argument("--rewriter", type=Path, default=REWRITER, help="mBART bundle compared")
     args = parser.parse_args(argv)
     if not args.pairs.exists():
         if not args.verses.exists():
@@ -356,6 +523,10 @@ def main(argv: list[str] | None = None) -> int:
         counts = write_pairs(args.verses, args.tokenizer, args.pairs)
         print(f"wrote {args.pairs}: {counts}")
     if args.pairs_only:
+        return 0
+    if args.ship:
+        runs = dict(item.split("=", 1) for item in args.ship)
+        ship({v: Path(r) for v, r in runs.items()}, args.pairs, args.models_dir, args.rewriter)
         return 0
     if args.evaluate is not None:
         scores = evaluate_bundle(args.evaluate, args.pairs, args.eval_pairs, seed=args.seed)
