@@ -13,9 +13,10 @@ the returned sequence. Medians of `--repeats` rounds in which every engine runs 
 
 `--gru`: each variant of modeling/gru_seq2seq.py (its preset with random weights, torch seed 0,
 or a trained run folder given with `--gru-run`) exported to fp32 and int8 bundles; the same
-32-token source, greedy, exactly 64 new tokens, batch 1: `RecurrentSeq2Seq.greedy` (PyTorch's
-own loop, `--threads` torch threads) against `Generator.generate` on runtime/recurrent.py
-(`--threads` onnxruntime threads; EOS suppressed via min_new_tokens).
+32-token source, greedy, exactly 64 new tokens, batch 1: PyTorch's own loop (the one of
+`RecurrentSeq2Seq.greedy`: encode, then step and argmax, EOS suppressed; `--threads` torch
+threads) against `Generator.generate` on runtime/recurrent.py (`--threads` onnxruntime threads;
+EOS suppressed via min_new_tokens).
 """
 
 from __future__ import annotations
@@ -192,8 +193,15 @@ def gru_runners(paths: dict[str, Path], threads: int, source: np.ndarray) -> dic
     ids = torch.tensor(source)
 
     def pytorch():
-        (tokens,) = model.greedy(ids, torch.ones_like(ids), NEW_TOKENS)
-        assert len(tokens) == NEW_TOKENS, "PyTorch's loop met EOS: pick another source"
+        # RecurrentSeq2Seq.greedy's loop with EOS suppressed, as min_new_tokens does for ours:
+        # a trained model would stop early on this random source.
+        with torch.no_grad():
+            hidden, *memory = model.encode(ids, torch.ones_like(ids))
+            token = torch.full((1,), model.config.bos_token_id)
+            for _ in range(NEW_TOKENS):
+                logits, hidden, *_ = model.step(token, hidden, *memory)
+                logits[:, model.config.eos_token_id] = -torch.inf
+                token = logits.argmax(-1)
 
     out = {("pytorch", "fp32"): pytorch}
     config = runtime.GenerationConfig(

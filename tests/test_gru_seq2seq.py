@@ -378,3 +378,17 @@ def test_alignment_reads_the_attention_models_weights(bundles):
     found = alignment(gen, SOURCES[0], output or "light")
     assert found.weights.shape == (len(found.output_tokens), len(found.source_tokens))
     np.testing.assert_allclose(found.weights.sum(-1), 1.0, atol=1e-5)
+
+
+def test_speed_bench_runs_a_model_that_would_stop_at_once(tmp_path):
+    from bench import seq2seq as bench
+
+    run = _tiny_run(tmp_path / "run", "attention")
+    weights = torch.load(run / model_definition.WEIGHTS_FILE)
+    weights["output_bias"][model_definition.load_config(run).eos_token_id] = 100.0
+    torch.save(weights, run / model_definition.WEIGHTS_FILE)
+    source = np.random.default_rng(0).integers(3, 8000, size=(1, bench.SOURCE_TOKENS))
+    runners = bench.gru_runners(bench.prepare_gru(tmp_path, "attention", run), 1, source)
+    assert set(runners) == {("pytorch", "fp32"), ("scriptorium", "fp32"), ("scriptorium", "int8")}
+    for run_once in runners.values():
+        run_once()  # each decodes exactly NEW_TOKENS tokens, EOS suppressed
