@@ -24,8 +24,7 @@ ROLE = {
         "\u201cincapable of memory\u201d on long sentences. This is that model, the control of the "
         "comparison. What to look for: BLEU falling as the source grows, far more steeply than "
         "for rewriter-gru-attention (same data, same steps, the same parameter count), and "
-        "outputs that start like the source and then drift into fluent but unrelated Bible "
-        "English."
+        "outputs that stay fluent Bible English while losing what the source said."
     ),
     "attention": (
         "Seed 001 (sections 6.3-6.4) says attention lets the decoder \u201cmemorize longer "
@@ -76,7 +75,8 @@ def _architecture(manifest: Manifest, variant: str, evaluation: dict) -> str:
         ("encoder", encoder),
         ("decoder GRU state s_i", model["decoder_hidden"]),
         ("alignment MLP", model["attention_size"] if model["attention"] else "none"),
-        ("readout", "t_i = tanh(R [s_i; y_{i-1}; c_i]), logits = t_i E^T + b"),
+        ("readout", f"t_i = tanh(R [s_i; y_{{i-1}}; {'c_i' if model['attention'] else 'z'}]), "
+                    "logits = t_i E^T + b"),
         ("dropout (training only)", model["dropout"]),
     ]  # fmt: skip
     counts = {
