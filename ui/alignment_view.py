@@ -2,15 +2,17 @@
 and the line saying what the model's attention is and what seed 001 says to look for in it.
 
 Gradio 6.17's native plots draw a Vega-Lite spec the page builds itself: a plot chooses the mark
-(`gr.ScatterPlot`: points), the columns and their types, but not the mark's shape or size. So
-each cell is a small ring whose colour runs from the theme's lightest to its darkest primary
-shade with the weight, and cells under `MIN_WEIGHT` are left out (a row's strongest cell and a
-column's strongest cell are always kept, so every token keeps its label) so that where attention
-goes stands out rather than a field of faint rings. Text axes are sorted as text by the browser
-(the `sort=[…]` that would keep their order makes the page draw nothing, ui/plots.py), so every
-token is numbered: "03 beginning" keeps its place and two " the" stay two rows. Source tokens run
-left to right (x, labels upright to save width), output tokens top to bottom (y); the plot grows
-20 px a row (Vega's default band).
+(`gr.ScatterPlot`: points), the columns and their types, but not the mark's shape or size. (A
+value given as a dict may name another mark, and "rect" fills each cell, but for any mark but
+"point" the page sums y over a nominal x, and the rows collapse into one "NaN" row; the canvas
+takes no CSS.) So each cell is a small ring whose colour runs from the theme's lightest to its
+darkest primary shade with the weight, and cells under `MIN_WEIGHT` are left out (a row's
+strongest cell and a column's strongest cell are always kept, so every token keeps its label) so
+that where attention goes stands out rather than a field of faint rings. Text axes are sorted as
+text by the browser (the `sort=[…]` that would keep their order makes the page draw nothing,
+ui/plots.py), so every token is numbered: "03 beginning" keeps its place and two " the" stay two
+rows. Source tokens run left to right (x, labels upright to save width), output tokens top to
+bottom (y); the plot grows 20 px a row (Vega's default band).
 
 Length: an upright label needs about 13 px. A source of up to `NARROW_TOKENS` tokens fits a
 390 px phone beside the output labels; a longer one keeps the plot at least 600 px wide, and it
