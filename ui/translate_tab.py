@@ -1,9 +1,11 @@
-"""The Translate tab: English → Spanish (any seq2seq model), one line at a time, beam or sampling.
+"""The Translate tab: English → Spanish (seq2seq translators), one line at a time, beam or sampling.
 
-The model list is every seq2seq model, translators first (manifest training_data names two
-languages; English → Spanish first of all, ui/registry.py). Each line of the input is a separate
-source, translated in one batch; with several samples (sampling) or best beams, each line's
-candidates are numbered. Endpoint `/translate` → the translations, one line per source line.
+The model list is every seq2seq model but those trained from one language to the same (they
+rewrite: the Rewrite tab has them), translators first (manifest training_data names two
+languages; English → Spanish first of all, ui/registry.py's `translators`). Each line of the
+input is a separate source, translated in one batch; with several samples (sampling) or best
+beams, each line's candidates are numbered. Endpoint `/translate` → the translations, one line
+per source line.
 """
 
 from __future__ import annotations
@@ -44,7 +46,11 @@ def build(registry) -> None:
     with gr.Tab("Translate", id="translate"):
         gr.Markdown(INTRO, elem_classes="model-note")
         if not names:
-            gr.Markdown("No encoder-decoder (seq2seq) model is installed.", elem_classes="notice")
+            gr.Markdown(
+                "No encoder-decoder (seq2seq) model that translates is installed (those trained "
+                "from one language to the same are on the Rewrite tab).",
+                elem_classes="notice",
+            )
         with gr.Row():
             with gr.Column(scale=2):
                 model = widgets.model_picker(names)
