@@ -246,7 +246,11 @@ def gru_main(args) -> int:
         {
             "benchmark": "seq2seq-gru",
             "environment": common.environment(args.threads),
-            "weights": {v: str(runs.get(v, "random (torch seed 0)")) for v in GRU_VARIANTS},
+            # the run folder's name only: its path is this machine's
+            "weights": {
+                v: f"trained run {Path(runs[v]).name}" if v in runs else "random (torch seed 0)"
+                for v in GRU_VARIANTS
+            },
             "source_tokens": SOURCE_TOKENS,
             "new_tokens": NEW_TOKENS,
             "repeats": args.repeats,
