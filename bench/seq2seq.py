@@ -156,7 +156,7 @@ def prepare_gru(work: Path, variant: str, run: Path | None) -> dict[str, Path]:
 
     from export import gru_seq2seq as gru_export
     from modeling import gru_seq2seq as model_definition
-    from train import gru_seq2seq as recipe
+    from train.seq2seq import gru as recipe
 
     paths = {"run": run or work / f"gru-{variant}-random"}
     if not (paths["run"] / model_definition.WEIGHTS_FILE).exists():

@@ -22,8 +22,8 @@ runtime/recurrent.py) against PyTorch on PARITY_SENTENCES, at two batch sizes, a
 decoding through the runtime against `RecurrentSeq2Seq.greedy`. An fp32 export whose logits
 differ by more than PARITY_TOLERANCE raises ParityError.
 
-Does not cover: training (train/gru_seq2seq.py), decoding (runtime/recurrent.py,
-runtime/search.py), evaluation on the test books (train/gru_seq2seq.py).
+Does not cover: training (train/seq2seq/gru.py), decoding (runtime/recurrent.py,
+runtime/search.py), evaluation on the test books (train/seq2seq/gru.py).
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def export_bundle(
     training_data: dict | None = None,
     metrics: dict | None = None,
 ):
-    """The bundle of the finished run `run_dir` (train/gru_seq2seq.py) in `out_dir`, at
+    """The bundle of the finished run `run_dir` (train/seq2seq/gru.py) in `out_dir`, at
     `precision` ("fp32" or "int8"); returns its sealed manifest (export.manifest.seal's)."""
     from tokenizers import Tokenizer
 

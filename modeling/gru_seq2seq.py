@@ -25,7 +25,7 @@ Each model exposes the decoding contract its ONNX graphs keep (export/gru_seq2se
 `step(previous_token, hidden, *memory) -> (logits, hidden[, α])` once per token; `forward` is
 the teacher-forced training pass and `greedy` the reference decoding loop.
 
-Does not cover: data and training (train/gru_seq2seq.py), ONNX export (export/gru_seq2seq.py),
+Does not cover: data and training (train/seq2seq/gru.py), ONNX export (export/gru_seq2seq.py),
 generation without torch (runtime/recurrent.py).
 """
 

@@ -22,8 +22,8 @@ from runtime.bundle import read_manifest
 from runtime.manifest import Manifest
 from runtime.recurrent import RecurrentSeq2SeqLM
 from train import common, data
-from train import gru_seq2seq as recipe
-from train import gru_seq2seq_eval as gru_eval
+from train.seq2seq import gru as recipe
+from train.seq2seq import gru_eval
 
 VARIANTS = ("context", "attention")
 SOURCES = (

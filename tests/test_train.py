@@ -16,8 +16,10 @@ import torch
 
 import runtime
 from export import corpus
-from train import cli, common, data, evaluate, lm, seq2seq, seq2seq_recipes
+from train import cli, common, data, evaluate, lm
 from train import tokenizer as tk
+from train.seq2seq import bart as seq2seq
+from train.seq2seq import recipes as seq2seq_recipes
 from ui import registry as ui_registry
 
 RECIPES = ("bible-lm", "rewriter", "translator")

@@ -1,5 +1,5 @@
 """Training: the verse table (train.data), tokenizers (train.tokenizer), the training loop
-(train.common), the recipes of `scriptorium train` (train.lm, train.seq2seq_recipes,
+(train.common), the recipes of `scriptorium train` (train.lm, train.seq2seq.recipes,
 train.masked_lm; their contract: train.recipe) and their metrics (train.evaluate), word vectors
 (train.word_vectors), the hierarchical model's data, recipes and shipping
 (train.hierarchical.recipes, train.hierarchical.ship, train.hierarchical.cli) and the Spurgeon

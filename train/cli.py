@@ -18,7 +18,7 @@ A COMMAND is a recipe with its own command line (its module's `main`, also `pyth
 train.<module>`): `scriptorium train COMMAND ARGS…` hands ARGS to that module's parser, so
 `scriptorium train COMMAND --help` shows its options.
 
-Does not cover: what a recipe trains or measures (train/lm.py, train/seq2seq_recipes.py,
+Does not cover: what a recipe trains or measures (train/lm.py, train/seq2seq/recipes.py,
 train/masked_lm.py; their contract: train/recipe.py), or the COMMANDS' own options.
 """
 
@@ -62,7 +62,7 @@ COMMANDS = {
     ("adapter", "ship"): ("train.adapter.ship", "the trained LoRA as a measured adapter bundle"),
     ("requantize",): ("train.requantize", "bible-lm's int8 bundle again from its fp32, evaluated"),
     ("gru-seq2seq",): (
-        "train.gru_seq2seq",
+        "train.seq2seq.gru",
         "seed 001's GRU encoder-decoders (context vector, attention) on the rewriter's task",
     ),
 }
@@ -76,7 +76,8 @@ def recipe_class(name: str) -> Callable[..., Recipe]:
     tokenizer_dir, out_dir, seed)."""
     import functools
 
-    from train import lm, masked_lm, seq2seq_recipes
+    from train import lm, masked_lm
+    from train.seq2seq import recipes as seq2seq_recipes
 
     if name.startswith("masked-lm-"):
         return functools.partial(masked_lm.MaskedLM, name)

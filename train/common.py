@@ -10,7 +10,7 @@ Time budgets are in optimizer steps. `max_minutes` is an optional extra stop mea
 training time: the sum of step durations, where a step that took far longer than the recent
 median (the process was paused with SIGSTOP, or the machine suspended) counts as the median.
 
-Does not cover: data formats, models and metrics of a recipe (train/lm.py, train/seq2seq.py).
+Does not cover: data formats, models and metrics of a recipe (train/lm.py, train/seq2seq/bart.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ chrF (sacreBLEU), memorisation (share of generated 8-grams found verbatim in the
 seed 000's conditioning check (a TF-IDF + logistic-regression section classifier and its accuracy
 table on generated samples), and Debian's rule-based `apertium` as a translation baseline.
 
-Does not cover: generating the outputs (the recipes in train/lm.py and train/seq2seq.py do that
+Does not cover: generating the outputs (the recipes in train/lm.py and train/seq2seq/bart.py do that
 through the runtime) or loading data.
 """
 

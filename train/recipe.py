@@ -1,6 +1,6 @@
 """The recipe contract: what `scriptorium train RECIPE` (train/cli.py) needs of a recipe.
 
-A recipe (train/lm.py's BibleLM, train/seq2seq_recipes.py's Rewriter and Translator,
+A recipe (train/lm.py's BibleLM, train/seq2seq/recipes.py's Rewriter and Translator,
 train/masked_lm.py's MaskedLM) subclasses `Recipe`: it is built with
 `(tiny, verses, tokenizer_dir, out_dir, seed)`, sets the attributes and implements the methods
 below without a body, and inherits the defaults of the others (`finish_model_dir`, `export`,

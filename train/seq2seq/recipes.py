@@ -3,7 +3,7 @@
 generation settings, evaluation through the runtime, the model card).
 
 The input format, the length tokens, the model and the batches they train on are
-train/seq2seq.py's (its docstring describes both models); this module turns them into the
+train/seq2seq/bart.py's (its docstring describes both models); this module turns them into the
 recipes train/cli.py runs.
 
 Does not cover: the verse table and pair filters (train/data.py), tokenizers (train/tokenizer.py),
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from train import common, data, evaluate
 from train.recipe import Recipe
-from train.seq2seq import (
+from train.seq2seq.bart import (
     BALANCE_FLOOR,
     BALANCED_SHARE,
     REWRITER_FULL,

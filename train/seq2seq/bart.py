@@ -1,6 +1,6 @@
 """The encoder-decoder models' input format, length tokens, batches and architecture, for the
 recipes `rewriter` (KJV -> WEB with seed 004's length-ratio tokens) and `translator` (WEB ->
-Reina-Valera 1909), both trained from scratch on verse pairs (train/seq2seq_recipes.py).
+Reina-Valera 1909), both trained from scratch on verse pairs (train/seq2seq/recipes.py).
 
 Both use the BART architecture in its pre-LayerNorm form (transformers' mBART; post-LN BART from
 scratch did not learn to use its source here, see `build_model`): one code path for the two
@@ -30,7 +30,7 @@ Evaluation (test books, through the runtime on the exported bundle): the rewrite
 ratio LRsrc; strategy 2: BLEU, chrF and ROUGE-2 recall per true-ratio group; the copy baseline);
 the translator with sacreBLEU and chrF next to `apertium -u eng-spa` on the same verses.
 
-Does not cover: the recipes built on this (train/seq2seq_recipes.py), the verse table and pair
+Does not cover: the recipes built on this (train/seq2seq/recipes.py), the verse table and pair
 filters (train/data.py), tokenizers (train/tokenizer.py), the training loop (train/common.py),
 metric definitions (train/evaluate.py).
 """

@@ -1,4 +1,4 @@
-"""Evaluation of seed 001's GRU rewriters (train/gru_seq2seq.py) against the shipped mBART
+"""Evaluation of seed 001's GRU rewriters (train/seq2seq/gru.py) against the shipped mBART
 rewriter, through the runtime, on the whole test split.
 
 Seed 001 (sections 6.2-6.3) says a single context vector cannot hold a long sentence and that
@@ -11,7 +11,7 @@ run: greedy tokens on every test source, and teacher-forced logits along the fp3
 The Markdown tables of the cards and docs/SEQ2SEQ.md are made here from the results (a dict that
 round-trips through JSON), so every number in them comes from one evaluation.
 
-Does not cover: training, export or shipping (train/gru_seq2seq.py, export/gru_seq2seq.py), the
+Does not cover: training, export or shipping (train/seq2seq/gru.py, export/gru_seq2seq.py), the
 decode-speed benchmark (bench/seq2seq.py --gru).
 """
 
@@ -24,7 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from export.manifest import card_table
-from train import common, evaluate, seq2seq
+from train import common, evaluate
+
+from . import bart as seq2seq
 
 # Source-length buckets in KJV words (whitespace-separated), inclusive; None: no upper bound.
 LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, None))

@@ -1,5 +1,5 @@
-"""The model card (README.md) of a shipped GRU rewriter (train/gru_seq2seq.py `--ship`), made
-from its manifest and its evaluation (train/gru_seq2seq_eval.py's results plus the run's
+"""The model card (README.md) of a shipped GRU rewriter (train/seq2seq/gru.py `--ship`), made
+from its manifest and its evaluation (train/seq2seq/gru_eval.py's results plus the run's
 training summary and greedy samples), so every number in it is a measured one.
 
 Sections: what the model is and what seed 001 says to look for, the architecture and parameter
@@ -7,15 +7,15 @@ count, files and quantization, training (and what was scaled down from Bahdanau 
 results and length-bucket tables, int8 against fp32, samples, then the closing sections every
 card has (export.manifest.card_closing: metrics, training data, licence).
 
-Does not cover: computing the numbers (train/gru_seq2seq_eval.py), writing or sealing the
-bundle (train/gru_seq2seq.py, export/gru_seq2seq.py).
+Does not cover: computing the numbers (train/seq2seq/gru_eval.py), writing or sealing the
+bundle (train/seq2seq/gru.py, export/gru_seq2seq.py).
 """
 
 from __future__ import annotations
 
 from export.manifest import card_closing, card_table
 from runtime.manifest import Manifest
-from train import gru_seq2seq_eval as gru_eval
+from train.seq2seq import gru_eval
 
 ROLE = {
     "context": (

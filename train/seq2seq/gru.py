@@ -1,7 +1,7 @@
 """Training recipe for seed 001's GRU encoder-decoders (modeling/gru_seq2seq.py): the
 single-context-vector model and the attention model, on the shipped rewriter's task.
 
-Same task, split and tokenizer as the mBART rewriter (train/seq2seq.py): KJV -> WEB verse pairs
+Same task, split and tokenizer as the mBART rewriter (train/seq2seq/bart.py): KJV -> WEB verse pairs
 filtered by train/data.py's bounds, whole books held out for validation and test, the
 rewriter's English 8,000-token tokenizer (the shipped bundle's tokenizer.json, which wraps a
 source as `<|bos|> … <|eos|>`); no length-control tokens. The decoder starts from `<|bos|>` and
@@ -14,10 +14,10 @@ train/common.py's loop: tqdm, loss.csv, resumable checkpoints (`--resume`); `tra
 the run. A finished run folder holds what export/gru_seq2seq.py reads: gru_seq2seq.json,
 model.pt, tokenizer.json (and loss.csv, loss.png, checkpoint.pt, train.log).
 
-    python -m train.gru_seq2seq --pairs /tmp/pairs.npz --pairs-only     # build the pairs file
-    python -m train.gru_seq2seq --variant attention --pairs /tmp/pairs.npz --out RUN --device cuda
-    python -m train.gru_seq2seq --pairs /tmp/pairs.npz --evaluate BUNDLE [--eval-pairs 500]
-    python -m train.gru_seq2seq --pairs /tmp/pairs.npz --ship context=RUN attention=RUN
+    python -m train.seq2seq.gru --pairs /tmp/pairs.npz --pairs-only     # build the pairs file
+    python -m train.seq2seq.gru --variant attention --pairs /tmp/pairs.npz --out RUN --device cuda
+    python -m train.seq2seq.gru --pairs /tmp/pairs.npz --evaluate BUNDLE [--eval-pairs 500]
+    python -m train.seq2seq.gru --pairs /tmp/pairs.npz --ship context=RUN attention=RUN
 
 Evaluation (`--evaluate`, an exported bundle through the runtime): sacreBLEU, chrF and ROUGE-2
 recall against the WEB on the test books, next to the copy baseline (the KJV source itself), as
@@ -25,12 +25,12 @@ the rewriter's card reports them, beam 3.
 
 Shipping (`--ship VARIANT=RUN …`): each finished run exported as an int8 bundle into
 models/rewriter-gru/int8 and models/rewriter-gru-attention/int8, evaluated on the whole test
-split next to the shipped mBART rewriter (train/gru_seq2seq_eval.py: BLEU and chrF overall and
+split next to the shipped mBART rewriter (train/seq2seq/gru_eval.py: BLEU and chrF overall and
 by source length, int8 against fp32), with evaluation.json, loss.png, the card
-(train/gru_seq2seq_card.py) and the manifest's metrics and training data, sealed last.
+(train/seq2seq/gru_card.py) and the manifest's metrics and training data, sealed last.
 
 Does not cover: the models (modeling/gru_seq2seq.py), export (export/gru_seq2seq.py), the mBART
-recipes (train/seq2seq_recipes.py).
+recipes (train/seq2seq/recipes.py).
 """
 
 from __future__ import annotations
@@ -51,9 +51,11 @@ import numpy as np
 import torch
 
 from modeling import gru_seq2seq as model_definition
-from train import common, data, evaluate, seq2seq
+from train import common, data, evaluate
 
-REPO = Path(__file__).resolve().parents[1]
+from . import bart as seq2seq
+
+REPO = Path(__file__).resolve().parents[2]
 REWRITER = REPO / "models" / "rewriter" / "int8"  # the shipped mBART rewriter
 TOKENIZER = REWRITER / "tokenizer.json"
 SHIP_NAMES = {"context": "rewriter-gru", "attention": "rewriter-gru-attention"}
@@ -224,7 +226,7 @@ class PairsTask(common.Task):
 
 
 def _logger(out: Path) -> logging.Logger:
-    logger = logging.getLogger(f"train.gru_seq2seq.{out}")
+    logger = logging.getLogger(f"train.seq2seq.gru.{out}")
     logger.setLevel(logging.INFO)
     if not logger.handlers:
         handler = logging.FileHandler(out / LOG_FILE)
@@ -414,15 +416,15 @@ def ship(
 ) -> dict:
     """Export each finished run (variant -> run folder) to models_dir/<SHIP_NAMES>/int8,
     evaluate the int8 bundles (greedy and beam 3) and the mBART rewriter (its defaults) on the
-    whole test split (train/gru_seq2seq_eval.py), measure int8 against an fp32 export of the same
+    whole test split (train/seq2seq/gru_eval.py), measure int8 against an fp32 export of the same
     run, then write each bundle's evaluation.json, card and metrics and seal it. Returns the
     evaluation."""
     import tempfile
 
     from export import gru_seq2seq as gru_export
     from export.manifest import seal
-    from train import gru_seq2seq_card
-    from train import gru_seq2seq_eval as gru_eval
+    from train.seq2seq import gru_card as gru_seq2seq_card
+    from train.seq2seq import gru_eval
 
     unknown = sorted(set(runs) - set(SHIP_NAMES))
     if unknown:
@@ -490,7 +492,7 @@ def ship(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m train.gru_seq2seq", description=__doc__.split("\n\n")[0]
+        prog="python -m train.seq2seq.gru", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--variant", choices=sorted(model_definition.PRESETS))
     parser.add_argument("--pairs", type=Path, required=True, help="tokenized pairs (.npz)")
