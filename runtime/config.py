@@ -16,14 +16,6 @@ from dataclasses import dataclass, field
 
 from .parameters import NAMED, PARAMETERS, is_int
 
-# The closed ranges [low, high] of the real-valued settings (the declaration's `valid`), for the
-# front ends that quote them.
-BOUNDS = {
-    p.name: (p.valid.low, p.valid.high)
-    for p in PARAMETERS
-    if p.type is float and not p.valid.low_open
-}
-
 
 def _default(name: str):
     return NAMED[name].default

@@ -32,7 +32,7 @@ import pytest
 
 import runtime
 from runtime.cancel import Cancelled, cancel_when
-from runtime.config import BOUNDS
+from runtime.parameters import NAMED
 from tests.engine_faults import BAD_SEED, BAD_TEMPERATURE, CAUSES, FAIL_AT, faulty_load, inject
 from tests.test_engine import _same_length_prompts, _same_tokens, generators  # noqa: F401
 
@@ -86,7 +86,7 @@ def test_settings_at_their_bounds_keep_every_score_finite(name):
         np.float32
     )  # (4, 300)
     history = rng.integers(0, 300, (4, 12))  # (4, 12)
-    for value in BOUNDS[name]:
+    for value in (NAMED[name].valid.low, NAMED[name].valid.high):
         config = runtime.GenerationConfig(do_sample=True, **{name: value}).validate()
         scores = processors.apply_processors(logits, history, history > -1, config, 0, None)
         assert np.isfinite(scores.max(axis=1)).all()
