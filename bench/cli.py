@@ -14,11 +14,13 @@ BENCHMARKS = {
     "breakdown": "bench.breakdown",
     "attention": "bench.attention",
     "serve": "bench.serve",
+    "serve-peers": "bench.serve_peers",
     "paraphrase": "bench.paraphrase",
     "batch": "bench.batch",
     "llm": "bench.llm",
     "llm-kernels": "bench.llm_kernels",
     "chat-defaults": "bench.chat_defaults",
+    "fidelity": "bench.fidelity",
 }
 
 

@@ -1,0 +1,684 @@
+"""Chat serving over HTTP: `scriptorium serve` against llama.cpp's `llama-server`, same GGUF.
+
+    python -m bench serve-peers [--clients 1 4 16 64] [--rounds 3] [--threads 2] [--contended]
+                                [--no-build] [--out FILE] [--plot FILE] [--work DIR]
+
+The run the lead makes on a quiet machine (then again with `--contended`):
+
+    nice -n 10 python -m bench serve-peers --clients 1 4 16 64 --rounds 3
+
+Both servers are started once on the flagship's GGUF (SmolLM2-135M-Instruct Q4_1,
+export/llama/fetch.py) with `--threads` threads each and stay up for the whole run:
+
+- ours: `python -m serve --models GGUF --threads-per-replica T --num-cpus T --max-ongoing N`
+  (one replica; the GGUF converted once, export/llama/flagship.py; batching and whatever prefix
+  caching runtime/engine.py does are its defaults);
+- the peer: `llama-server` built from the llama.cpp that llama-cpp-python's sdist
+  (`PEER_VERSION`) vendors, with `peer_command`'s flags: T threads for decoding and for
+  prompts, `--parallel N` slots of `SLOT_CONTEXT` tokens each, continuous batching and prompt
+  caching on (its chat-server defaults, named anyway). It is built once per machine under
+  `--work` (`build_peer`: cmake + g++, `nice -n 19`, 2 jobs, only the `llama-server` target,
+  ≈ 10+ minutes on 2 busy cores) and never by the install or the tests; `--no-build` skips the
+  peer when no binary is cached.
+
+N is the largest `--clients`. Each of C clients holds a 3-turn conversation through the `openai`
+client (`chat.completions.create(stream=True)`): a system prompt of exactly `SYSTEM_TOKENS`
+tokens (the flagship's tokenizer) shared by every client and both servers, then three user
+turns of its own (new ones every round, so no server can replay a whole conversation from its
+cache), each answered with exactly `NEW_TOKENS` tokens at temperature 0 (greedy): ours is sent
+`min_tokens`, llama-server `ignore_eos`. Each reply's text goes into the next turn's history, as
+a chat client does. Per (server, C) it reports the aggregate output tokens/s (every reply's
+tokens over the wall time until the last conversation ends; median over rounds), time to first
+token p50 / p95 (request sent → first content chunk), inter-token latency p95 (gaps between
+content chunks), failed requests, replies not exactly `NEW_TOKENS` tokens long, and the peak RSS
+of the server's whole process tree (ours: the Ray driver, its cluster processes and the
+replica) and of its largest process, sampled every `RSS_INTERVAL_S`. Rounds interleave the
+servers, alternating which goes first, so a slow spell on a shared host falls on both. The
+clients run in this process, on the same cores. `--contended` keeps one plain busy Python loop
+running in a child process for the whole timed part. The plot (`--plot`, matplotlib) shows
+tokens/s and TTFT p95 against clients.
+
+This module does not cover the in-process app or Ray Serve replica layouts (bench/serve.py),
+nor single-stream decode speed against llama-cpp-python (bench/llm.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import common
+from .serve import _free_port, percentile
+
+PEER_VERSION = "0.3.36"  # llama-cpp-python, the installed peer of bench/llm.py
+PEER_LLAMA_CPP_COMMIT = "0c1e57098"  # what its CHANGELOG says 0.3.36 vendors
+CMAKE_OPTIONS = (
+    "-G",
+    "Ninja",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_OPENSSL=OFF",  # the server listens on 127.0.0.1 over plain HTTP
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # else the build downloads the web UI
+    f"-DLLAMA_BUILD_COMMIT={PEER_LLAMA_CPP_COMMIT}",  # no git in an sdist: `--version` says it
+)
+BUILD_JOBS = 2
+SYSTEM_TOKENS = 200
+TURNS = 3
+NEW_TOKENS = 64
+# Per llama-server slot: the longest conversation must fit (`check_fits`); more would only
+# grow the peer's KV cache, which it allocates for every slot up front.
+SLOT_CONTEXT = 768
+TEMPLATE_TOKENS_PER_MESSAGE = 8  # SmolLM2's "<|im_start|>role\n … <|im_end|>\n" is 5
+RSS_INTERVAL_S = 0.25
+READY_TIMEOUT_S = 900  # ours converts the GGUF on a first start and starts a Ray cluster
+OURS, PEER = "scriptorium serve", "llama-server"
+
+SYSTEM_TEXT = (
+    "You are Quill, the reference librarian of a small public library by the harbour. You "
+    "answer visitors' questions plainly and kindly, in short paragraphs, and you never invent "
+    "titles, dates or quotations: when you are not sure, you say so and suggest where in the "
+    "library the answer could be found. The library holds local history, maritime records, a "
+    "children's corner, maps of the coast going back two centuries, and a small collection of "
+    "cookery books donated by the fishermen's guild. Opening hours are nine to six on weekdays "
+    "and ten to four on Saturdays; it is closed on Sundays and public holidays. Visitors may "
+    "borrow up to eight books for three weeks, renew them twice, and reserve books that are out "
+    "on loan. The reading room is quiet; the garden room is for groups and talks. When a child "
+    "asks a question, use simple words and one idea per sentence. When someone asks about the "
+    "harbour's history, mention the lighthouse of 1852, the great storm of 1903 and the ferry "
+    "that ran until 1968, but only if they are relevant to the question. "
+)
+TOPICS = ("lighthouses", "tides", "bread", "old maps", "ferries", "storms", "seabirds", "rope")
+USER_TURNS = (
+    "Hello! Conversation {tag}. Could you tell me something about {topic}?",
+    "Thanks. What would a child find most surprising about {topic}?",
+    "Please sum up what you said about {topic} in two sentences.",
+)
+
+
+# ---- the workload ------------------------------------------------------------------------------
+
+
+def system_prompt(tokenizer, tokens: int = SYSTEM_TOKENS) -> str:
+    """`SYSTEM_TEXT` (repeated as needed) cut to a text that `tokenizer` (a `tokenizers.Tokenizer`)
+    encodes to exactly `tokens` tokens; ValueError if no cut does."""
+    if tokens < 1:
+        raise ValueError(f"`tokens` must be >= 1, got {tokens}")
+    text = SYSTEM_TEXT
+    while len(tokenizer.encode(text, add_special_tokens=False).ids) < tokens:
+        text += SYSTEM_TEXT
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    cut = tokens
+    for _ in range(8):  # a cut inside a merge re-encodes a token or two off: move the cut
+        candidate = tokenizer.decode(ids[:cut]).strip()
+        got = len(tokenizer.encode(candidate, add_special_tokens=False).ids)
+        if got == tokens:
+            return candidate
+        cut += tokens - got
+    raise ValueError(f"no cut of the system text encodes to exactly {tokens} tokens")
+
+
+def user_turns(client: int, round_: int) -> list[str]:
+    """The user's messages of client `client`'s conversation in round `round_`: new text every
+    round (the tag), so only the shared system prompt repeats across conversations.
+
+    >>> user_turns(2, 1)[0]
+    'Hello! Conversation 1.2. Could you tell me something about old maps?'
+    """
+    topic = TOPICS[(client + round_) % len(TOPICS)]
+    return [turn.format(tag=f"{round_}.{client}", topic=topic) for turn in USER_TURNS]
+
+
+def longest_conversation(tokenizer, system: str, clients: int, rounds: int) -> int:
+    """An upper bound on the tokens of any conversation's last turn plus its reply: the system
+    prompt, every user turn, every reply, and `TEMPLATE_TOKENS_PER_MESSAGE` per message."""
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    users = max(
+        sum(count(turn) for turn in user_turns(client, round_))
+        for client in range(clients)
+        for round_ in range(rounds + 1)  # round 0 is the warm-up's
+    )
+    messages = 1 + 2 * TURNS
+    return count(system) + users + TURNS * NEW_TOKENS + messages * TEMPLATE_TOKENS_PER_MESSAGE
+
+
+def check_fits(tokens: int, slot_context: int = SLOT_CONTEXT) -> None:
+    """ValueError unless a conversation of `tokens` tokens fits one llama-server slot."""
+    if tokens > slot_context:
+        raise ValueError(
+            f"a conversation must fit one slot of {slot_context} tokens, got up to {tokens}"
+        )
+
+
+# ---- statistics --------------------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    """One streamed chat completion, as the client saw it."""
+
+    ttft_s: float | None = None  # request sent → first content chunk
+    gaps_s: list[float] = field(default_factory=list)  # between successive content chunks
+    tokens: int = 0  # completion tokens (the usage chunk's count, else content chunks)
+    text: str = ""
+    error: str | None = None
+
+
+def level_summary(walls: list[float], replies: list[list[Reply]]) -> dict:
+    """The numbers of one (server, clients) level over its rounds: `walls[r]` is round r's wall
+    time and `replies[r]` its replies.
+
+    >>> ok = Reply(ttft_s=0.5, gaps_s=[0.1, 0.3], tokens=64)
+    >>> s = level_summary([2.0, 4.0], [[ok, ok], [ok, Reply(error="timeout")]])
+    >>> s["tokens_per_second"], s["ttft_p50_s"], s["errors"], s["short_replies"]
+    (40.0, 0.5, 1, 0)
+    """
+    rates = [sum(r.tokens for r in round_) / wall for wall, round_ in zip(walls, replies)]
+    every = [reply for round_ in replies for reply in round_]
+    answered = [r for r in every if r.error is None and r.ttft_s is not None]
+    ttfts = [r.ttft_s for r in answered]
+    gaps = [gap for r in answered for gap in r.gaps_s]
+    return {
+        "tokens_per_second": statistics.median(rates),
+        "tokens_per_second_runs": rates,
+        "ttft_p50_s": percentile(ttfts, 50) if ttfts else None,
+        "ttft_p95_s": percentile(ttfts, 95) if ttfts else None,
+        "itl_p95_s": percentile(gaps, 95) if gaps else None,
+        "requests": len(every),
+        "errors": sum(r.error is not None for r in every),
+        "short_replies": sum(r.error is None and r.tokens != NEW_TOKENS for r in every),
+        "first_errors": sorted({r.error for r in every if r.error})[:3],
+    }
+
+
+def results_table(results: list[dict]) -> str:
+    """One row per (clients, server), ours first; "× peer" is ours over llama-server's."""
+    rows = []
+    for clients in sorted({r["clients"] for r in results}):
+        level = {r["server"]: r for r in results if r["clients"] == clients}
+        for server in (OURS, PEER):
+            if server not in level:
+                continue
+            r, peer = level[server], level.get(PEER)
+            ratio = r["tokens_per_second"] / peer["tokens_per_second"] if peer else None
+            rows.append(
+                [
+                    clients,
+                    server,
+                    r["tokens_per_second"],
+                    f"{ratio:.2f}×" if ratio else "",
+                    _ms(r["ttft_p50_s"]),
+                    _ms(r["ttft_p95_s"]),
+                    _ms(r["itl_p95_s"]),
+                    f"{r['errors']} / {r['short_replies']}",
+                    f"{r['peak_rss_mb']:,.0f} ({r['peak_process_rss_mb']:,.0f})",
+                ]
+            )
+    header = [
+        "clients",
+        "server",
+        "output tok/s",
+        "× llama-server",
+        "TTFT p50 ms",
+        "TTFT p95 ms",
+        "ITL p95 ms",
+        "errors / short",
+        "peak RSS MB (largest process)",
+    ]
+    return common.markdown_table(header, rows)
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1000:,.0f}"
+
+
+# ---- the peer's build --------------------------------------------------------------------------
+
+
+def peer_folder(work: Path) -> Path:
+    return Path(work).expanduser() / "llama-server" / PEER_VERSION
+
+
+def peer_binary(work: Path) -> Path:
+    """Where the built `llama-server` is cached; it is copied there only once a build is done."""
+    return peer_folder(work) / "llama-server"
+
+
+def build_peer(work: Path) -> Path:
+    """`llama-server` built from llama-cpp-python `PEER_VERSION`'s sdist (downloaded by pip into
+    `peer_folder(work)`), niced, with `BUILD_JOBS` jobs; the cached binary when there is one.
+    RuntimeError naming the log when a step fails."""
+    folder = peer_folder(work)
+    binary = peer_binary(work)
+    if binary.is_file():
+        return binary
+    folder.mkdir(parents=True, exist_ok=True)
+    sdist = folder / f"llama_cpp_python-{PEER_VERSION}.tar.gz"
+    if not sdist.is_file():
+        _logged_step(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
+            + [f"llama-cpp-python=={PEER_VERSION}", "-d", str(folder)],
+            folder / "download.log",
+        )
+    source = folder / sdist.name.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
+    if not source.is_dir():
+        shutil.unpack_archive(sdist, folder)
+    build = folder / "build"
+    niced = ["nice", "-n", "19"]
+    print(f"building llama-server {PEER_VERSION} in {build} (≈ 10+ minutes on 2 cores)", flush=True)
+    _logged_step(
+        [*niced, "cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS],
+        folder / "configure.log",
+    )
+    _logged_step(
+        [*niced, "cmake", "--build", str(build), "--target", "llama-server", "-j", str(BUILD_JOBS)],
+        folder / "build.log",
+    )
+    partial = folder / "llama-server.partial"
+    shutil.copy2(build / "bin" / "llama-server", partial)
+    os.replace(partial, binary)
+    return binary
+
+
+def _logged_step(command: list[str], log: Path) -> None:
+    with open(log, "w") as out:
+        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(command[:4])} …` failed (exit {done.returncode}): {log}")
+
+
+def peer_or_reason(work: Path, build: bool) -> tuple[Path | None, str | None]:
+    """(the llama-server binary, None), or (None, why the peer is skipped): not cached and
+    `build` is off, or the build failed."""
+    binary = peer_binary(work)
+    if binary.is_file():
+        return binary, None
+    if not build:
+        return None, (
+            f"llama-server {PEER_VERSION} is not built in {peer_folder(work)}: run without "
+            "--no-build to build it once (cmake, g++, ≈ 10+ minutes)"
+        )
+    try:
+        return build_peer(work), None
+    except (OSError, RuntimeError) as error:
+        return None, f"llama-server could not be built: {error}"
+
+
+def peer_version(binary: Path) -> str:
+    """What `llama-server --version` prints (llama.cpp's version, commit, compiler, target)."""
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    return (done.stdout + done.stderr).strip()
+
+
+def peer_command(binary: Path, gguf: Path, threads: int, parallel: int, port: int) -> list[str]:
+    """The peer's command line; every flag that matters is spelled out, defaults included."""
+    return [
+        str(binary),
+        *("--model", str(gguf), "--host", "127.0.0.1", "--port", str(port)),
+        *("--threads", str(threads), "--threads-batch", str(threads)),
+        *("--parallel", str(parallel), "--ctx-size", str(parallel * SLOT_CONTEXT)),
+        "--cont-batching",
+        "--cache-prompt",
+    ]
+
+
+def ours_command(gguf: Path, threads: int, parallel: int, port: int) -> list[str]:
+    return [
+        *(sys.executable, "-m", "serve", "--models", str(gguf)),
+        *("--host", "127.0.0.1", "--port", str(port), "--num-cpus", str(threads)),
+        *("--threads-per-replica", str(threads), "--max-ongoing", str(max(parallel, 1))),
+    ]
+
+
+# ---- the servers -------------------------------------------------------------------------------
+
+
+class Server:
+    """A server process started with `command`, its log in `log`, its process tree's RSS
+    sampled in a thread until `stop`."""
+
+    def __init__(self, name: str, command: list[str], port: int, log: Path):
+        self.name, self.command = name, command
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.log = log
+        self.process = subprocess.Popen(
+            command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.model = None
+        self.peak_tree = self.peak_process = 0  # bytes since the last `take_peaks`
+        self.run_peak_tree = self.run_peak_process = 0  # bytes over the whole run
+        self._done = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self) -> None:
+        import psutil
+
+        root = psutil.Process(self.process.pid)
+        while not self._done.wait(RSS_INTERVAL_S):
+            sizes = []
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for process in tree:
+                try:
+                    sizes.append(process.memory_info().rss)
+                except psutil.Error:  # it ended between the listing and the reading
+                    pass
+            if sizes:
+                self.peak_tree = max(self.peak_tree, sum(sizes))
+                self.peak_process = max(self.peak_process, max(sizes))
+                self.run_peak_tree = max(self.run_peak_tree, self.peak_tree)
+                self.run_peak_process = max(self.run_peak_process, self.peak_process)
+
+    def take_peaks(self) -> tuple[float, float]:
+        """(tree, largest process) peak RSS in MB since the last call, then start afresh."""
+        peaks = self.peak_tree / 1e6, self.peak_process / 1e6
+        self.peak_tree = self.peak_process = 0
+        return peaks
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Poll GET /models until it lists a model (kept in `model`); RuntimeError naming the
+        log if the process ends or `timeout` passes first."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited ({self.process.returncode}) while starting: {self.log}"
+                )
+            try:
+                listed = httpx.get(self.base_url + "/models", timeout=5).json()["data"]
+                if listed:
+                    self.model = listed[0]["id"]
+                    return
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"{self.name} was not ready after {timeout:g} s: {self.log}")
+
+    def stop(self) -> None:
+        """SIGTERM to its session (ours stops its Ray cluster on it), SIGKILL after 60 s."""
+        self._done.set()
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+def exact_length_body(server: str) -> dict:
+    """The request fields beyond OpenAI's that make a reply exactly `NEW_TOKENS` tokens."""
+    return {"min_tokens": NEW_TOKENS} if server == OURS else {"ignore_eos": True}
+
+
+def stream_reply(client, server: Server, messages: list[dict]) -> Reply:
+    """One streamed greedy chat completion of `NEW_TOKENS` tokens; a failure is kept in
+    `Reply.error`, not raised."""
+    reply = Reply()
+    last = start = time.perf_counter()
+    try:
+        stream = client.chat.completions.create(
+            model=server.model,
+            messages=messages,
+            max_tokens=NEW_TOKENS,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=exact_length_body(server.name),
+        )
+        chunks = 0
+        for chunk in stream:
+            if chunk.usage is not None:
+                reply.tokens = chunk.usage.completion_tokens
+            content = chunk.choices[0].delta.content if chunk.choices else None
+            if not content:
+                continue
+            now = time.perf_counter()
+            if reply.ttft_s is None:
+                reply.ttft_s = now - start
+            else:
+                reply.gaps_s.append(now - last)
+            last = now
+            chunks += 1
+            reply.text += content
+        reply.tokens = reply.tokens or chunks
+    except Exception as error:  # any failure of one request is counted, the level goes on
+        reply.error = f"{type(error).__name__}: {str(error)[:160]}"
+    return reply
+
+
+def converse(client, server: Server, system: str, turns: list[str]) -> list[Reply]:
+    """A whole conversation: each user turn, answered, its reply kept in the history."""
+    messages = [{"role": "system", "content": system}]
+    replies = []
+    for turn in turns:
+        messages.append({"role": "user", "content": turn})
+        reply = stream_reply(client, server, messages)
+        replies.append(reply)
+        if reply.error:
+            break
+        messages.append({"role": "assistant", "content": reply.text})
+    return replies
+
+
+def run_level(
+    client, server: Server, system: str, clients: int, round_: int
+) -> tuple[float, list[Reply]]:
+    """(wall seconds, every reply) of `clients` conversations at once."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        conversations = pool.map(
+            lambda number: converse(client, server, system, user_turns(number, round_)),
+            range(clients),
+        )
+        replies = [reply for conversation in conversations for reply in conversation]
+    return time.perf_counter() - start, replies
+
+
+def measure(servers: list[Server], system: str, client_counts: list[int], rounds: int) -> list:
+    """Per (server, clients) the `level_summary` plus peak RSS; rounds interleave the servers,
+    the first of them alternating from round to round."""
+    import openai
+
+    clients = {
+        s.name: openai.OpenAI(base_url=s.base_url, api_key="none", max_retries=0, timeout=600)
+        for s in servers
+    }
+    for server in servers:  # warm-up (round 0): first calls, caches of the system prompt
+        run_level(clients[server.name], server, system, 1, 0)
+    samples = {(s.name, c): ([], []) for s in servers for c in client_counts}
+    peaks = {key: (0.0, 0.0) for key in samples}
+    for round_ in range(1, rounds + 1):
+        for count in client_counts:
+            ordered = servers if round_ % 2 else servers[::-1]
+            for server in ordered:
+                server.take_peaks()
+                wall, replies = run_level(clients[server.name], server, system, count, round_)
+                tree, largest = server.take_peaks()
+                key = server.name, count
+                samples[key][0].append(wall)
+                samples[key][1].append(replies)
+                peaks[key] = max(peaks[key][0], tree), max(peaks[key][1], largest)
+                tokens = sum(r.tokens for r in replies)
+                failed = sum(r.error is not None for r in replies)
+                print(
+                    f"round {round_}/{rounds} {server.name:>17} × {count:>2} clients: "
+                    f"{tokens / wall:7.1f} tok/s, {failed} errors, {tree:,.0f} MB",
+                    flush=True,
+                )
+    return [
+        {
+            "server": name,
+            "clients": count,
+            **level_summary(walls, replies),
+            "peak_rss_mb": peaks[name, count][0],
+            "peak_process_rss_mb": peaks[name, count][1],
+        }
+        for (name, count), (walls, replies) in samples.items()
+    ]
+
+
+def busy_process() -> subprocess.Popen:
+    """One plain busy loop competing for the cores (`--contended`)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+# ---- plot and main -----------------------------------------------------------------------------
+
+
+def plot(results: list[dict], path: Path, title: str) -> None:
+    """Output tokens/s and TTFT p95 against clients, one line per server, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (rate, ttft) = plt.subplots(1, 2, figsize=(10, 4))
+    for server in (OURS, PEER):
+        rows = sorted((r for r in results if r["server"] == server), key=lambda r: r["clients"])
+        if not rows:
+            continue
+        counts = [r["clients"] for r in rows]
+        rate.plot(counts, [r["tokens_per_second"] for r in rows], marker="o", label=server)
+        ttft.plot(counts, [r["ttft_p95_s"] or float("nan") for r in rows], marker="o", label=server)
+    for axes, label in ((rate, "aggregate output tokens/s"), (ttft, "time to first token p95 (s)")):
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("concurrent clients (3-turn conversations)")
+        axes.set_ylabel(label)
+        axes.grid(alpha=0.3)
+        axes.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    print(f"wrote {path}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench serve-peers", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="threads of each server")
+    parser.add_argument("--contended", action="store_true", help="a busy process beside both")
+    parser.add_argument(
+        "--no-build", dest="build", action="store_false", help="skip the peer if not built"
+    )
+    parser.add_argument("--gguf", type=Path, default=None, help="default: the flagship's")
+    parser.add_argument("--work", type=Path, default=common.DEFAULT_WORK)
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/…json")
+    parser.add_argument("--plot", type=Path, default=None, help="default: docs/bench/…png")
+    args = parser.parse_args(argv)
+    for name in ("rounds", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"`--{name}` must be >= 1, got {getattr(args, name)}")
+    if min(args.clients) < 1:
+        parser.error(f"`--clients` must all be >= 1, got {args.clients}")
+    stem = "serve_peers-contended" if args.contended else "serve_peers"
+    args.out = args.out or common.RESULTS / f"{stem}.json"
+    args.plot = args.plot or common.REPO / "docs" / "bench" / f"{stem}.png"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from tokenizers import Tokenizer
+
+    from export.llama import flagship
+    from export.llama.fetch import fetch_gguf
+
+    gguf = args.gguf or fetch_gguf()
+    tokenizer = Tokenizer.from_file(str(flagship.ensure_bundle(gguf) / "tokenizer.json"))
+    system = system_prompt(tokenizer)
+    check_fits(longest_conversation(tokenizer, system, max(args.clients), args.rounds))
+    binary, skipped = peer_or_reason(args.work, args.build)
+    if skipped:
+        print(f"peer skipped: {skipped}", flush=True)
+    parallel = max(args.clients)
+    logs = Path(args.work).expanduser() / "serve-peers"
+    logs.mkdir(parents=True, exist_ok=True)
+    commands = {OURS: ours_command(gguf, args.threads, parallel, _free_port())}
+    if binary:
+        commands[PEER] = peer_command(binary, gguf, args.threads, parallel, _free_port())
+    servers, busy = [], None
+    try:
+        for name, command in commands.items():
+            port = int(command[command.index("--port") + 1])
+            log = logs / f"{name.replace(' ', '-')}.log"
+            servers.append(Server(name, command, port, log))
+        for server in servers:
+            server.wait_ready()
+        busy = busy_process() if args.contended else None
+        results = measure(servers, system, args.clients, args.rounds)
+    finally:
+        if busy:
+            busy.kill()
+            busy.wait()
+        for server in servers:
+            server.stop()
+    table = results_table(results)
+    print(table)
+    mode = "one busy process beside both servers" if args.contended else "no other load"
+    plot(
+        results, args.plot, f"Chat serving, SmolLM2-135M Q4_1, {args.threads} threads each, {mode}"
+    )
+    common.write_results(
+        args.out,
+        {
+            "benchmark": "serve-peers",
+            "environment": common.environment(threads=args.threads),
+            "gguf": str(gguf),
+            "settings": {
+                "clients": args.clients,
+                "rounds": args.rounds,
+                "contended": args.contended,
+                "system_prompt_tokens": SYSTEM_TOKENS,
+                "turns": TURNS,
+                "new_tokens": NEW_TOKENS,
+                "decoding": "greedy (temperature 0); ours min_tokens, llama-server ignore_eos",
+            },
+            "servers": {
+                name: {
+                    "command": command,
+                    "peak_rss_mb": server.run_peak_tree / 1e6,
+                    "peak_process_rss_mb": server.run_peak_process / 1e6,
+                }
+                for (name, command), server in zip(commands.items(), servers)
+            },
+            "peer": {
+                "llama_cpp_python": PEER_VERSION,
+                "llama_cpp_commit": PEER_LLAMA_CPP_COMMIT,
+                "cmake_options": list(CMAKE_OPTIONS),
+                "version": peer_version(binary) if binary else None,
+                "skipped": skipped,
+            },
+            "results": results,
+            "table": table,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
