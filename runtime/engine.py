@@ -12,7 +12,10 @@ The loop, on its own thread:
    the batch's cache width (modulo `PAD_ALIGN`; the others wait a step or three): prompts of
    the same length are prefilled together, without padding, then their cache joins the batch
    (`CausalLM.join`: rows left-padded to the longest by a multiple of `PAD_ALIGN`, per-row
-   positions and attention mask; a lean Llama graph's rows keep their own cache slots instead);
+   positions and attention mask; a lean Llama graph's rows keep their own cache slots instead).
+   A prompt that starts with blocks of a prompt prefilled before runs only its new tokens, over
+   their cached keys and values (runtime/prefix_cache.py: bit-identical, within its own budget,
+   `prefix_cache_bytes`; 0 turns it off);
 2. each request picks its tokens from its rows of the batch's logits with its own `TokenSearch`
    (its own `GenerationConfig`, processors, stop strings and `np.random.Generator` seeded from its
    own seed) and its own `RowTexts`, exactly as the unbatched loop does;
@@ -75,6 +78,7 @@ import numpy as np
 from . import cancel
 from .manifest import Manifest
 from .outputs import StreamEvent
+from .prefix_cache import PREFIX_CACHE_BYTES, PrefixCache
 from .search import log_normalizer
 from .text import RowTexts
 
@@ -145,7 +149,13 @@ class Engine:
     """The batching loop of one `Generator` (a causal LM), within `max_rows` rows and
     `max_cache_bytes` of KV cache per batch."""
 
-    def __init__(self, gen, max_rows: int = 64, max_cache_bytes: int = MAX_CACHE_BYTES):
+    def __init__(
+        self,
+        gen,
+        max_rows: int = 64,
+        max_cache_bytes: int = MAX_CACHE_BYTES,
+        prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
+    ):
         self.gen = gen
         self.model = gen.model
         # A row joins longer rows left-padded by a multiple of `align` positions: onnxruntime's
@@ -160,6 +170,9 @@ class Engine:
         self.bytes_per_position = cache_bytes_per_position(self.model)
         # rows × positions the batch's cache may hold; further requests wait to be admitted
         self.max_cache_positions = max_cache_bytes // self.bytes_per_position
+        # Keys and values of prompts prefilled before, for prompts that start the same way
+        # (runtime/prefix_cache.py); None with a budget of 0.
+        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
         self._waiting: deque[_Request] = deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -270,13 +283,21 @@ class Engine:
         held = np.cumsum(rows[order]) * (np.maximum.accumulate(now[order]) + left[order])
         return int(held.max()) <= self.max_cache_positions
 
-    def _prefill(self, requests: list[_Request]):
+    def _prefill(self, requests: list[_Request], prefix=None):
         """The first logits (rows, V) and cache of requests whose prompts have the same length,
-        their prompts run as one batch (no padding, so each row is what it is alone)."""
+        their prompts run as one batch (no padding, so each row is what it is alone); or of one
+        request whose prompt's first positions' keys and values are `prefix`
+        (`PrefixCache.lookup`). The prompts' full blocks go into the prefix cache."""
         model = self.model
         ids = np.concatenate([r.plan.input_ids for r in requests])  # (n, T)
-        logits, state = model.start(ids, np.concatenate([r.plan.mask for r in requests]))
+        if prefix is None:
+            logits, state = model.start(ids, np.concatenate([r.plan.mask for r in requests]))
+        else:
+            logits, state = model.resume(prefix, ids[:, prefix[0].shape[2] :])
         self.prefills += 1
+        if self.prefix_cache is not None:
+            for row, prompt in enumerate(ids):
+                self.prefix_cache.store(prompt, model.prompt_cache(state, row))
         rows = [r.rows for r in requests]
         if sum(rows) > len(requests):  # samples of one prompt share its prefill, as unbatched
             repeat = np.repeat(np.arange(len(requests)), rows)
@@ -285,15 +306,21 @@ class Engine:
 
     def _prefill_all(self, requests: list[_Request]) -> tuple[list[_Request], list, list]:
         """`requests` reordered so that equal prompt lengths are adjacent, with the first logits
-        and cache of each such group; a group whose prefill fails is prefilled one request at a
+        and cache of each such group; a request whose prompt starts with a cached prefix is
+        prefilled alone, over it. A group whose prefill fails is prefilled one request at a
         time, and a request that fails alone fails (it is left out)."""
-        groups: dict[int, list[_Request]] = {}
+        groups: dict[object, list[_Request]] = {}
+        prefixes = {}
         for request in requests:
-            groups.setdefault(request.plan.input_ids.shape[1], []).append(request)
+            prompt = request.plan.input_ids[0]  # (T,) one prompt, no padding
+            prefix = self.prefix_cache.lookup(prompt) if self.prefix_cache is not None else None
+            key = len(prompt) if prefix is None else id(request)
+            prefixes[key] = prefix
+            groups.setdefault(key, []).append(request)
         ordered, logits, states = [], [], []
-        for group in groups.values():
+        for key, group in groups.items():
             try:
-                parts = [(group, *self._prefill(group))]
+                parts = [(group, *self._prefill(group, prefixes[key]))]
             except Exception as error:
                 if len(group) == 1:
                     group[0].fail(error)

@@ -7,6 +7,10 @@
     logits, state = model.step(next_tokens, state)  # one token per row; the prefix is not re-run
     state = model.select(state, rows)  # reorder / repeat rows (beams, samples)
 
+`CausalLM.resume(prefix, input_ids)` prefills a prompt whose first positions' keys and values
+are known (runtime/prefix_cache.py), and `CausalLM.prompt_cache(state, row)` hands a prefilled
+row's keys and values back to be kept.
+
 Scoring reads every position instead: `CausalLM.all_logits(input_ids, attention_mask)` and
 `Seq2SeqLM.all_logits(source_ids, source_mask, decoder_ids)` return (N, T, V) from one call
 with an empty cache (teacher forcing).
@@ -255,6 +259,29 @@ class CausalLM:
         logits, past = self._run(input_ids, attention_mask, positions, past)
         state = CausalState(past, attention_mask, positions[:, -1] + 1)
         return logits, state
+
+    def resume(self, prefix: tuple[np.ndarray, ...], input_ids: np.ndarray):
+        """`start` for one prompt whose first L positions' keys and values are known: `prefix`
+        per cache tensor (1, H, L, D) (runtime/prefix_cache.py), `input_ids` (1, S) the rest
+        of the prompt. Returns what `start` returns for the whole prompt (1, L + S)."""
+        length = prefix[0].shape[2] + input_ids.shape[1]
+        mask = np.ones((1, length), dtype=np.int64)  # (1, L + S)
+        positions = np.arange(prefix[0].shape[2], length, dtype=np.int64)[None]  # (1, S)
+        if self.shared_cache:
+            past = self._empty_past(1, length + _CACHE_HEADROOM)
+            for buffer, known in zip(past.buffers, prefix):
+                buffer[:, :, : known.shape[2]] = known
+        else:
+            past = tuple(self.runner.to_device(np.ascontiguousarray(p)) for p in prefix)
+        logits, past = self._run(input_ids, mask, positions, past)
+        return logits, CausalState(past, mask, np.array([length], dtype=np.int64))
+
+    def prompt_cache(self, state: CausalState, row: int) -> tuple[np.ndarray, ...]:
+        """The keys and values of row `row` of a prefill's state (`start` or `resume`, so no
+        padding), per cache tensor (H, T, D) on the host: what runtime/prefix_cache.py keeps."""
+        length = state.attention_mask.shape[1]
+        past = state.past.buffers if isinstance(state.past, SharedCache) else state.past
+        return tuple(self.runner.to_host(layer)[row, :, :length] for layer in past)
 
     def step(self, tokens: np.ndarray, state: CausalState):
         batch = tokens.shape[0]
