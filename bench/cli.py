@@ -20,6 +20,7 @@ BENCHMARKS = {
     "llm": "bench.llm",
     "llm-kernels": "bench.llm_kernels",
     "chat-defaults": "bench.chat_defaults",
+    "prefix-cache": "bench.prefix_cache",
     "fidelity": "bench.fidelity",
 }
 
