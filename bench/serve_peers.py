@@ -30,9 +30,11 @@ cache), each answered with exactly `NEW_TOKENS` tokens at temperature 0 (greedy)
 a chat client does. Per (server, C) it reports the aggregate output tokens/s (every reply's
 tokens over the wall time until the last conversation ends; median over rounds), time to first
 token p50 / p95 (request sent → first content chunk), inter-token latency p95 (gaps between
-content chunks), failed requests, replies not exactly `NEW_TOKENS` tokens long, and the peak RSS
-of the server's whole process tree (ours: the Ray driver, its cluster processes and the
-replica) and of its largest process, sampled every `RSS_INTERVAL_S`. Rounds interleave the
+content chunks), failed requests, replies not exactly `NEW_TOKENS` tokens long, and the peak
+memory of the server's whole process tree (ours: the Ray driver, its cluster processes and the
+replica) as the sum of each process's PSS (RSS with shared pages split between their users, so
+Ray's shared memory and libraries count once), and the peak RSS of its largest process, sampled
+every `RSS_INTERVAL_S`. Rounds interleave the
 servers, alternating which goes first, so a slow spell on a shared host falls on both. The
 clients run in this process, on the same cores. `--contended` keeps one plain busy Python loop
 running in a child process for the whole timed part. The plot (`--plot`, matplotlib) shows
@@ -225,7 +227,7 @@ def results_table(results: list[dict]) -> str:
                     _ms(r["ttft_p95_s"]),
                     _ms(r["itl_p95_s"]),
                     f"{r['errors']} / {r['short_replies']}",
-                    f"{r['peak_rss_mb']:,.0f} ({r['peak_process_rss_mb']:,.0f})",
+                    f"{r['peak_tree_pss_mb']:,.0f} ({r['peak_process_rss_mb']:,.0f})",
                 ]
             )
     header = [
@@ -237,7 +239,7 @@ def results_table(results: list[dict]) -> str:
         "TTFT p95 ms",
         "ITL p95 ms",
         "errors / short",
-        "peak RSS MB (largest process)",
+        "peak MB: tree PSS (largest RSS)",
     ]
     return common.markdown_table(header, rows)
 
@@ -348,7 +350,7 @@ def ours_command(gguf: Path, threads: int, parallel: int, port: int) -> list[str
 
 
 class Server:
-    """A server process started with `command`, its log in `log`, its process tree's RSS
+    """A server process started with `command`, its log in `log`, its process tree's memory
     sampled in a thread until `stop`."""
 
     def __init__(self, name: str, command: list[str], port: int, log: Path):
@@ -377,17 +379,18 @@ class Server:
                 continue
             for process in tree:
                 try:
-                    sizes.append(process.memory_info().rss)
+                    memory = process.memory_full_info()
+                    sizes.append((memory.pss, memory.rss))
                 except psutil.Error:  # it ended between the listing and the reading
                     pass
             if sizes:
-                self.peak_tree = max(self.peak_tree, sum(sizes))
-                self.peak_process = max(self.peak_process, max(sizes))
+                self.peak_tree = max(self.peak_tree, sum(pss for pss, _ in sizes))
+                self.peak_process = max(self.peak_process, max(rss for _, rss in sizes))
                 self.run_peak_tree = max(self.run_peak_tree, self.peak_tree)
                 self.run_peak_process = max(self.run_peak_process, self.peak_process)
 
     def take_peaks(self) -> tuple[float, float]:
-        """(tree, largest process) peak RSS in MB since the last call, then start afresh."""
+        """(tree PSS, largest process RSS) peaks in MB since the last call, then start afresh."""
         peaks = self.peak_tree / 1e6, self.peak_process / 1e6
         self.peak_tree = self.peak_process = 0
         return peaks
@@ -495,7 +498,7 @@ def run_level(
 
 
 def measure(servers: list[Server], system: str, client_counts: list[int], rounds: int) -> list:
-    """Per (server, clients) the `level_summary` plus peak RSS; rounds interleave the servers,
+    """Per (server, clients) the `level_summary` plus peak memory; rounds interleave the servers,
     the first of them alternating from round to round."""
     import openai
 
@@ -530,7 +533,7 @@ def measure(servers: list[Server], system: str, client_counts: list[int], rounds
             "server": name,
             "clients": count,
             **level_summary(walls, replies),
-            "peak_rss_mb": peaks[name, count][0],
+            "peak_tree_pss_mb": peaks[name, count][0],
             "peak_process_rss_mb": peaks[name, count][1],
         }
         for (name, count), (walls, replies) in samples.items()
@@ -661,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
             "servers": {
                 name: {
                     "command": command,
-                    "peak_rss_mb": server.run_peak_tree / 1e6,
+                    "peak_tree_pss_mb": server.run_peak_tree / 1e6,
                     "peak_process_rss_mb": server.run_peak_process / 1e6,
                 }
                 for (name, command), server in zip(commands.items(), servers)

@@ -82,7 +82,7 @@ def test_level_summary_and_table_of_made_up_rounds():
     peer = serve_peers.level_summary([1.0], [[slow, failed]])
     assert (peer["errors"], peer["first_errors"]) == (1, ["APIConnectionError: refused"])
     assert peer["ttft_p95_s"] == pytest.approx(0.3)
-    rss = {"peak_rss_mb": 1234.4, "peak_process_rss_mb": 600.0}
+    rss = {"peak_tree_pss_mb": 1234.4, "peak_process_rss_mb": 600.0}
     results = [
         {"server": PEER, "clients": 2, **peer, **rss},
         {"server": OURS, "clients": 2, **ours, **rss},
