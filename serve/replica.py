@@ -42,14 +42,18 @@ class ModelServer:
         self.cancelled = 0  # requests cancelled before they finished, since the replica started
 
     def stats(self) -> dict:
-        """Requests running and cancelled, and the engine's batched steps so far (0 without
-        an engine): what tests observe of a replica."""
+        """Requests running and cancelled, the engine's batched steps so far, and its prefix
+        cache's hits and the prompt positions they saved prefilling (0 without an engine or a
+        prefix cache): what tests and operators observe of a replica."""
         engine = getattr(self.generator, "engine", None)
+        prefixes = engine.prefix_cache if engine is not None else None
         with self._lock:
             return {
                 "running": self.running,
                 "cancelled": self.cancelled,
                 "steps": engine.steps if engine is not None else 0,
+                "prefix_hits": prefixes.hits if prefixes is not None else 0,
+                "reused_positions": prefixes.reused_positions if prefixes is not None else 0,
             }
 
     async def complete(self, request) -> dict:

@@ -9,6 +9,8 @@ every split of a prompt into a cached prefix and a rest of at least `MIN_SUFFIX`
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -26,41 +28,41 @@ def _layers(length: int, fill: float = 0.0, heads: int = 2, size: int = 4):
 
 
 def test_lookup_finds_whole_blocks_and_leaves_the_last_tokens_to_run():
-    cache = PrefixCache()
+    blocks = PrefixCache()
     ids = np.arange(3 * BLOCK + 5)
-    assert cache.lookup(ids) is None
-    cache.store(ids, _layers(len(ids)))
-    assert len(cache) == 3  # the partial last block is not kept
-    prefix = cache.lookup(np.concatenate([ids[: 2 * BLOCK], [999, 998, 997]]))
+    assert blocks.lookup(ids) is None
+    blocks.store(ids, _layers(len(ids)))
+    assert len(blocks) == 3  # the partial last block is not kept
+    prefix = blocks.lookup(np.concatenate([ids[: 2 * BLOCK], [999, 998, 997]]))
     assert prefix[0].shape == (1, 2, 2 * BLOCK, 4)  # (1, H, L, D)
     assert np.array_equal(prefix[0][0, 0, :, 0], np.arange(2 * BLOCK))
     # A prompt that is exactly cached blocks still runs its last MIN_SUFFIX tokens.
-    prefix = cache.lookup(ids[: 3 * BLOCK])
+    prefix = blocks.lookup(ids[: 3 * BLOCK])
     assert prefix[1].shape[2] == 3 * BLOCK - MIN_SUFFIX
     # A different first block: nothing, even if later tokens agree (a block names its prefix).
     other = ids.copy()
     other[0] = 12345
-    assert cache.lookup(other) is None
-    assert cache.hits == 2 and cache.reused_positions == 2 * BLOCK + 3 * BLOCK - MIN_SUFFIX
+    assert blocks.lookup(other) is None
+    assert blocks.hits == 2 and blocks.reused_positions == 2 * BLOCK + 3 * BLOCK - MIN_SUFFIX
 
 
 def test_blocks_are_shared_and_the_budget_drops_continuations_first():
     one_block = 2 * 2 * BLOCK * 4 * 4  # 2 tensors × H 2 × BLOCK × D 4 × 4 bytes
-    cache = PrefixCache(max_bytes=4 * one_block)
+    blocks = PrefixCache(max_bytes=4 * one_block)
     system = np.arange(2 * BLOCK)
     first = np.concatenate([system, 100 + np.arange(BLOCK)])
     second = np.concatenate([system, 200 + np.arange(BLOCK)])
-    cache.store(first, _layers(len(first)))
-    cache.store(second, _layers(len(second), fill=0.5))
-    assert len(cache) == 4 and cache.bytes == 4 * one_block  # the system prompt's blocks once
+    blocks.store(first, _layers(len(first)))
+    blocks.store(second, _layers(len(second), fill=0.5))
+    assert len(blocks) == 4 and blocks.bytes == 4 * one_block  # the system prompt's blocks once
     # A fifth block: the least recently used block that nothing continues goes (first's tail);
     # the shared system prompt stays, whatever its age.
     third = np.concatenate([system, 300 + np.arange(BLOCK)])
-    cache.store(third, _layers(len(third), fill=0.25))
-    assert len(cache) == 4 and cache.bytes <= cache.max_bytes
-    assert cache.lookup(np.concatenate([first, [1, 2]]))[0].shape[2] == 2 * BLOCK
-    assert cache.lookup(np.concatenate([second, [1, 2]]))[0].shape[2] == 3 * BLOCK
-    assert cache.lookup(np.concatenate([third, [1, 2]]))[0][0, 0, -1, 0] == 3 * BLOCK - 1 + 0.25
+    blocks.store(third, _layers(len(third), fill=0.25))
+    assert len(blocks) == 4 and blocks.bytes <= blocks.max_bytes
+    assert blocks.lookup(np.concatenate([first, [1, 2]]))[0].shape[2] == 2 * BLOCK
+    assert blocks.lookup(np.concatenate([second, [1, 2]]))[0].shape[2] == 3 * BLOCK
+    assert blocks.lookup(np.concatenate([third, [1, 2]]))[0][0, 0, -1, 0] == 3 * BLOCK - 1 + 0.25
 
 
 @pytest.mark.parametrize("budget", [-1, 1.5, True, "1GB"])
@@ -81,7 +83,7 @@ def _long_prompts(gen, prompts: list[str], limit: int) -> list[str]:
     return turns
 
 
-def test_a_resumed_prefill_is_the_whole_prefill_bit_for_bit(generators):
+def test_a_resumed_prefill_is_the_whole_prefill_bit_for_bit(generators):  # noqa: F811
     _, batched, prompts = generators
     model = batched.model
     ids = np.array([batched.encode_prompt(_long_prompts(batched, prompts, 60)[-1])])  # (1, T)
@@ -101,7 +103,7 @@ def test_a_resumed_prefill_is_the_whole_prefill_bit_for_bit(generators):
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sampled-n2"])
-def test_cached_turns_get_what_they_get_without_the_cache(generators, mode):
+def test_cached_turns_get_what_they_get_without_the_cache(generators, mode):  # noqa: F811
     plain, batched, prompts = generators
     config = CONFIGS[mode]
     turns = _long_prompts(batched, prompts, 80)
@@ -123,7 +125,7 @@ def test_cached_turns_get_what_they_get_without_the_cache(generators, mode):
     assert engine.prefix_cache.hits - hits == sum(length >= BLOCK for length in lengths)
 
 
-def test_no_budget_means_no_cache(generators):
+def test_no_budget_means_no_cache(generators):  # noqa: F811
     _, batched, prompts = generators
     engine = type(batched.engine)(batched, prefix_cache_bytes=0)
     assert engine.prefix_cache is None
@@ -143,3 +145,23 @@ def test_each_adapter_keeps_its_own_cache(tiny):  # noqa: F811
     for turn in turns:  # the second adapter's prefixes are its own, and change nothing
         _same_tokens(two.generate(turn, config), plain_two.generate(turn, config))
     assert two.engine.prefix_cache.hits >= 1
+
+
+def test_a_replica_reuses_a_shared_opening():
+    """Serve's replica generates through the engine, so two requests that open alike share the
+    opening's blocks (its stats count the hit); each answer is what the runtime gives alone."""
+    from serve import api
+    from serve.deployments import ModelServer
+    from tests.test_engine import BIBLE_LM
+
+    server = ModelServer(str(BIBLE_LM), 1, 2)
+    plain = runtime.load(BIBLE_LM, threads=1, batching=False)
+    opening = "Now the serpent was more subtle than any beast of the field which the LORD God had"
+    prompts = [f"{opening} made. And he said", f"{opening} made. Unto the woman"]
+    config = runtime.GenerationConfig(max_new_tokens=8)
+    for prompt in prompts:
+        body = {"model": "m", "prompt": prompt, "max_tokens": 8, "temperature": 0}
+        result = asyncio.run(server.complete(api.parse_completion(body)))
+        assert result["choices"][0]["text"] == plain.generate(prompt, config)[0].text
+    stats = server.stats()
+    assert stats["prefix_hits"] == 1 and stats["reused_positions"] >= BLOCK
