@@ -16,12 +16,14 @@ bundle, checksums); `outputs` (`GenerationOutput`, `StreamEvent`); `generator`, 
 kernels), `text`, `config` (token models); `parameters` (every decoding parameter, declared
 once); `chat` (chat templates in a bounded sandbox, the chat methods); `alignment` (a seq2seq
 model's attention over its source); `hierarchical`, `hierarchical_text`, `masked_lm`,
-`word_vectors` (the other tasks); `scoring` (`score`, `score_ids`: log-probabilities of given
-text); `memorisation`; `request_caps` (the caps the app and serve put on a request).
+`word_vectors` (the other tasks); `structured` (output held to a JSON Schema); `scoring`
+(`score`, `score_ids`: log-probabilities of given text); `memorisation`; `request_caps` (the
+caps the app and serve put on a request).
 
 Layer: the bottom one. runtime/ imports only numpy, onnxruntime, tokenizers, jinja2 (chat
-templates), onnx (`alignment`, at first use) and the standard library, never torch,
-transformers or any other package of ours (docs/DESIGN.md, "Layers").
+templates), llguidance (`structured`: JSON Schema constrained decoding), onnx (`alignment`, at
+first use) and the standard library, never torch, transformers or any other package of ours
+(docs/DESIGN.md, "Layers").
 """
 
 from . import sampling

@@ -6,7 +6,8 @@ runtime/parameters.py (`PARAMETERS`), and `validate` checks each field against i
 bad setting into a `ValueError` with one template: `` `top_p` must be in (0, 1], got 1.5 ``;
 here are the checks across fields and those of the settings a manifest fixes (stop strings,
 forced and suppressed tokens). Front ends (serve/, ui/) may ask for narrower ranges, never wider
-ones. This module does not run models or touch logits.
+ones. A `json_schema` is checked by compiling it (runtime/structured.py), and only greedy
+decoding and sampling take one. This module does not run models or touch logits.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from .parameters import NAMED, PARAMETERS, is_int
+from .structured import check_schema
 
 
 def _default(name: str):
@@ -39,6 +41,7 @@ class GenerationConfig:
     early_stopping: bool | str = _default("early_stopping")
     num_return_sequences: int = _default("num_return_sequences")
     seed: int | None = _default("seed")
+    json_schema: str | None = _default("json_schema")
     stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings, cut from the text
     # Forced tokens and suppressed tokens come from the model's manifest defaults (BART, Marian).
     forced_bos_token_id: int | None = None  # token forced as the first generated token
@@ -84,6 +87,13 @@ class GenerationConfig:
                 "`num_return_sequences` must be 1 for greedy decoding (it would repeat one "
                 f"sequence), got {self.num_return_sequences}; set do_sample=True or num_beams"
             )
+        if self.json_schema is not None:
+            if self.num_beams > 1:
+                raise ValueError(
+                    "`json_schema` must be None with beam search (a schema constrains each "
+                    f"row's next token, not a beam's), got one with num_beams={self.num_beams}"
+                )
+            check_schema(self.json_schema)
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"`stop` must be non-empty strings, got {self.stop!r}")
         return self

@@ -336,6 +336,7 @@ class Generator(ChatMixin, ScoringMixin):
             max_steps=plan.max_steps,
             rng=plan.rng,
             alternatives=alternatives,
+            tokenizer=self.tokenizer,
         )
 
     def _generate_beam(self, prompts, config, controls) -> list[GenerationOutput]:

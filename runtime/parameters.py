@@ -21,6 +21,11 @@ context length). Counts need only a lower bound (the maths holds for any int; th
 cost is capped by the front ends' sequence cap, runtime/budget.py, and the engine's KV-cache
 budget, runtime/engine.py).
 
+One parameter is not a number: `json_schema`, the JSON Schema (as JSON text) the output must
+match, which travels as OpenAI's `response_format` object (`response_format_of` and
+`schema_of_response_format` map one onto the other; runtime/structured.py compiles and enforces
+it, and checks it for `GenerationConfig.validate`).
+
 Not declared here: the settings a model's manifest fixes rather than a request tunes (stop
 strings, forced and suppressed tokens; runtime/config.py checks those). This module imports
 nothing of ours and runs no model.
@@ -28,6 +33,7 @@ nothing of ours and runs no model.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -36,6 +42,7 @@ SAMPLING = ("sample", "beam_sample")
 BEAMS = ("beam", "beam_sample")
 CHAT_MODES = ("greedy", "sample")  # a chat reply is never searched with beams (runtime/chat.py)
 GREEDY_TEMPERATURE = 0  # in a request, temperature 0 asks for no sampling (OpenAI's convention)
+JSON_OBJECT = '{"type": "object"}'  # the schema of OpenAI's `{"type": "json_object"}`
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ PENALTY_ROW = 4  # the app's rows from here on sit in a "Penalties" accordion
 @dataclass(frozen=True)
 class Parameter:
     name: str  # the GenerationConfig field
-    type: type  # int, float or bool; object for a fixed set of `choices`
+    type: type  # int, float, bool or str; object for a fixed set of `choices`
     default: object
     help: str  # one line: what it does and which value is off
     valid: Range = Range()  # where the runtime's maths is defined
@@ -93,8 +100,8 @@ class Parameter:
             return
         if self.choices:
             ok = value in self.choices
-        elif self.type is bool:
-            ok = isinstance(value, bool)
+        elif self.type in (bool, str):
+            ok = isinstance(value, self.type)
         elif self.type is int:
             ok = is_int(value) and value in self.valid
         else:
@@ -113,6 +120,8 @@ class Parameter:
             return f"{', '.join(map(repr, first))} or {last!r}"
         if self.type is bool:
             return "a bool"
+        if self.type is str:
+            return "a string or None" if self.optional else "a string"
         low, high = self.valid.low, self.valid.high
         if self.type is int:
             if self.optional:  # only the seed: a count of draws has no other meaning
@@ -284,6 +293,15 @@ PARAMETERS = (
         request_field="seed",
         app=InApp("Seed", row=3, step=None, value=0, shown_in=MODES, from_model=False),
     ),
+    Parameter(
+        "json_schema",
+        str,
+        None,
+        "a JSON Schema (JSON text) the output must match; None = free text",
+        optional=True,
+        modes=CHAT_MODES,  # a grammar constrains each row's next token, never a beam's
+        request_field="response_format",
+    ),  # the Chat tab's "JSON schema" box (ui/chat_tab.py), not a decoding widget
 )
 NAMED = {parameter.name: parameter for parameter in PARAMETERS}
 
@@ -336,6 +354,9 @@ def request_fields(config, chat: bool = False) -> dict:
     }
     if not config.do_sample:
         fields[NAMED["temperature"].request_field] = GREEDY_TEMPERATURE
+    schema_field = NAMED["json_schema"].request_field
+    if schema_field in fields:
+        fields[schema_field] = response_format_of(config.json_schema)
     return fields
 
 
@@ -355,5 +376,48 @@ def from_request(fields: dict) -> dict:
             settings["do_sample"] = value != GREEDY_TEMPERATURE
             if value == GREEDY_TEMPERATURE:
                 continue
+        if parameter.name == "json_schema":
+            value = schema_of_response_format(value)
         settings[parameter.name] = value
     return settings
+
+
+def response_format_of(schema: str | None) -> dict | None:
+    """OpenAI's `response_format` asking for output that matches `schema` (JSON text; None:
+    free text, null in a request).
+
+    >>> response_format_of(JSON_OBJECT)
+    {'type': 'json_object'}
+    >>> response_format_of('{"type": "integer"}')["json_schema"]
+    {'name': 'schema', 'schema': {'type': 'integer'}}
+    """
+    if schema is None:
+        return None
+    if schema == JSON_OBJECT:
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": "schema", "schema": json.loads(schema)}}
+
+
+def schema_of_response_format(response_format: dict) -> str | None:
+    """The JSON Schema text an OpenAI `response_format` asks for: None for `{"type": "text"}`,
+    `JSON_OBJECT` for `{"type": "json_object"}`, the `json_schema.schema` of a
+    `{"type": "json_schema", …}` (`{}`, any JSON, when it has none). ValueError for another
+    shape (serve/protocol.py checks a request's shape first, with its own message).
+
+    >>> schema_of_response_format({"type": "json_schema", "json_schema": {"name": "n",
+    ...     "schema": {"type": "array"}}})
+    '{"type": "array"}'
+    """
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return JSON_OBJECT
+    spec = response_format.get("json_schema") if kind == "json_schema" else None
+    if not isinstance(spec, dict):
+        raise ValueError(
+            '`response_format` must be {"type": "text"}, {"type": "json_object"} or '
+            f'{{"type": "json_schema", "json_schema": {{"name": …, "schema": …}}}}, '
+            f"got {response_format!r:.80}"
+        )
+    return json.dumps(spec.get("schema", {}), ensure_ascii=False)

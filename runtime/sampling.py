@@ -2,8 +2,14 @@
 
 Covers the logits warpers transformers applies when sampling, in its order and with its kept sets
 (Temperature → TopK → TopP → MinP → Typical), a `Sampler` that draws one token per row from exactly
-the distribution the filtered logits define, and `top_k_values`. Does not cover the processors that
-depend on the generated tokens (repetition penalty, no-repeat n-grams, …): see `runtime.processors`.
+the distribution the filtered logits define, `greedy` (argmax), and `top_k_values`. Does not cover
+the processors that depend on the generated tokens (repetition penalty, no-repeat n-grams, …):
+see `runtime.processors`.
+
+Allowed tokens (a JSON Schema's next tokens, runtime/structured.py): `Sampler` and `greedy` take
+per row the sorted ids it may choose, and work on those entries alone (gathered, never a masked
+copy of the row). That is exactly the row with every other entry -inf: the filters' kept sets
+and masses are those of the allowed tokens, and -inf entries weigh nothing.
 
     >>> import numpy as np
     >>> logits = np.array([[3.0, 1.0, 2.0, 0.0]], dtype=np.float32)
@@ -156,7 +162,8 @@ class Sampler:
     Parameters are validated once, here (same meanings and "off" values as `filter_logits`).
     `sampler(logits, rng)` takes float32 logits (B, V) and an `np.random.Generator` and returns
     int64 tokens (B,) drawn from softmax(filter_logits(logits, ...)); the same generator state
-    gives the same tokens.
+    gives the same tokens. `allowed` (per row: sorted token ids, or None for no constraint)
+    draws as if every other entry were -inf.
     """
 
     def __init__(
@@ -193,12 +200,16 @@ class Sampler:
                 np.copyto(out[b], row.values, where=row.values >= kept.threshold)
         return out
 
-    def __call__(self, logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def __call__(
+        self, logits: np.ndarray, rng: np.random.Generator, allowed: list | None = None
+    ) -> np.ndarray:
         logits = _as_logits(logits)
         tokens = np.empty(logits.shape[0], dtype=np.int64)  # (B,)
         for b, raw in enumerate(logits):
-            row = _Row(raw, self.temperature)
-            tokens[b] = _draw(row, self._survivors(row), rng)
+            ids = None if allowed is None else _allowed_ids(allowed[b], raw)
+            row = _Row(raw if ids is None else raw.take(ids), self.temperature)  # (V,) or (n,)
+            drawn = _draw(row, self._survivors(row), rng)
+            tokens[b] = drawn if ids is None else ids[drawn]
         return tokens
 
     def _survivors(self, row: _Row) -> _Listed | _AtLeast:
@@ -220,6 +231,32 @@ class Sampler:
         if self.typical_p < 1.0:
             kept = _typical(row, kept, self.typical_p, keep_min)
         return kept
+
+
+def greedy(logits: np.ndarray, allowed: list | None = None) -> np.ndarray:
+    """The most likely token of each row of logits (B, V), int64 (B,); the first on ties.
+    `allowed` (per row: sorted token ids, or None) picks among those tokens only.
+
+    >>> greedy(np.array([[0.0, 3.0, 1.0, 2.0]]), [np.array([0, 2, 3])])
+    array([3])
+    """
+    logits = _as_matrix(logits, "logits")
+    if allowed is None:
+        return np.argmax(logits, axis=1)
+    tokens = np.empty(logits.shape[0], dtype=np.int64)  # (B,)
+    for b, raw in enumerate(logits):
+        ids = _allowed_ids(allowed[b], raw)
+        tokens[b] = np.argmax(raw) if ids is None else ids[np.argmax(raw.take(ids))]
+    return tokens
+
+
+def _allowed_ids(ids: np.ndarray | None, raw: np.ndarray) -> np.ndarray | None:
+    """A row's allowed token ids, checked: non-empty and within the row (sorted by contract)."""
+    if ids is None:
+        return None
+    if not len(ids) or ids[0] < 0 or ids[-1] >= raw.shape[0]:
+        _reject("allowed", f"non-empty sorted token ids in [0, {raw.shape[0]})", ids)
+    return ids
 
 
 # --- Survivor sets ----------------------------------------------------------------------------

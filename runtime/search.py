@@ -4,6 +4,9 @@ They drive a model from `runtime.models` (start → step → select) and keep th
 sequences, scores, which rows are finished. Picking a token from scores is delegated to pure
 functions: `runtime.processors` (history-dependent) and `runtime.sampling` (filters, draws).
 This module never decodes text; stop strings are checked by the caller through `finish()`.
+With a `json_schema` in its config, a `TokenSearch` keeps each row to that schema: each step
+its rows' allowed tokens (runtime/structured.py, `JsonRows`) go to the argmax or the sampler,
+which choose among them only, and the chosen tokens advance the rows' matchers.
 Both loops stop with `runtime.cancel.Cancelled` between steps once their caller's cancel event
 is set (`runtime.cancel.cancel_when`), and refuse scores with no finite maximum
 (`NonFiniteScores`: NaN or +inf logits, or a row with every token removed) rather than pick a
@@ -24,6 +27,7 @@ import numpy as np
 
 from . import cancel, sampling
 from .processors import apply_processors
+from .structured import JsonRows
 
 NEG = np.float32(-1.0e9)  # transformers' "finished / impossible" score offset
 
@@ -42,6 +46,18 @@ def check_finite(scores: np.ndarray, rows: np.ndarray, index: int) -> None:
             f"the scores of row {bad[0]} at step {index} are not finite (their maximum is "
             f"{best[bad[0]]}): the model's logits or a logits processor failed"
         )
+
+
+def _check_allowed(scores: np.ndarray, allowed: list, index: int) -> None:
+    """Raise `NonFiniteScores` when a row's processors removed every token its JSON Schema
+    allows (a minimum length that forbids the end of a finished document, a banned n-gram)."""
+    for row, ids in enumerate(allowed):
+        if ids is not None and not np.isfinite(scores[row].take(ids).max()):
+            raise NonFiniteScores(
+                f"row {row} at step {index} has no token left that its JSON Schema allows: "
+                "the logits processors (min_new_tokens, no_repeat_ngram_size, suppressed "
+                "tokens) removed them all"
+            )
 
 
 def log_normalizer(logits: np.ndarray) -> np.ndarray:
@@ -73,7 +89,8 @@ class TokenSearch:
 
     Rows end on EOS (any of them when `eos_token_id` is a tuple), after `max_steps` tokens, or
     when the caller calls `finish(row)` (stop strings). Iteration ends when every row has
-    ended; closing the iterator early stops the work at once.
+    ended; closing the iterator early stops the work at once. A config's `json_schema` needs
+    the model's `tokenizer` (its tokens are what the schema's grammar allows or not).
     """
 
     def __init__(
@@ -90,6 +107,7 @@ class TokenSearch:
         max_steps: int,
         rng: np.random.Generator,
         alternatives: int = 0,
+        tokenizer=None,
     ):
         self.model = model
         self.input_ids = input_ids
@@ -116,6 +134,12 @@ class TokenSearch:
             if config.do_sample
             else None
         )
+        self.json_rows = None
+        if config.json_schema is not None:
+            if tokenizer is None:
+                raise ValueError("`json_schema` needs the model's tokenizer, got none")
+            ends = () if self._ends is None else tuple(self._ends.tolist())
+            self.json_rows = JsonRows(config.json_schema, tokenizer, ends, len(self.done))
 
     def finish(self, row: int) -> None:
         self.done[row] = True
@@ -151,13 +175,20 @@ class TokenSearch:
         scores = apply_processors(
             logits, self.history, self.history_mask, self.config, index, self.eos
         )
-        check_finite(scores, ~self.done, index)
-        if self.sampler is None:
-            tokens = np.argmax(scores, axis=1)
-        else:
-            tokens = self.sampler(scores, self.rng)
         active = ~self.done
+        check_finite(scores, active, index)
+        allowed = None if self.json_rows is None else self.json_rows.allowed(active)
+        if allowed is not None:
+            _check_allowed(scores, allowed, index)
+        if self.sampler is None:
+            tokens = sampling.greedy(scores, allowed)
+        elif allowed is None:
+            tokens = self.sampler(scores, self.rng)
+        else:
+            tokens = self.sampler(scores, self.rng, allowed)
         tokens = np.where(active, tokens, self.pad).astype(np.int64)  # (N,)
+        if self.json_rows is not None:
+            self.json_rows.advance(tokens, active)
         chosen = logits[np.arange(rows), tokens] - normalizer
         top = None
         if self.alternatives:

@@ -345,7 +345,8 @@ print("reached")
 
 
 # The decoding parameters serve/ gives a meaning of its own (the token limit per route,
-# temperature 0 as greedy, the sequence cap on `n` × `num_beams`); it passes the others through.
+# temperature 0 as greedy, the sequence cap on `n` × `num_beams`, the shape of
+# `response_format`); it passes the others through.
 SERVE_OWN_PARAMETERS = {
     "max_new_tokens",
     "max_tokens",
@@ -354,6 +355,9 @@ SERVE_OWN_PARAMETERS = {
     "num_return_sequences",
     "n",
     "num_beams",
+    # OpenAI's `response_format` object (its `json_schema` member), whose shape serve checks
+    "response_format",
+    "json_schema",
 }
 
 
