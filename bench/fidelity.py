@@ -19,9 +19,12 @@ flagship's chat template into the same token ids for every engine. Per engine an
     max |Δlogit|      the largest logit difference at those positions
 
 Engines: ours as shipped (`runtime.load` of the converted bundle; its teacher-forced pass on an
-onnxruntime session of the same graph), llama.cpp (llama-cpp-python on the GGUF, `--threads`
-threads, its logits with `logits_all`; skipped with a line when missing or when it dies in
-bench/llm.py's probe), and the variants of bench/fidelity_graphs.py. Decode speed: bench/llm.py's
+onnxruntime session of the same graph), llama.cpp (llama-cpp-python on the GGUF, its logits with
+`logits_all`; skipped with a line when missing or when it dies in bench/llm.py's probe), and the
+variants of bench/fidelity_graphs.py. The replies and logits are computed on one thread per
+engine (`FIDELITY_THREADS`): on a shared machine two spinning threads per engine slowed these
+passes several-fold. Decode
+speed, with `--threads` threads: bench/llm.py's
 runners and prompt (16 tokens), `--speed-tokens` greedy tokens, (N − 1) / (T_N − T_1), medians of
 `--repeats` rounds interleaved over every engine, so ratios to the shipped graph hold on a shared
 machine. Last, `node_errors` compares each graph's embedding, rotary caches, attention outputs
@@ -43,6 +46,7 @@ from . import common, llm
 from .fidelity_graphs import VARIANTS, build_variant, node_errors, transformers_nodes
 
 DEFAULT_VARIANTS = list(VARIANTS)
+FIDELITY_THREADS = 1  # threads of every engine's replies and logits (not of the speed runs)
 CHATS: list[list[dict]] = [
     [{"role": "user", "content": text}]
     for text in (
@@ -364,11 +368,11 @@ def main(argv: list[str] | None = None) -> int:
 
     skipped = llm.skip_unavailable(args)
     checkpoint = llm.prepare(args.gguf, llm.work_dir(args.work, args.gguf), ["transformers"])
-    common.set_torch_threads(args.threads)
+    common.set_torch_threads(FIDELITY_THREADS)
     hf_model = AutoModelForCausalLM.from_pretrained(
         checkpoint["checkpoint"], attn_implementation="eager"
     ).eval()
-    shipped = runtime.load(args.bundle, threads=args.threads)
+    shipped = runtime.load(args.bundle, threads=FIDELITY_THREADS)
     end_ids = shipped.end_of_turn_token_ids
     chats = CHATS[: args.chats]
     prompts = [shipped.encode_chat(messages) for messages in chats]
@@ -386,11 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         if "llama.cpp" in args.engines:
             context = max(map(len, prompts)) + args.new_tokens + 8
             engines["llama.cpp"] = lambda: LlamaCpp(
-                args.gguf, args.threads, context, end_ids, args.new_tokens
+                args.gguf, FIDELITY_THREADS, context, end_ids, args.new_tokens
             )
         for name, path in bundles.items():
             engines[name] = lambda path=path: Bundle(
-                path, gguf_model, args.threads, args.new_tokens
+                path, gguf_model, FIDELITY_THREADS, args.new_tokens
             )
         scores = {
             name: score_engine(
@@ -412,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         {
             "benchmark": "fidelity",
             "environment": common.environment(args.threads),
+            "fidelity_threads": FIDELITY_THREADS,
             "gguf": {"file": args.gguf.name, "sha256": sha256_of(args.gguf)},
             "bundle": str(args.bundle),
             "reference": "transformers, the GGUF dequantized to float32, eager attention",

@@ -94,7 +94,12 @@ def _card(manifest: Manifest) -> str:
         "`scriptorium export gguf`, without torch or transformers.",
         query_heads=source["metadata_summary"]["query_heads"],
         weights=[
-            f"MatMulNBits accuracy level: {quant['accuracy_level']}.",
+            f"MatMulNBits accuracy level: {quant['accuracy_level']}"
+            + (
+                f", LM head {quant['head_accuracy_level']}."
+                if quant.get("head_accuracy_level") not in (None, quant["accuracy_level"])
+                else "."
+            ),
             "",
             *[f"- {kind}: {how}" for kind, how in quant["storage"].items()],
             *[f"- note: {note}" for note in quant["notes"]],
@@ -117,14 +122,20 @@ def export_gguf(
     name: str | None = None,
     parity: bool = True,
     lora_slots: bool = True,
+    head_accuracy_level: int | None = None,
 ) -> Manifest:
     """Write the bundle of `gguf_path` to `out_dir`; returns its manifest. `fp32` dequantizes
-    every weight; `accuracy_level` is MatMulNBits' (0 float activations, 4 int8); `parity=False`
+    every weight; `accuracy_level` is MatMulNBits' (0 float activations, 4 int8), and
+    `head_accuracy_level` the LM head's (None: the same); `parity=False`
     skips the parity report (and the fp32 reference graph it builds); `lora_slots` also writes
     model_lora.onnx, the decoder with a zero-rank LoRA slot on every projection that adapter
     bundles fill (export/llama/adapter.py), sharing model.onnx's weights file."""
     if accuracy_level not in (0, 1, 2, 3, 4):
         raise ValueError(f"`accuracy_level` must be one of 0-4, got {accuracy_level!r}")
+    if head_accuracy_level not in (None, 0, 1, 2, 3, 4):
+        raise ValueError(
+            f"`head_accuracy_level` must be one of 0-4 or None, got {head_accuracy_level!r}"
+        )
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
     model = read_gguf(gguf_path)
     tokenizer = build_tokenizer(model.tokenizer)
@@ -136,6 +147,7 @@ def export_gguf(
         fp32=fp32,
         accuracy_level=accuracy_level,
         lora_path=out_dir / LORA_GRAPH if lora_slots else None,
+        head_accuracy_level=head_accuracy_level,
     )
     report = {}
     if parity:
@@ -179,6 +191,7 @@ def export_gguf(
             },
             "quantization": {
                 "accuracy_level": graph["accuracy_level"],
+                "head_accuracy_level": graph["head_accuracy_level"],
                 "storage": graph["storage"],
                 "notes": graph["notes"],
                 "tied_embeddings": graph["tied_embeddings"],
@@ -210,6 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         default=ACCURACY_LEVEL,
         help=f"MatMulNBits accuracy level: 0 float activations, 4 int8 (default {ACCURACY_LEVEL})",
     )
+    parser.add_argument(
+        "--head-accuracy-level",
+        type=int,
+        default=None,
+        help="the LM head's MatMulNBits accuracy level (default: --accuracy-level); e.g. "
+        "--accuracy-level 0 --head-accuracy-level 4: float activations in the layers, int8 in "
+        "the head (docs/GGUF.md, 'accuracy_level')",
+    )
     parser.add_argument("--name", help="display name (default: the file name without .gguf)")
     parser.add_argument("--no-parity", action="store_true", help="skip the parity report")
     args = parser.parse_args(argv)
@@ -219,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             args.out_dir,
             fp32=args.fp32,
             accuracy_level=args.accuracy_level,
+            head_accuracy_level=args.head_accuracy_level,
             name=args.name,
             parity=not args.no_parity,
         )

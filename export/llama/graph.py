@@ -83,9 +83,15 @@ HF_MODULES = {
 class LlamaGraph(GraphBuilder):
     """GraphBuilder over numpy arrays, with the projection forms of `Linear`."""
 
-    def __init__(self, accuracy_level: int, lora: bool = False):
+    def __init__(
+        self, accuracy_level: int, lora: bool = False, head_accuracy_level: int | None = None
+    ):
         super().__init__({})
         self.accuracy_level = accuracy_level
+        # the LM head's own level (None: `accuracy_level`), see build_llama_graph
+        self.head_accuracy_level = (
+            accuracy_level if head_accuracy_level is None else head_accuracy_level
+        )
         self.block_sums: dict[str, str] = {}  # input name -> its (B, S, K/32) block sums
         self.weight_bytes = 0
         self.lora = lora  # give every projection a LoRA slot
@@ -124,9 +130,12 @@ class LlamaGraph(GraphBuilder):
             self.block_sums[x] = sums  # (B, S, K/32)
         return self.block_sums[x]
 
-    def linear(self, x: str, lin: Linear, name: str, stored: str | None = None) -> str:
+    def linear(
+        self, x: str, lin: Linear, name: str, stored: str | None = None, head: bool = False
+    ) -> str:
         """x (B, S, K) -> (B, S, N). `stored` names initializers already holding `lin`'s blocks
-        (the tied token table: packed, scales and offsets stored (N, K/32))."""
+        (the tied token table: packed, scales and offsets stored (N, K/32)); `head` computes at
+        the LM head's accuracy level."""
         if not lin.quantized:
             (y,) = self.node("MatMul", [x, self.array(f"{name}.weight_t", lin.weight.T)], [name])
             return y
@@ -143,7 +152,7 @@ class LlamaGraph(GraphBuilder):
             N=lin.n,
             bits=lin.bits,
             block_size=BLOCK,
-            accuracy_level=self.accuracy_level,
+            accuracy_level=self.head_accuracy_level if head else self.accuracy_level,
         )
         if lin.offsets is None:
             return y
@@ -199,7 +208,7 @@ class LlamaGraph(GraphBuilder):
         """Logits from the token table itself: MatMulNBits over its blocks, or Gemm with transB
         over the float table (no transposed copy)."""
         if table.quantized:
-            return self.linear(x, table, "logits", stored="token_embd")
+            return self.linear(x, table, "logits", stored="token_embd", head=True)
         (flat,) = self.node("Reshape", [x, self.const("rows", [-1, k], np.int64)], ["x_rows"])
         (y,) = self.node("Gemm", [flat, "token_embd.weight"], ["logits_rows"], transB=1)
         (batch,) = self.node("Shape", [x], ["x_shape_2"], start=0, end=2)
@@ -315,13 +324,18 @@ def build_llama_graph(
     fp32: bool = False,
     accuracy_level: int = ACCURACY_LEVEL,
     lora_path: Path | None = None,
+    head_accuracy_level: int | None = None,
 ) -> dict:
     """Write `model` as a lean decoder graph to `path`. With `fp32` every weight is dequantized to
-    float32; otherwise quantized types are carried over (export/llama/gguf_read.py). With
-    `lora_path` the same graph with a zero-rank LoRA slot on every projection is written there too,
-    sharing the weights file. Returns a report: node count, per GGUF tensor type how its projections
-    were stored, and the LoRA slots."""
-    g = LlamaGraph(accuracy_level, lora=lora_path is not None)
+    float32; otherwise quantized types are carried over (export/llama/gguf_read.py), computed by
+    MatMulNBits at `accuracy_level`, and the LM head at `head_accuracy_level` (None: the same; what
+    each costs and buys: docs/GGUF.md, "accuracy_level"). With `lora_path` the same graph with a
+    zero-rank LoRA slot on every projection is written there too, sharing the weights file.
+    Returns a report: node count, accuracy levels, per GGUF tensor type how its projections were
+    stored, and the LoRA slots."""
+    g = LlamaGraph(
+        accuracy_level, lora=lora_path is not None, head_accuracy_level=head_accuracy_level
+    )
     weights = _Weights(model, fp32)
     table = weights.linear("token_embd.weight")
     x = g.embed(table, "input_ids")
@@ -360,6 +374,7 @@ def build_llama_graph(
         "nodes": len(g.nodes),
         "weight_bytes": g.weight_bytes,
         "accuracy_level": accuracy_level if not fp32 else None,
+        "head_accuracy_level": None if fp32 else g.head_accuracy_level,
         "storage": weights.storage,
         "notes": weights.notes,
         "tied_embeddings": "output.weight" not in model.tensors,
@@ -490,7 +505,7 @@ def _lm_head(g: LlamaGraph, weights: _Weights, normed: str, table: Linear) -> No
     end, axis = g.const("end_of_sequence", [2**63 - 1], np.int64), g.const("axes_1", [1], np.int64)
     (kept,) = g.node("Slice", [normed, start, end, axis], ["final_kept"])  # (B, k, d)
     if "output.weight" in weights.model.tensors:
-        g.linear(kept, weights.linear("output.weight"), "logits")
+        g.linear(kept, weights.linear("output.weight"), "logits", head=True)
     else:
         g.tied_head(kept, table, weights.model.hidden)
 
