@@ -25,8 +25,13 @@ log-probabilities (before penalties and filters, see runtime/generator.py); `top
 the model's most likely tokens at each step, and `text_offset` the character offset of each token
 in the completion text. `prompt` may also be token ids (a list, or a list of lists); `echo` puts
 the prompt in front of each choice, and `max_tokens: 0` with `echo` scores the prompt without
-generating (serve/scoring.py). What is not implemented (`best_of` > 1, `suffix`, non-zero
-`presence_penalty`/`frequency_penalty`, `logit_bias`) is refused with a 400 that says so.
+generating (serve/scoring.py). `response_format` (both routes) asks for JSON (`json_object`) or
+JSON that matches a schema (`json_schema`), as OpenAI defines them: its schema becomes the
+config's `json_schema` (runtime/parameters.py), enforced token by token (runtime/structured.py);
+a schema that is not valid JSON Schema, or that uses a keyword the grammar compiler does not
+implement, is a 400 naming `response_format` and the problem; `max_tokens` reached inside a
+document ends it with finish_reason "length". What is not implemented (`best_of` > 1, `suffix`,
+non-zero `presence_penalty`/`frequency_penalty`, `logit_bias`) is refused with a 400 that says so.
 """
 
 from __future__ import annotations
@@ -146,12 +151,28 @@ def generation_config(
     fields = {key: getattr(body, key) for key in DECODING_FIELDS if key in type(body).model_fields}
     if body.temperature is None:
         fields["temperature"] = OPENAI_DEFAULT_TEMPERATURE
-    settings = {**from_request(fields), "max_new_tokens": max_new_tokens, "stop": stop}
+    if body.response_format is not None:
+        _check_response_format(body.response_format)
+        fields["response_format"] = body.response_format.model_dump(
+            by_alias=True, exclude_none=True
+        )
     try:
+        settings = {**from_request(fields), "max_new_tokens": max_new_tokens, "stop": stop}
         return runtime.GenerationConfig(**settings).validate()
     except ValueError as error:
         message = api_message(str(error), names)
         raise RequestError(message, param=param_named_in(str(error), names)) from None
+
+
+def _check_response_format(response_format) -> None:
+    """A `json_schema` member with type "json_schema", and only then."""
+    if (response_format.type == "json_schema") != (response_format.json_schema is not None):
+        raise RequestError(
+            '`response_format.json_schema` must be given with type "json_schema" and only '
+            f"then, got type {response_format.type!r} "
+            f"{'with' if response_format.json_schema else 'without'} it",
+            param="response_format.json_schema",
+        )
 
 
 def param_named_in(message: str, names: dict = RUNTIME_NAMES) -> str | None:

@@ -12,8 +12,8 @@ Three parts, each testable without a server, laid out as serve/api.py lays out c
   a role (system, user, assistant; "developer" is OpenAI's newer name for system) and text
   content (a string, or a list of text parts, joined by newlines), at most
   `limits.max_prompt_chars` characters in all; `name` is accepted and not shown to the model.
-  Tools, penalties, `logit_bias` and non-text responses are refused unless at the value that
-  means "off".
+  `response_format` (JSON mode, or JSON to a schema) is completions' (serve/api.py). Tools,
+  penalties and `logit_bias` are refused unless at the value that means "off".
 - the replica's work: `complete(gen, request)` and `stream(gen, request)` run `gen.chat` /
   `gen.stream_chat` (serve/replica.py runs them, as it runs completions', in its thread pool).
 - the response: OpenAI's `chat.completion` object, or `chat.completion.chunk` server-sent events

@@ -140,10 +140,31 @@ class StreamOptions(Body):
     include_usage: bool = must("true or false (a last chunk with the token counts)", default=False)
 
 
+class JsonSchemaFormat(Body):
+    endpoint: typing.ClassVar[str] = "response_format.json_schema"
+    name: Name = must(f"a string of 1 to {MAX_NAME_CHARS} characters", default=...)
+    description: str | None = must("a string (accepted, not shown to the model)")
+    schema_: dict | None = must(
+        "a JSON Schema object (absent: any JSON)", alias="schema", serialization_alias="schema"
+    )
+    strict: bool | None = must("true, false or null (the schema is always enforced)")
+
+
+class ResponseFormat(Body):
+    endpoint: typing.ClassVar[str] = "response_format"
+    type: Literal["text", "json_object", "json_schema"] = must(
+        "'text', 'json_object' or 'json_schema'", default=...
+    )
+    json_schema: JsonSchemaFormat | None = must(
+        'an object like {"name": "person", "schema": {…}}, with type "json_schema" only'
+    )
+
+
 class GenerationBody(Body):
     """What both routes take besides the decoding parameters they pass through to the runtime
     (`decoding_field`): the model, OpenAI's temperature (0: greedy), stop strings, streaming,
-    control tokens, and the OpenAI fields accepted only "off"."""
+    control tokens, the response format (free text, JSON, or JSON to a schema), and the OpenAI
+    fields accepted only "off"."""
 
     model: Name = must("a model id string from GET /v1/models", default=...)
     temperature: float | None = must(TEMPERATURE_RULE, ge=GREEDY_TEMPERATURE, le=TEMPERATURE.high)
@@ -163,6 +184,10 @@ class GenerationBody(Body):
             f"an object of at most {MAX_CONTROLS} control names to strings or numbers, like "
             '{"section": "gospels"}'
         )
+    )
+    response_format: ResponseFormat | None = must(
+        '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": '
+        '{"name": …, "schema": {…}}} (a schema llguidance supports)'
     )
     presence_penalty: float | None = unsupported("0 (penalties are not supported)", 0)
     frequency_penalty: float | None = unsupported("0 (penalties are not supported)", 0)
@@ -227,7 +252,6 @@ class _ChatFields(GenerationBody):
     tools: list | None = unsupported("null or empty (tools are not supported)", [])
     tool_choice: str | None = unsupported('"none" or null (tools are not supported)', "none")
     parallel_tool_calls: bool | None = must("true, false or null (tools are not supported)")
-    response_format: dict | None = unsupported('{"type": "text"} or null', {"type": "text"})
     store: bool | None = unsupported("false or null (nothing is stored)", False)
     metadata: (
         Annotated[
