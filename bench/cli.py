@@ -22,6 +22,7 @@ BENCHMARKS = {
     "chat-defaults": "bench.chat_defaults",
     "prefix-cache": "bench.prefix_cache",
     "fidelity": "bench.fidelity",
+    "grammar-libs": "bench.grammar_libs",
 }
 
 

@@ -178,7 +178,7 @@ class TokenSearch:
         active = ~self.done
         check_finite(scores, active, index)
         allowed = None if self.json_rows is None else self.json_rows.allowed(active)
-        if allowed is not None:
+        if allowed is not None and scores is not logits:  # processors may have removed tokens
             _check_allowed(scores, allowed, index)
         if self.sampler is None:
             tokens = sampling.greedy(scores, allowed)

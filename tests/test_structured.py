@@ -49,6 +49,7 @@ def test_greedy_picks_the_best_allowed_token_and_the_first_on_ties():
     allowed = [np.array([1, 2, 3]), np.array([1, 2, 4])]
     assert greedy(logits, allowed).tolist() == [2, 1]
     assert greedy(logits, [None, np.array([0, 4])]).tolist() == [0, 4]
+    assert greedy(logits, [np.array([0, 2]), np.array([3])]).tolist() == [0, 3]
     assert greedy(logits).tolist() == [0, 3]
 
 
