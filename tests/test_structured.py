@@ -240,3 +240,13 @@ def test_flagship_chat_replies_in_json_mode_and_to_a_schema(flagship):
             assert isinstance(document, dict)
         else:
             jsonschema.validate(document, check)
+
+
+def test_the_chat_tab_s_schema_box_sets_the_reply_s_schema():
+    from ui.chat_tab import chat_config, with_schema
+
+    greedy = chat_config("greedy", 8, 1.0, 0, 1.0, 0.0, 1.0, 0, 0)
+    assert with_schema(greedy, "").json_schema is None and with_schema(greedy, None) == greedy
+    assert with_schema(greedy, f"  {PERSON}\n").json_schema == PERSON
+    with pytest.raises(ValueError, match="`json_schema` must be valid JSON"):
+        with_schema(greedy, '{"type": ')

@@ -9,7 +9,9 @@ the CPU; the partial reply stays. Retry generates the last reply again (with the
 sampling), Undo removes the last exchange and puts the message back in the box, Clear starts over.
 Beside the chat: a context meter (the conversation's tokens, counted with the template, of the
 model's context) and a table with every message's tokens and, for replies, the time to the first
-token, tokens/s (wall clock, ui/streaming.py) and why it ended.
+token, tokens/s (wall clock, ui/streaming.py) and why it ended. Under the settings, a "JSON
+schema" box (closed by default; empty = free text): a JSON Schema there holds every reply to
+JSON that matches it (runtime/structured.py), and `{"type": "object"}` asks for any JSON object.
 
 A visitor's first look: one line on what a 135M model can and cannot do, example prompts as chips
 in the empty chat (a chip sends its prompt), and defaults (system prompt, sampling settings)
@@ -85,6 +87,19 @@ DRAW_SEED = """() => {
 
 # chat_config's parameters: the decoding settings of a reply, as the endpoints name them
 SETTINGS = tuple(checks.decoding_names(CHAT_MODES, samples=False))
+SCHEMA_EXAMPLE = """{
+  "type": "object",
+  "properties": {
+    "answer": {"type": "string", "maxLength": 80},
+    "confident": {"type": "boolean"}
+  },
+  "required": ["answer", "confident"]
+}"""
+SCHEMA_HELP = (
+    "Empty: free text. A JSON Schema here holds every reply to JSON that matches it (enforced "
+    'token by token); `{"type": "object"}` asks for any JSON object. A small model fills a '
+    "schema best when its prompt asks for the same fields."
+)
 MARK_STOPPED = """() => setTimeout(() => {
   document.querySelectorAll('#chat-turns td.finish').forEach((cell) => {
     cell.textContent = cell.textContent.replaceAll('running', 'stopped');
@@ -101,6 +116,17 @@ def chat_config(mode, **settings):
     `SETTINGS`."""
     checks.choice("mode", mode, CHAT_MODES)
     return checks.decoding(mode, **settings)
+
+
+def with_schema(config, json_schema: str | None):
+    """`config` holding replies to `json_schema` (the box's text; empty or blank: free text).
+
+    >>> greedy = chat_config("greedy", 8, 1.0, 0, 1.0, 0.0, 1.0, 0, 0)
+    >>> with_schema(greedy, " ").json_schema, with_schema(greedy, '{"type": "object"}').json_schema
+    (None, '{"type": "object"}')
+    """
+    text = (json_schema or "").strip()
+    return config.replace(json_schema=text or None).validate()
 
 
 def user_turns_value(value) -> list[str]:
@@ -332,6 +358,7 @@ class _Page:
     model: gr.Dropdown = None
     system_prompt: gr.Textbox = None
     decoding: widgets.DecodingInputs = None
+    json_schema: gr.Code = None
     user_turns: gr.JSON = None
 
     def settings(self) -> list:
@@ -397,12 +424,26 @@ def _settings_column(registry, names: list[str], page: _Page) -> None:
         with_samples=False, modes=CHAT_MODES, mode="sampling", max_new_tokens=96, **DEFAULTS
     )
     page.decoding["seed"].elem_id = "chat-seed"
+    with gr.Accordion("JSON schema (structured output)", open=False, elem_id="chat-schema-box"):
+        page.json_schema = gr.Code(
+            "",
+            language="json",
+            label="JSON schema",
+            lines=6,
+            max_lines=16,
+            elem_id="chat-json-schema",
+        )
+        gr.Markdown(SCHEMA_HELP, elem_classes="hint")
+        gr.Button("Fill in an example", size="sm").click(
+            lambda: SCHEMA_EXAMPLE, None, page.json_schema, queue=False, api_visibility="private"
+        )
     page.user_turns = gr.JSON([], visible=False, label="user_turns")
     links.shareable(
         "chat",
         "chat",
         {"model": page.model, "system_prompt": page.system_prompt, "user_turns": page.user_turns}
-        | page.decoding.by_name(),
+        | page.decoding.by_name()
+        | {"json_schema": page.json_schema},
     )
 
 
@@ -421,11 +462,12 @@ def _shown(registry, model, system_prompt, turns, used, settings, done: bool):
     )
 
 
-def _checked(registry, names, model, system_prompt, *values):
+def _checked(registry, names, model, system_prompt, json_schema, *values):
     """(generator, system prompt, config, settings) from an event's arguments."""
     settings = dict(zip(SETTINGS, values))
     system_prompt = checks.text("system_prompt", system_prompt, allow_empty=True)
-    config = chat_config(*values)
+    config = with_schema(chat_config(*values), json_schema)
+    settings["json_schema"] = config.json_schema
     if model not in names:
         raise ValueError(f"`model` must be one of {names}, got {checks.shown(model)}")
     return registry.get(model), system_prompt, config, settings
@@ -436,10 +478,10 @@ def _wire_replies(registry, names: list[str], page: _Page) -> list:
     the public `/chat` endpoint that replays user turns. Returns them, for Stop to cancel."""
 
     @checks.shown_to_user
-    def respond(model, system_prompt, turns, *values):
+    def respond(model, system_prompt, turns, json_schema, *values):
         """Stream the reply to the conversation in the session (its last turn a user's)."""
         gen, system_prompt, config, settings = _checked(
-            registry, names, model, system_prompt, *values
+            registry, names, model, system_prompt, json_schema, *values
         )
         turns = [dict(t) for t in turns]
         if not turns or turns[-1]["role"] != "user":
@@ -451,14 +493,16 @@ def _wire_replies(registry, names: list[str], page: _Page) -> list:
         yield _shown(registry, model, system_prompt, turns, used, settings, True)
 
     @checks.shown_to_user
-    @checks.taking(["model", "system_prompt", "user_turns", *SETTINGS])
-    def chat(model, system_prompt, user_turns, **decoding):
+    @checks.taking(["model", "system_prompt", "user_turns", *SETTINGS, "json_schema"])
+    def chat(model, system_prompt, user_turns, json_schema, **decoding):
         """Replay a conversation from its user turns (a JSON list of strings): each gets the
-        reply these settings and seed give; streams (conversation, turns table HTML, context
-        meter HTML, the user turns)."""
-        settings = {"model": model, "system_prompt": system_prompt, **decoding}
+        reply these settings and seed give (and, given a JSON Schema, JSON that matches it);
+        streams (conversation, turns table HTML, context meter HTML, the user turns)."""
         values = [decoding[name] for name in SETTINGS]
-        gen, system_prompt, config, _ = _checked(registry, names, model, system_prompt, *values)
+        gen, system_prompt, config, checked = _checked(
+            registry, names, model, system_prompt, json_schema, *values
+        )
+        settings = {"model": model, "system_prompt": system_prompt, **checked}
         asked = user_turns_value(user_turns)
         turns: list[dict] = []
         used = 0
@@ -476,7 +520,8 @@ def _wire_replies(registry, names: list[str], page: _Page) -> list:
     def add_example(turns, chosen: gr.SelectData):
         return add_message(chosen.value["text"], turns)
 
-    reply_inputs = [page.model, page.system_prompt, page.turns, *page.settings()]
+    reply_inputs = [page.model, page.system_prompt, page.turns, page.json_schema]
+    reply_inputs += page.settings()
 
     def replying(event):  # the reply that follows a message added to the conversation
         return event.success(
@@ -503,7 +548,7 @@ def _wire_replies(registry, names: list[str], page: _Page) -> list:
     running.append(
         replay.click(
             chat,
-            [page.model, page.system_prompt, page.user_turns, *page.settings()],
+            [page.model, page.system_prompt, page.user_turns, *page.settings(), page.json_schema],
             page.outputs(),
             api_name="chat",
             concurrency_id=checks.CONCURRENCY_ID,
