@@ -1,7 +1,7 @@
 """Chat serving over HTTP: `scriptorium serve` against llama.cpp's `llama-server`, same GGUF.
 
     python -m bench serve-peers [--clients 1 4 16 64] [--rounds 3] [--threads 2] [--contended]
-                                [--no-build] [--out FILE] [--plot FILE] [--work DIR]
+                                [--schemas] [--no-build] [--out FILE] [--plot FILE] [--work DIR]
 
 The run the lead makes on a quiet machine (then again with `--contended`):
 
@@ -38,7 +38,8 @@ every `RSS_INTERVAL_S`. Rounds interleave the
 servers, alternating which goes first, so a slow spell on a shared host falls on both. The
 clients run in this process, on the same cores. `--contended` keeps one plain busy Python loop
 running in a child process for the whole timed part. The plot (`--plot`, matplotlib) shows
-tokens/s and TTFT p95 against clients.
+tokens/s and TTFT p95 against clients. `--schemas` runs bench/schemas.py's structured-output set
+on the same two servers instead (bench/serve_peers_schemas.py).
 
 This module does not cover the in-process app or Ray Serve replica layouts (bench/serve.py),
 nor single-stream decode speed against llama-cpp-python (bench/llm.py).
@@ -586,6 +587,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="threads of each server")
     parser.add_argument("--contended", action="store_true", help="a busy process beside both")
     parser.add_argument(
+        "--schemas", action="store_true", help="bench/schemas.py's structured outputs instead"
+    )
+    parser.add_argument(
         "--no-build", dest="build", action="store_false", help="skip the peer if not built"
     )
     parser.add_argument("--gguf", type=Path, default=None, help="default: the flagship's")
@@ -598,10 +602,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"`--{name}` must be >= 1, got {getattr(args, name)}")
     if min(args.clients) < 1:
         parser.error(f"`--clients` must all be >= 1, got {args.clients}")
-    stem = "serve_peers-contended" if args.contended else "serve_peers"
+    stem = "serve_peers" + ("-schemas" if args.schemas else "")
+    stem += "-contended" if args.contended else ""
     args.out = args.out or common.RESULTS / f"{stem}.json"
     args.plot = args.plot or common.REPO / "docs" / "bench" / f"{stem}.png"
     return args
+
+
+def chat_settings() -> dict:
+    return {
+        "system_prompt_tokens": SYSTEM_TOKENS,
+        "turns": TURNS,
+        "new_tokens": NEW_TOKENS,
+        "decoding": "greedy (temperature 0); ours min_tokens, llama-server ignore_eos",
+        "slot_context": SLOT_CONTEXT,
+    }
+
+
+def schema_settings() -> dict:
+    from .schemas import MAX_TOKENS, SCHEMAS
+
+    return {
+        "schemas": len(SCHEMAS),
+        "max_tokens": MAX_TOKENS,
+        "decoding": "greedy (temperature 0), response_format json_schema (strict)",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -614,11 +639,12 @@ def main(argv: list[str] | None = None) -> int:
     gguf = args.gguf or fetch_gguf()
     tokenizer = Tokenizer.from_file(str(flagship.ensure_bundle(gguf) / "tokenizer.json"))
     system = system_prompt(tokenizer)
-    check_fits(longest_conversation(tokenizer, system, max(args.clients), args.rounds))
+    if not args.schemas:
+        check_fits(longest_conversation(tokenizer, system, max(args.clients), args.rounds))
     binary, skipped = peer_or_reason(args.work, args.build)
     if skipped:
         print(f"peer skipped: {skipped}", flush=True)
-    parallel = max(args.clients)
+    parallel = 1 if args.schemas else max(args.clients)  # the schema set goes one at a time
     logs = Path(args.work).expanduser() / "serve-peers"
     logs.mkdir(parents=True, exist_ok=True)
     commands = {OURS: ours_command(gguf, args.threads, parallel, _free_port())}
@@ -633,33 +659,40 @@ def main(argv: list[str] | None = None) -> int:
         for server in servers:
             server.wait_ready()
         busy = busy_process() if args.contended else None
-        results = measure(servers, system, args.clients, args.rounds)
+        if args.schemas:
+            from .serve_peers_schemas import measure_schemas
+
+            results = measure_schemas(servers, args.rounds)
+        else:
+            results = measure(servers, system, args.clients, args.rounds)
     finally:
         if busy:
             busy.kill()
             busy.wait()
         for server in servers:
             server.stop()
-    table = results_table(results)
+    if args.schemas:
+        from .serve_peers_schemas import schemas_table
+
+        table = schemas_table(results)
+    else:
+        table = results_table(results)
+        mode = "one busy process beside both servers" if args.contended else "no other load"
+        title = f"Chat serving, SmolLM2-135M Q4_1, {args.threads} threads each, {mode}"
+        plot(results, args.plot, title)
     print(table)
-    mode = "one busy process beside both servers" if args.contended else "no other load"
-    plot(
-        results, args.plot, f"Chat serving, SmolLM2-135M Q4_1, {args.threads} threads each, {mode}"
-    )
     common.write_results(
         args.out,
         {
-            "benchmark": "serve-peers",
+            "benchmark": "serve-peers" + (" --schemas" if args.schemas else ""),
             "environment": common.environment(threads=args.threads),
             "gguf": str(gguf),
             "settings": {
                 "clients": args.clients,
                 "rounds": args.rounds,
                 "contended": args.contended,
-                "system_prompt_tokens": SYSTEM_TOKENS,
-                "turns": TURNS,
-                "new_tokens": NEW_TOKENS,
-                "decoding": "greedy (temperature 0); ours min_tokens, llama-server ignore_eos",
+                "schemas": args.schemas,
+                **(schema_settings() if args.schemas else chat_settings()),
             },
             "servers": {
                 name: {

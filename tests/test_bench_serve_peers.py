@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from bench import cli, serve_peers
+from bench import cli, serve_peers, serve_peers_schemas
+from bench.schemas import MAX_TOKENS, SCHEMAS
 from bench.serve_peers import NEW_TOKENS, OURS, PEER, Reply
 
 
@@ -107,6 +108,9 @@ class _StreamingChat(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.bodies.append(body)
+        if not body.get("stream"):
+            self._answer_whole(body)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
@@ -120,6 +124,24 @@ class _StreamingChat(BaseHTTPRequestHandler):
         self._event({**base, "choices": [], "usage": usage})
         self.wfile.write(b"data: [DONE]\n\n")
 
+    def _answer_whole(self, body):
+        """A chat.completion whose content is the server's `document`."""
+        message = {"role": "assistant", "content": self.server.document}
+        answer = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14},
+        }
+        payload = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
     def _event(self, payload):
         self.wfile.write(f"data: {json.dumps(payload)}\n\n".encode())
         self.wfile.flush()
@@ -131,7 +153,7 @@ class _StreamingChat(BaseHTTPRequestHandler):
 @pytest.fixture
 def stand_in():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _StreamingChat)
-    server.bodies = []
+    server.bodies, server.document = [], ""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server
@@ -204,6 +226,7 @@ def test_arguments_defaults_and_refusals(capsys):
     assert args.out.name == "serve_peers.json" and args.plot.name == "serve_peers.png"
     contended = serve_peers.parse_args(["--contended", "--no-build", "--clients", "1", "4"])
     assert contended.out.name == "serve_peers-contended.json" and not contended.build
+    assert serve_peers.parse_args(["--schemas"]).out.name == "serve_peers-schemas.json"
     for bad, said in (
         (["--rounds", "0"], "`--rounds` must be >= 1, got 0"),
         (["--clients", "4", "0"], "`--clients` must all be >= 1, got [4, 0]"),
@@ -220,3 +243,67 @@ def test_the_plot_is_a_png(tmp_path):
     path = tmp_path / "plot.png"
     serve_peers.plot(results, path, "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "document, problem",
+    [
+        ('{"name": "Abraham", "age": 100}', None),
+        ('{"name": "Abraham", "age": 300}', "invalid: 300 is greater than the maximum of 150"),
+        ('{"name": "Abraham", "age"', "not JSON: "),
+    ],
+)
+def test_a_schema_request_asks_for_the_schema_and_validates_the_reply(stand_in, document, problem):
+    import openai
+
+    stand_in.document = document
+    url = f"http://127.0.0.1:{stand_in.server_address[1]}/v1"
+    client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=30)
+    person = SCHEMAS[0]
+    asked = serve_peers_schemas.ask(client, types.SimpleNamespace(model="m"), person, MAX_TOKENS)
+    assert asked["tokens"] == 9 and asked["seconds"] > 0
+    assert (asked["problem"] or "").startswith(problem or "") and (problem is None) == (
+        asked["problem"] is None
+    )
+    (body,) = stand_in.bodies
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "person", "schema": person.schema, "strict": True},
+    }
+    assert (body["temperature"], body["max_tokens"]) == (0, MAX_TOKENS)
+    assert body["messages"] == [{"role": "user", "content": person.prompt}]
+
+
+def test_a_refused_schema_request_is_counted_apart():
+    import openai
+
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="none", max_retries=0)
+    asked = serve_peers_schemas.ask(client, types.SimpleNamespace(model="m"), SCHEMAS[0], 8)
+    assert asked["problem"].startswith("refused: APIConnectionError")
+
+
+def test_the_schema_table_counts_and_names_the_schemas_where_servers_differ():
+    def row(schema, server, problem, tokens=20):
+        return {
+            "round": 1,
+            "schema": schema,
+            "server": server,
+            "tokens": tokens,
+            "seconds": 1.0,
+            "problem": problem,
+        }
+
+    rows = [
+        row("person", OURS, None),
+        row("person", PEER, None),
+        row("address", OURS, None),
+        row("address", PEER, "refused: BadRequestError: bad pattern", tokens=0),
+        row("timeline", OURS, "invalid: too short"),
+        row("timeline", PEER, "not JSON: cut", tokens=40),
+    ]
+    assert serve_peers_schemas.schemas_table(rows).splitlines()[2:] == [
+        "| scriptorium serve | 3 | 2 | 1 | 0 | 20.0 |",
+        "| llama-server | 3 | 1 | 1 | 1 | 20.0 |",
+        "",
+        "- address: scriptorium serve: valid; llama-server: refused: BadRequestError: bad pattern",
+    ]
