@@ -17,6 +17,7 @@ compared directly (bench/grammar_libs.py).
 from __future__ import annotations
 
 import json
+import statistics
 import time
 
 from . import common
@@ -107,12 +108,14 @@ def measure_schemas(servers: list, rounds: int) -> list[dict]:
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Per server: requests, valid, invalid, refused, tokens/s over all its requests.
+    """Per server: requests, valid, invalid, refused, tokens/s over all its requests, and the
+    mean seconds a request took (the servers' documents differ in length: whitespace, wording).
 
     >>> rows = [{"server": "s", "tokens": 30, "seconds": 1.0, "problem": None},
     ...         {"server": "s", "tokens": 10, "seconds": 1.0, "problem": "invalid: x"}]
-    >>> summary(rows)[0]["valid"], summary(rows)[0]["tokens_per_second"]
-    (1, 20.0)
+    >>> row = summary(rows)[0]
+    >>> row["valid"], row["tokens_per_second"], row["mean_s"]
+    (1, 20.0, 1.0)
     """
     out = []
     for server in dict.fromkeys(r["server"] for r in rows):
@@ -128,6 +131,7 @@ def summary(rows: list[dict]) -> list[dict]:
                 "refused": refused,
                 "tokens_per_second": sum(r["tokens"] for r in mine)
                 / sum(r["seconds"] for r in mine),
+                "mean_s": statistics.mean(r["seconds"] for r in mine),
             }
         )
     return out
@@ -137,7 +141,7 @@ def schemas_table(rows: list[dict]) -> str:
     """One row per server (ours first), then the schemas where the two differ."""
     totals = sorted(summary(rows), key=lambda s: (s["server"] != OURS, s["server"]))
     table = common.markdown_table(
-        ["server", "requests", "valid", "invalid", "refused", "tok/s"],
+        ["server", "requests", "valid", "invalid", "refused", "tok/s", "s per request"],
         [
             [
                 s["server"],
@@ -146,6 +150,7 @@ def schemas_table(rows: list[dict]) -> str:
                 s["invalid"],
                 s["refused"],
                 s["tokens_per_second"],
+                s["mean_s"],
             ]
             for s in totals
         ],

@@ -302,8 +302,8 @@ def test_the_schema_table_counts_and_names_the_schemas_where_servers_differ():
         row("timeline", PEER, "not JSON: cut", tokens=40),
     ]
     assert serve_peers_schemas.schemas_table(rows).splitlines()[2:] == [
-        "| scriptorium serve | 3 | 2 | 1 | 0 | 20.0 |",
-        "| llama-server | 3 | 1 | 1 | 1 | 20.0 |",
+        "| scriptorium serve | 3 | 2 | 1 | 0 | 20.0 | 1.00 |",
+        "| llama-server | 3 | 1 | 1 | 1 | 20.0 | 1.00 |",
         "",
         "- address: scriptorium serve: valid; llama-server: refused: BadRequestError: bad pattern",
     ]
