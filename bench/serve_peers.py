@@ -623,7 +623,7 @@ def schema_settings() -> dict:
     from .schemas import MAX_TOKENS, SCHEMAS
 
     return {
-        "schemas": len(SCHEMAS),
+        "schema_count": len(SCHEMAS),
         "max_tokens": MAX_TOKENS,
         "decoding": "greedy (temperature 0), response_format json_schema (strict)",
     }
