@@ -564,8 +564,11 @@ def plot(results: list[dict], path: Path, title: str) -> None:
         counts = [r["clients"] for r in rows]
         rate.plot(counts, [r["tokens_per_second"] for r in rows], marker="o", label=server)
         ttft.plot(counts, [r["ttft_p95_s"] or float("nan") for r in rows], marker="o", label=server)
+    counts = sorted({r["clients"] for r in results})
     for axes, label in ((rate, "aggregate output tokens/s"), (ttft, "time to first token p95 (s)")):
         axes.set_xscale("log", base=2)
+        axes.set_xticks(counts, [str(c) for c in counts])
+        axes.minorticks_off()
         axes.set_xlabel("concurrent clients (3-turn conversations)")
         axes.set_ylabel(label)
         axes.grid(alpha=0.3)
@@ -677,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         table = schemas_table(results)
     else:
         table = results_table(results)
-        mode = "one busy process beside both servers" if args.contended else "no other load"
+        mode = "one busy process beside both servers" if args.contended else "no busy process"
         title = f"Chat serving, SmolLM2-135M Q4_1, {args.threads} threads each, {mode}"
         plot(results, args.plot, title)
     print(table)
