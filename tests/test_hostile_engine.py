@@ -305,26 +305,17 @@ def test_a_replica_stops_generating_when_its_request_is_cancelled():
 
 
 @pytest.fixture(scope="module")
-def server() -> str:
-    """A Serve application on a cluster of its own: bible-lm int8 whose steps take 50 ms and
-    whose requests seeded BAD_SEED fail midway (tests/engine_faults.py)."""
-    import ray
-    from ray import serve
-
-    from serve.cli import connect, deploy
+def server(ray_cluster) -> str:
+    """A Serve application on the tests' shared Ray cluster: bible-lm int8 whose steps take
+    50 ms and whose requests seeded BAD_SEED fail midway (tests/engine_faults.py)."""
+    from serve.cli import deploy
     from serve.deployments import ModelSpec
     from tests.app_fixtures import free_port
 
-    if ray.is_initialized():  # another module's cluster: this one deploys on a fresh one
-        serve.shutdown()
-        ray.shutdown()
-    connect(num_cpus=2)
     port = free_port()
     loader = functools.partial(faulty_load, delay=0.05)
     deploy([ModelSpec(MODEL, str(BUNDLE), threads=1, cpus=0.5, loader=loader)], "127.0.0.1", port)
-    yield f"http://127.0.0.1:{port}/v1"
-    serve.shutdown()
-    ray.shutdown()
+    return f"http://127.0.0.1:{port}/v1"
 
 
 def _stats() -> dict:

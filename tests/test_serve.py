@@ -1,8 +1,9 @@
 """`scriptorium serve` on a real local Ray cluster: the OpenAI-compatible API and the thin app.
 
-One cluster (`ray.init(num_cpus=2)`) and one Serve application for the whole module: the shipped
-bible-lm int8 as "bible-lm/int8" (2 replicas × 1 thread) and the same bundle as "slow"
-(1 replica, one stream event per 50 ms, so a test can stop or kill a generation midway).
+One Serve application for the whole module, on the tests' shared two-CPU cluster (`ray_cluster`,
+tests/conftest.py): the shipped bible-lm int8 as "bible-lm/int8" (2 replicas × 1 thread) and the
+same bundle as "slow" (1 replica, one stream event per 50 ms, so a test can stop or kill a
+generation midway).
 Every text is compared with `runtime.generate` in this process for the same settings and seed.
 """
 
@@ -28,20 +29,6 @@ MODEL = "bible-lm/int8"
 PROMPT = "In the beginning"
 SAMPLING = dict(do_sample=True, temperature=0.8, top_k=40, top_p=0.9, seed=7)
 SAMPLING_BODY = dict(temperature=0.8, top_k=40, top_p=0.9, seed=7)
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """A local two-CPU Ray cluster shared by every test that needs one."""
-    import ray
-    from ray import serve
-
-    from serve.cli import connect
-
-    connect(num_cpus=2)
-    yield ray
-    serve.shutdown()
-    ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,12 @@
 """`/v1/chat/completions` on a real local Ray cluster, called by real chat clients.
 
-One cluster (`ray.init(num_cpus=2)`) and one Serve application for the module: a tiny random
-Llama chat model (tests/tiny_models.py, exported with optimum) as "chat", and the shipped
-bible-lm int8 (no chat template) to show how a non-chat model is refused, and an adapter bundle
-(a random LoRA on a tiny llama GGUF, with metadata controls) whose base is converted beside it,
-as a Space ships the flagship. Clients: the `openai`
-package (`chat.completions.create`, plain and streamed) and LangChain's `ChatOpenAI`, which only
-speaks chat. Every reply is compared with `gen.chat` in this process for the same settings and
-seed.
+One Serve application for the module, on the tests' shared two-CPU cluster (`ray_cluster`,
+tests/conftest.py): a tiny random Llama chat model (tests/tiny_models.py, exported with optimum) as
+"chat", and the shipped bible-lm int8 (no chat template) to show how a non-chat model is refused,
+and an adapter bundle (a random LoRA on a tiny llama GGUF, with metadata controls) whose base is
+converted beside it, as a Space ships the flagship. Clients: the `openai` package
+(`chat.completions.create`, plain and streamed) and LangChain's `ChatOpenAI`, which only speaks
+chat. Every reply is compared with `gen.chat` in this process for the same settings and seed.
 """
 
 from __future__ import annotations
@@ -101,17 +100,10 @@ def local(chat_dir):
 
 
 @pytest.fixture(scope="module")
-def server(chat_dir, adapter_dir) -> str:
-    """The application's base URL ("http://127.0.0.1:PORT/v1") on a cluster of its own."""
-    import ray
-    from ray import serve
+def server(ray_cluster, chat_dir, adapter_dir) -> str:
+    """The application's base URL ("http://127.0.0.1:PORT/v1") on the tests' shared cluster."""
+    from serve.cli import deploy
 
-    from serve.cli import connect, deploy
-
-    if ray.is_initialized():  # another module's cluster: this one deploys on a fresh one
-        serve.shutdown()
-        ray.shutdown()
-    connect(num_cpus=2)
     port = free_port()
     specs = [
         ModelSpec("chat", str(chat_dir), threads=1, cpus=0.5),
@@ -119,9 +111,7 @@ def server(chat_dir, adapter_dir) -> str:
         ModelSpec(ADAPTER, str(adapter_dir), threads=1, cpus=0.5),
     ]
     deploy(specs, "127.0.0.1", port)
-    yield f"http://127.0.0.1:{port}/v1"
-    serve.shutdown()
-    ray.shutdown()
+    return f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.fixture(scope="module")
