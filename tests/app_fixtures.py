@@ -138,12 +138,13 @@ class SlowGenerator:
     """A `runtime.Generator` stand-in whose stream waits `delay` seconds per event.
 
     The tiny models generate a hundred tokens in a blink; tests that watch text grow, or press
-    Stop mid-generation, need generation to take a while. Everything else is delegated.
+    Stop mid-generation, need generation to take a while. Everything else is delegated. A test
+    that needs no slowness sets `delay` to 0 for its own streams.
     """
 
     def __init__(self, generator, delay: float):
         self._generator = generator
-        self._delay = delay
+        self.delay = delay
         self._lock = threading.Lock()
         self.events = 0  # stream events produced so far, over all streams
         self.open_streams = 0  # streams started and not yet finished or closed
@@ -165,7 +166,7 @@ class SlowGenerator:
         self._count("open_streams", 1)
         try:
             for event in inner:
-                time.sleep(self._delay)
+                time.sleep(self.delay)
                 self._count("events", 1)
                 yield event
         finally:

@@ -2,8 +2,9 @@
 that streams, Stop, a link with run=1 that reproduces the reply, the JSON download, and a vote in
 the arena whose tally shows (and is in the SQLite file).
 
-The app has only the tiny Llama ChatML model (tests/app_fixtures.py), slowed to one token per
-120 ms so that Stop lands mid-reply. Screenshots go to $SCRIPTORIUM_ARTIFACTS if set, else to a
+The app has only the tiny Llama ChatML model (tests/app_fixtures.py), slowed to one token per 120
+ms so that a reply is seen streaming and Stop lands mid-reply (the link and arena tests, which need
+neither, run it at full speed). Screenshots go to $SCRIPTORIUM_ARTIFACTS if set, else to a
 temporary test-artifacts directory.
 """
 
@@ -49,6 +50,15 @@ def served(chat_model_dir, tmp_path_factory):
     url = serve(demo)
     yield url, slow, path
     demo.close()
+
+
+@pytest.fixture
+def full_speed(served):
+    """The model streams without its delay for one test."""
+    _, slow, _ = served
+    delay, slow.delay = slow.delay, 0.0
+    yield
+    slow.delay = delay
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +167,7 @@ def test_stop_frees_the_cpu_and_keeps_the_partial_reply(page, served, artifacts)
 
 
 def test_a_link_reproduces_the_reply_and_the_json_has_the_conversation(
-    page, browser, served, artifacts
+    page, browser, served, artifacts, full_speed
 ):
     page.locator("#chat-clear").click()
     set_settings(page, 16, 11)
@@ -190,7 +200,7 @@ def test_a_link_reproduces_the_reply_and_the_json_has_the_conversation(
     other.close()
 
 
-def test_arena_vote_is_tallied_and_kept(page, served, artifacts):
+def test_arena_vote_is_tallied_and_kept(page, served, artifacts, full_speed):
     _, _, path = served
     page.get_by_role("tab", name="Arena").click()
     page.get_by_role("button", name="Ask every column").click()
