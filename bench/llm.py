@@ -187,10 +187,15 @@ def make_prompt(gen, length: int) -> tuple[str, list[int]]:
 def scriptorium_runner(bundle: Path, threads: int, texts: list[str], spinning=None):
     """Our runtime as users get it (`spinning=None`: the runtime's own choice) or not spinning."""
     import runtime
+    from runtime.prefix_cache import PrefixCache
 
     gen = runtime.load(bundle, threads=threads, spinning=spinning)
 
     def run(prompt: int, new_tokens: int) -> list[int]:
+        if gen.engine is not None and gen.engine.prefix_cache is not None:
+            # A cold prefix cache each run, as llama.cpp's runner resets its context: every
+            # run repeats its prompt, which a warm cache would not prefill at all.
+            gen.engine.prefix_cache = PrefixCache(gen.engine.prefix_cache.max_bytes)
         config = runtime.GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens)
         (out,) = gen.generate(texts[prompt], config)
         return out.token_ids
