@@ -169,7 +169,14 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
         return
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     # "local": always a new cluster, never one that another process started on this machine.
-    ray.init(address="local", num_cpus=num_cpus, runtime_env={"env_vars": env})
+    # Ray starts its workers at niceness 15, so on a shared CPU the replicas would give way to
+    # any other process; they run at the server's own priority, as a llama-server would.
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        runtime_env={"env_vars": env},
+        _system_config={"worker_niceness": 0},
+    )
 
 
 def deploy(specs, host: str = "127.0.0.1", port: int = 8000, limits=None, api_key=None):
