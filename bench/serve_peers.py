@@ -62,6 +62,7 @@ from pathlib import Path
 
 from . import common
 from .serve import _free_port, percentile
+from .serve_peers_schemas import OURS, PEER
 
 PEER_VERSION = "0.3.36"  # llama-cpp-python, the installed peer of bench/llm.py
 PEER_LLAMA_CPP_COMMIT = "0c1e57098"  # what its CHANGELOG says 0.3.36 vendors
@@ -86,7 +87,6 @@ SLOT_CONTEXT = 768
 TEMPLATE_TOKENS_PER_MESSAGE = 8  # SmolLM2's "<|im_start|>role\n … <|im_end|>\n" is 5
 RSS_INTERVAL_S = 0.25
 READY_TIMEOUT_S = 900  # ours converts the GGUF on a first start and starts a Ray cluster
-OURS, PEER = "scriptorium serve", "llama-server"
 
 SYSTEM_TEXT = (
     "You are Quill, the reference librarian of a small public library by the harbour. You "
