@@ -111,23 +111,14 @@ def local(bundle):
 
 
 @pytest.fixture(scope="module")
-def client(bundle):
-    import ray
-    from ray import serve
+def client(bundle, ray_cluster):
+    from serve.cli import deploy
 
-    from serve.cli import connect, deploy
-
-    if ray.is_initialized():  # another module's cluster: this one deploys on a fresh one
-        serve.shutdown()
-        ray.shutdown()
-    connect(num_cpus=2)
     port = free_port()
     deploy([ModelSpec(MODEL, str(bundle), threads=1, cpus=0.5)], "127.0.0.1", port)
-    yield openai.OpenAI(
+    return openai.OpenAI(
         base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120
     )
-    serve.shutdown()
-    ray.shutdown()
 
 
 def _local_reply(local, schema: dict, **settings) -> runtime.GenerationOutput:
