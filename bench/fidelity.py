@@ -4,6 +4,7 @@ each with its decode speed.
 
     python -m bench fidelity [--gguf FILE] [--bundle DIR] [--threads 2] [--new-tokens 64]
                              [--variants NAME …] [--speed-tokens 128] [--repeats 3]
+                             [--speed-only]
 
 The reference is transformers loading the GGUF (`from_pretrained(dir, gguf_file=…)`: the weights
 dequantized to float32, saved once as a checkpoint by bench/llm.py's `prepare`), eager attention.
@@ -342,6 +343,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=DEFAULT_VARIANTS)
     parser.add_argument("--speed-tokens", type=int, default=128)
+    parser.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="only the variants' and llama.cpp's decode speed (no transformers, no replies)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work", type=Path, default=common.DEFAULT_WORK)
     parser.add_argument("--out", type=Path, default=common.RESULTS / "fidelity.json")
@@ -359,8 +365,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def speed_only(args) -> int:
+    """`--speed-only`: the variants' and llama.cpp's decode tok/s, written to `--out`."""
+    llama_cpp = "llama.cpp" in args.engines and not llm.skip_unavailable(args)
+    with tempfile.TemporaryDirectory() as scratch:
+        bundles = {
+            name: build_variant(name, args.gguf, args.bundle, Path(scratch))
+            for name in tqdm(args.variants, desc="variant graphs")
+        }
+        speeds = decode_speeds(args, bundles, llama_cpp)
+    for name, speed in speeds.items():
+        print(f"{name}: {speed:.1f} tok/s ({speed / speeds['shipped']:.2f}x shipped)")
+    common.write_results(
+        args.out,
+        {
+            "benchmark": "fidelity --speed-only",
+            "environment": common.environment(args.threads),
+            "speed_tokens": args.speed_tokens,
+            "repeats": args.repeats,
+            "decode_tok_per_s": speeds,
+        },
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.speed_only:
+        return speed_only(args)
     from transformers import AutoModelForCausalLM
 
     import runtime
