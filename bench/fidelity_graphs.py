@@ -177,22 +177,13 @@ def transformers_nodes(hf_model, ids: list[int]) -> dict[str, np.ndarray]:
 def node_errors(bundle: Path, gguf_model, reference: dict, ids: list[int], work: Path) -> dict:
     """Max |Δ| of the bundle's graph against `reference` (`transformers_nodes`) at each node,
     and the largest reference magnitude there (the scale)."""
-    from export.llama.bundle import full_logits, parity_session
+    from export.llama.bundle import full_logits, full_pass_feeds, parity_session
 
     layers = gguf_model.layers
     names = ["x", *(f"blk.{i}.attn" for i in range(layers))]
     session = parity_session(_with_outputs(bundle, names, work))
     steps = len(ids)
-    feeds = {
-        "input_ids": np.array([ids], dtype=np.int64),  # (1, T)
-        "attention_mask": np.ones((1, steps), dtype=np.int64),
-        "seqlens_k": np.array([steps - 1], dtype=np.int32),
-        "total_sequence_length": np.array(steps, dtype=np.int32),
-        "logits_to_keep": np.array(0, dtype=np.int64),
-    }
-    empty = np.zeros((1, gguf_model.kv_heads, 0, gguf_model.head_size), dtype=np.float32)
-    for i in range(layers):
-        feeds[f"past_key_values.{i}.key"] = feeds[f"past_key_values.{i}.value"] = empty
+    feeds = full_pass_feeds(gguf_model, ids)
     outputs = dict(zip(names, session.run(names, feeds)))
     ours = {"embedding": outputs["x"][0], "logits": full_logits(session, gguf_model, ids)}
     ours.update({f"attention.{i}": outputs[f"blk.{i}.attn"][0] for i in range(layers)})

@@ -12,7 +12,6 @@ in JSON mode and to a schema end on the end of turn.
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import jsonschema
@@ -30,6 +29,7 @@ from runtime.parameters import (
 )
 from runtime.sampling import Sampler, filter_logits, greedy
 from runtime.search import NonFiniteScores
+from tests.test_engine import _concurrently
 
 BIBLE_LM = Path(__file__).resolve().parents[1] / "models" / "bible-lm" / "fp32"
 PERSON = json.dumps(
@@ -159,23 +159,6 @@ def test_processors_that_remove_every_allowed_token_fail_the_request(bible_lm):
     config = runtime.GenerationConfig(max_new_tokens=20, min_new_tokens=10, json_schema=schema)
     with pytest.raises(NonFiniteScores, match="no token left that its JSON Schema allows"):
         bible_lm.generate("In", config)
-
-
-def _concurrently(gen, jobs):
-    results = [None] * len(jobs)
-    barrier = threading.Barrier(len(jobs))
-
-    def run(index):
-        barrier.wait(timeout=60)
-        results[index] = gen.generate(*jobs[index])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert all(result is not None for result in results)
-    return results
 
 
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])

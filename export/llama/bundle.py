@@ -88,8 +88,9 @@ def _runtime_model(session, model: GGUFModel):
     return CausalLM(session, manifest)
 
 
-def full_logits(session, model: GGUFModel, ids: list[int]) -> np.ndarray:
-    """Logits (T, V) of one sequence in a single call with an empty cache."""
+def full_pass_feeds(model: GGUFModel, ids: list[int]) -> dict[str, np.ndarray]:
+    """The graph's inputs for one sequence in a single call with an empty cache, every
+    position's logits kept."""
     steps = len(ids)
     feeds = {
         "input_ids": np.array([ids], dtype=np.int64),  # (1, T)
@@ -101,7 +102,12 @@ def full_logits(session, model: GGUFModel, ids: list[int]) -> np.ndarray:
     empty = np.zeros((1, model.kv_heads, 0, model.head_size), dtype=np.float32)
     for i in range(model.layers):
         feeds[f"past_key_values.{i}.key"] = feeds[f"past_key_values.{i}.value"] = empty
-    return session.run(["logits"], feeds)[0][0]
+    return feeds
+
+
+def full_logits(session, model: GGUFModel, ids: list[int]) -> np.ndarray:
+    """Logits (T, V) of one sequence in a single call with an empty cache."""
+    return session.run(["logits"], full_pass_feeds(model, ids))[0][0]
 
 
 def greedy(session, model: GGUFModel, ids: list[int], new_tokens: int) -> tuple[list, np.ndarray]:
