@@ -49,9 +49,27 @@ class SharedCache:
     """
 
     def __init__(
-        self, session, past_names, present_names, buffers, vocab: int, adapter=None, pool=None
+        self,
+        session,
+        past_names,
+        present_names,
+        buffers,
+        vocab: int,
+        adapter=None,
+        pool=None,
+        pair_lone_row: bool = False,
     ):
         self.session = session
+        # A lone row's one-token calls run beside a phantom row (`_with_phantom_row`): its cache
+        # lives in row 0 of two-row arrays, bound by `self._paired`.
+        self._paired = None
+        if pair_lone_row and len(buffers[0]) == 1:
+            if pool is None or len(pool[0]) < 2:
+                pool = tuple(np.concatenate([b, np.zeros_like(b)]) for b in buffers)  # (2, …)
+                buffers = tuple(p[:1] for p in pool)
+            self._paired = SharedCache(
+                session, past_names, present_names, tuple(p[:2] for p in pool), vocab, adapter
+            )
         self.buffers = buffers  # per layer key, value: (N, H, capacity, D)
         # The arrays (R >= N, H, capacity, D) whose first N rows `buffers` are, when rows may be
         # added in place (`CausalLM.admit`); else None.
@@ -76,6 +94,8 @@ class SharedCache:
         """One graph call; returns logits (N, S, V), or (N, k, V) for a `logits_to_keep` k > 0,
         overwritten by the next call."""
         batch, steps = feeds["input_ids"].shape
+        if self._paired is not None and steps == 1:
+            return self._paired.run(_with_phantom_row(feeds))[:1]  # (1, 1, V)
         if "logits_to_keep" in feeds:
             steps = min(steps, int(feeds["logits_to_keep"])) or steps
         if self._logits is None or self._logits.shape[1] != steps:
@@ -87,6 +107,21 @@ class SharedCache:
             self.binding.bind_cpu_input(name, value)
         self.session.run_with_iobinding(self.binding)
         return self._logits
+
+
+def _with_phantom_row(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A lone row's one-token feeds of a slot graph (`seqlens_k`) as two rows: the row, and a
+    phantom that repeats its token in the first slot of its own cache row and attends to that
+    slot alone (cheap), so every matrix product runs on two rows, never one."""
+    mask = feeds["attention_mask"]  # (1, T)
+    phantom_mask = np.zeros_like(mask)
+    phantom_mask[0, 0] = 1
+    return {
+        **feeds,
+        "input_ids": np.repeat(feeds["input_ids"], 2, axis=0),  # (2, 1)
+        "attention_mask": np.concatenate([mask, phantom_mask]),  # (2, T)
+        "seqlens_k": np.concatenate([feeds["seqlens_k"], np.zeros(1, np.int32)]),  # (2,)
+    }
 
 
 @dataclass(frozen=True)
@@ -180,7 +215,14 @@ class CausalLM:
     """A decoder-only graph: input_ids, attention_mask, [position_ids], past_key_values.* in;
     with an `adapter` (runtime/adapters.py), its LoRA factors go with every call."""
 
-    def __init__(self, session, manifest: Manifest, io_binding: bool | None = None, adapter=None):
+    def __init__(
+        self,
+        session,
+        manifest: Manifest,
+        io_binding: bool | None = None,
+        adapter=None,
+        pair_lone_rows: bool | None = None,
+    ):
         self.adapter = adapter
         self.runner = GraphRunner(session, io_binding, adapter)
         self.inputs, self.outputs = _graph_io(session)
@@ -203,6 +245,29 @@ class CausalLM:
         cpu_arrays = self.runner.device == "cpu" and not self.runner.io_binding
         self.shared_cache = kv_cache == SHARED_BUFFER and cpu_arrays
         self.vocab_size = manifest.vocab_size
+        # Whether a lone row's one-token calls run beside a phantom row (`SharedCache`): None
+        # decides by `lone_row_differs`, on this CPU with this session's threads.
+        self.pairs_lone_rows = False
+        if pair_lone_rows is None:
+            pair_lone_rows = self.shared_cache and self.feeds_seqlens and self.lone_row_differs()
+        if pair_lone_rows and not (self.shared_cache and self.feeds_seqlens):
+            raise ValueError(
+                "`pair_lone_rows` must be False or None for a graph without `seqlens_k` and a "
+                "shared-buffer cache on the CPU, got True"
+            )
+        self.pairs_lone_rows = pair_lone_rows
+
+    def lone_row_differs(self) -> bool:
+        """Whether one row's next-token logits, computed alone, differ in any bit from the same
+        row's in a batch of two. On some CPUs onnxruntime gives a matrix product of one row its
+        own kernel, which sums in another order (docs/RUNTIME.md, "Batch invariance"); that
+        kernel's choice depends only on the shapes, so one short prompt tells."""
+        prompt = np.random.default_rng(0).integers(0, self.vocab_size, (2, 3))  # (2, 3)
+        logits, state = self.start(prompt, np.ones_like(prompt))
+        tokens = logits.argmax(axis=-1)  # (2,)
+        paired, _ = self.step(tokens, state)
+        lone, _ = self.step(tokens[:1], self.select(state, np.array([0])))
+        return not np.array_equal(lone[0], paired[0])
 
     def _run(self, input_ids, attention_mask, positions, past, every_position=False):
         """One graph call: logits (N, V) at the last position, or (N, T, V) at every position
@@ -238,6 +303,9 @@ class CausalLM:
         shape = (batch, self.num_heads, capacity, self.head_size)  # (N, H, capacity, D)
         if not self.shared_cache:
             return (np.zeros(shape, dtype=self.dtype),) * len(self.past_names)
+        if self.pairs_lone_rows and batch == 1:  # room for the phantom row (`SharedCache`)
+            pool = tuple(np.zeros((2, *shape[1:]), dtype=self.dtype) for _ in self.past_names)
+            return self._shared(tuple(b[:1] for b in pool), pool)
         return self._shared(tuple(np.zeros(shape, dtype=self.dtype) for _ in self.past_names))
 
     def _shared(self, buffers: tuple[np.ndarray, ...], pool=None) -> SharedCache:
@@ -250,6 +318,7 @@ class CausalLM:
             self.vocab_size,
             self.adapter,
             pool,
+            self.pairs_lone_rows,
         )
 
     def start(self, input_ids: np.ndarray, attention_mask: np.ndarray):
