@@ -36,7 +36,6 @@ non-zero `presence_penalty`/`frequency_penalty`, `logit_bias`) is refused with a
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,7 +46,15 @@ from runtime.parameters import PARAMETERS, from_request
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
 
 from . import scoring
-from .protocol import DECODING_FIELDS, CompletionBody, GenerationBody, RequestError, parse_body
+from .protocol import (
+    DECODING_FIELDS,
+    CompletionBody,
+    GenerationBody,
+    RequestError,
+    finite_logprob,
+    logprob_of,
+    parse_body,
+)
 
 OPENAI_DEFAULT_MAX_TOKENS = 16
 
@@ -221,7 +228,8 @@ def logprobs_object(tokens, logprobs, alternatives, k: int, chosen=None, start: 
     probability) pairs, which name special tokens as themselves, as does `chosen` (each token's
     own text among them). The chosen token's entry in `top_logprobs` is its `token_logprobs`
     value, so the two never differ. `start` is the character offset of the first token (a
-    stream's running offset).
+    stream's running offset). Every log-probability is finite (`protocol.finite_logprob`: an
+    alternative whose probability is 0 has `protocol.LOGPROB_FLOOR`).
 
     >>> out = logprobs_object(["a", "b"], [-0.1, -0.2], [[("a", 0.9)], [("b", 0.8)]], 1, start=3)
     >>> out["text_offset"], out["top_logprobs"][1]
@@ -235,13 +243,13 @@ def logprobs_object(tokens, logprobs, alternatives, k: int, chosen=None, start: 
     if k > 0:
         top = []
         for own, logprob, alts in zip(chosen or tokens, logprobs, alternatives):
-            row = {text: math.log(prob) if prob > 0 else -math.inf for text, prob in alts[:k]}
+            row = {text: logprob_of(prob) for text, prob in alts[:k]}
             if own in row:
-                row[own] = logprob
+                row[own] = finite_logprob(logprob)
             top.append(row)
     return {
         "tokens": list(tokens),
-        "token_logprobs": list(logprobs),
+        "token_logprobs": [finite_logprob(value) for value in logprobs],
         "top_logprobs": top,
         "text_offset": offsets,
     }
@@ -297,7 +305,7 @@ def output_choice(output, index: int, tokenizer, logprobs: int | None, alternati
         "scriptorium": {
             "token_ids": output.token_ids,
             "finish_reason": output.finish_reason,
-            "score": output.score,
+            "score": finite_logprob(output.score),
         },
     }
     if logprobs is not None:

@@ -32,7 +32,6 @@ serves /v1/completions).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from runtime.chat import check_messages
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
 
 from . import api
-from .protocol import ChatBody, RequestError, parse_body
+from .protocol import ChatBody, RequestError, finite_logprob, logprob_of, parse_body
 
 UNTIL_CONTEXT = 1 << 30  # max_new_tokens when the request sets no limit: the context caps it
 # The runtime's names of the API's fields, so that its messages can name the API's.
@@ -156,7 +155,8 @@ def token_bytes(tokenizer, token_id: int) -> list[int]:
 def logprob_entries(gen, token_ids, logprobs, alternatives, k: int) -> list[dict]:
     """OpenAI's `logprobs.content`: per token its text, logprob, bytes and top-k alternatives
     (end-of-turn tokens left out: they are not part of the reply). An alternative that is the
-    chosen token carries the chosen token's own logprob, so the two never differ."""
+    chosen token carries the chosen token's own logprob, so the two never differ. Every logprob
+    is finite (`protocol.finite_logprob`: a probability of 0 is `protocol.LOGPROB_FLOOR`)."""
     ends = set(gen.end_of_turn_token_ids)
     entries = []
     for token_id, logprob, alts in zip(token_ids, logprobs, alternatives):
@@ -167,7 +167,7 @@ def logprob_entries(gen, token_ids, logprobs, alternatives, k: int) -> list[dict
         top = [
             {
                 "token": text,
-                "logprob": logprob if text == own else (math.log(prob) if prob > 0 else -9999.0),
+                "logprob": finite_logprob(logprob) if text == own else logprob_of(prob),
                 "bytes": list(text.encode("utf-8")),
             }
             for text, prob in alts[:k]
@@ -175,7 +175,7 @@ def logprob_entries(gen, token_ids, logprobs, alternatives, k: int) -> list[dict
         entries.append(
             {
                 "token": raw.decode("utf-8", errors="replace"),
-                "logprob": logprob,
+                "logprob": finite_logprob(logprob),
                 "bytes": list(raw),
                 "top_logprobs": top,
             }
@@ -186,7 +186,7 @@ def logprob_entries(gen, token_ids, logprobs, alternatives, k: int) -> list[dict
 def _choice_extras(token_ids, logprobs, finish_reason, alternatives=None) -> dict:
     """What OpenAI's schema has no field for: the token ids (end of turn included), each
     token's log-probability, the runtime's own finish reason; streamed, the token's top-5."""
-    extras = {"token_ids": list(token_ids), "logprobs": list(logprobs)}
+    extras = {"token_ids": list(token_ids), "logprobs": [finite_logprob(v) for v in logprobs]}
     extras["finish_reason"] = finish_reason
     if alternatives is not None:
         extras["alternatives"] = [list(pair) for pair in alternatives]

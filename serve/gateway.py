@@ -54,7 +54,10 @@ def _answer_responses(route: Route) -> dict:
 
 
 def _sse(body: dict) -> str:
-    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+    """One server-sent event; strict JSON (no NaN or infinities: a stream's client must be able
+    to parse every event, so a non-finite number is a bug that ends the stream with an error
+    event, as the JSONResponse of an unstreamed answer would be a 500)."""
+    return f"data: {json.dumps(body, ensure_ascii=False, allow_nan=False)}\n\n"
 
 
 # `serve.ingress` copies the FastAPI app when the class is defined: the routes' helpers must

@@ -28,6 +28,7 @@ other caps are runtime/request_caps.py's.
 from __future__ import annotations
 
 import json
+import math
 import types
 import typing
 from typing import Annotated, Literal
@@ -421,6 +422,34 @@ def _body_type(annotation) -> type[Body] | None:
 
 
 # ---- responses (declared for the OpenAPI schema; the server builds plain dicts) -------------
+
+# A log-probability below this is written as it: JSON has no -Infinity (nor NaN), and a float32
+# probability of 0 (a log-probability below about -104) would otherwise be log(0). vLLM's floor.
+LOGPROB_FLOOR = -9999.0
+
+
+def finite_logprob(value: float | None) -> float | None:
+    """A log-probability as every answer writes it: `value` when it is a finite number at or
+    above `LOGPROB_FLOOR`, else `LOGPROB_FLOOR` (-inf, NaN and anything lower); None stays None
+    (a token with nothing before it). Both routes' bodies and stream events go through it.
+
+    >>> finite_logprob(-0.5), finite_logprob(float("-inf")), finite_logprob(float("nan"))
+    (-0.5, -9999.0, -9999.0)
+    """
+    if value is None:
+        return None
+    value = float(value)
+    return value if value >= LOGPROB_FLOOR else LOGPROB_FLOOR  # NaN compares false: the floor
+
+
+def logprob_of(probability: float) -> float:
+    """The finite log-probability of a probability (`finite_logprob` of its log; 0 gives the
+    floor).
+
+    >>> logprob_of(1.0), logprob_of(0.0)
+    (0.0, -9999.0)
+    """
+    return finite_logprob(math.log(probability)) if probability > 0 else LOGPROB_FLOOR
 
 
 class ErrorDetail(BaseModel):

@@ -24,6 +24,8 @@ so `echo` needs a causal LM.
 
 from __future__ import annotations
 
+from .protocol import finite_logprob
+
 
 def prompt_list(prompt) -> list[str | list[int]]:
     """OpenAI's `prompt` as a list of prompts: strings, or lists of token ids.
@@ -81,11 +83,15 @@ def prompt_logprobs(gen, prompt, logprobs: int | None, controls=None) -> tuple[s
     start = max(context, 1)
     score = gen.score_ids(ids, start=start, top=logprobs) if start < len(ids) else None
     tokens = [gen.tokenizer.decode([i], skip_special_tokens=False) for i in ids[context:]]
-    values = [None] * (start - context) + (list(score.logprobs) if score else [])
+    values = [None] * (start - context) + [
+        finite_logprob(v) for v in (score.logprobs if score else [])
+    ]
     top = None
     if logprobs > 0:
         top = [None] * (start - context) + (
-            [dict(alternatives) for alternatives in score.alternatives] if score else []
+            [{t: finite_logprob(v) for t, v in alts} for alts in score.alternatives]
+            if score
+            else []
         )
     return text, {
         "tokens": tokens,

@@ -1,0 +1,96 @@
+"""Hostile inputs against `scriptorium serve` (issue 44): strict JSON in every answer, one-line
+errors for bad `--models` values, what the server exposes, and per-request prefix-cache salts.
+
+Every answer and stream event is parsed with `strict_json`, which refuses NaN and ±Infinity as
+a strict client (JavaScript's JSON.parse, Go's encoding/json) would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import runtime
+from serve import api, chat, protocol
+from serve.gateway import _sse
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLE = ROOT / "models" / "bible-lm" / "int8"
+
+
+def _refuse(constant: str):
+    raise ValueError(f"not strict JSON: {constant}")
+
+
+def strict_json(text: str):
+    """`json.loads` that refuses NaN, Infinity and -Infinity."""
+    return json.loads(text, parse_constant=_refuse)
+
+
+def test_strict_json_refuses_what_python_writes_for_infinities():
+    with pytest.raises(ValueError, match="-Infinity"):
+        strict_json(json.dumps({"logprob": -math.inf}))
+
+
+@pytest.fixture(scope="module")
+def bible():
+    return runtime.load(BUNDLE, threads=1)
+
+
+@pytest.fixture(scope="module")
+def flagship():
+    from export.llama.flagship import flagship_bundle
+
+    return runtime.load(flagship_bundle(), threads=1)
+
+
+@pytest.mark.parametrize("logprobs", [0, 1, 5])
+def test_a_zero_probability_alternative_streams_as_strict_json(bible, logprobs):
+    token = bible.tokenizer.encode("the", add_special_tokens=False).ids[0]
+    text = api.token_text(bible.tokenizer, token, special=True)
+    alternatives = [(text, 0.0), ("x", 0.0), ("y", 1e-50)]
+    event = runtime.StreamEvent(text, token, -math.inf, alternatives)
+    choice = api.event_choice(event, 0, bible.tokenizer, logprobs)
+    line = _sse(api.stream_chunk("cmpl-1", "m", 0, [choice]))
+    parsed = strict_json(line.removeprefix("data: "))["choices"][0]["logprobs"]
+    assert parsed["token_logprobs"] == [protocol.LOGPROB_FLOOR]
+    if logprobs:  # the finite one keeps its value; zeros are the floor
+        expected = [protocol.LOGPROB_FLOOR, protocol.LOGPROB_FLOOR, math.log(1e-50)][:logprobs]
+        assert list(parsed["top_logprobs"][0].values()) == pytest.approx(expected)
+
+
+def test_a_zero_probability_alternative_is_strict_json_unstreamed(bible):
+    ids = bible.tokenizer.encode("in the", add_special_tokens=False).ids
+    output = runtime.GenerationOutput(
+        "in the", ids, [-math.inf, math.nan], "length", 0, 1, score=-math.inf
+    )
+    alternatives = [[("a", 0.0), ("b", 0.5)], [("c", 0.0)]]
+    choice = api.output_choice(output, 0, bible.tokenizer, 2, alternatives)
+    body = strict_json(
+        json.dumps(
+            api.completion_response("c", "m", {"choices": [choice], "usage": api.usage(1, 2)})
+        )
+    )
+    logprobs = body["choices"][0]["logprobs"]
+    assert logprobs["token_logprobs"] == [protocol.LOGPROB_FLOOR] * 2
+    assert logprobs["top_logprobs"][0]["a"] == protocol.LOGPROB_FLOOR
+    assert logprobs["top_logprobs"][0]["b"] == pytest.approx(math.log(0.5))
+    assert body["choices"][0]["scriptorium"]["score"] == protocol.LOGPROB_FLOOR
+
+
+def test_chat_logprobs_use_the_same_floor(flagship):
+    token = flagship.tokenizer.encode("Hello", add_special_tokens=False).ids[0]
+    own = flagship.tokenizer.decode([token], skip_special_tokens=False)
+    entries = chat.logprob_entries(flagship, [token], [-math.inf], [[(own, 0.0), ("z", 0.0)]], 2)
+    line = _sse({"choices": [{"logprobs": {"content": entries}}]})
+    (entry,) = strict_json(line.removeprefix("data: "))["choices"][0]["logprobs"]["content"]
+    assert entry["logprob"] == protocol.LOGPROB_FLOOR
+    assert [top["logprob"] for top in entry["top_logprobs"]] == [protocol.LOGPROB_FLOOR] * 2
+
+
+def test_a_stream_event_with_a_non_finite_number_is_refused_not_written():
+    with pytest.raises(ValueError):
+        _sse({"logprob": -math.inf})
