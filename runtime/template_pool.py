@@ -1,19 +1,29 @@
-"""The worker processes that render chat templates, kept warm and killed at the deadline.
+"""The worker processes that run untrusted work (chat templates, JSON Schemas), kept warm and
+killed at the deadline, with slow requests held to a lane of their own.
 
-runtime/chat.py hands every compile and render of an untrusted template to `ask`, which sends it
-to a worker process running runtime/template_sandbox.py (started by that file's path, so the
-worker imports only the standard library and jinja2) and waits for the reply. Waiting is on a
-pipe, so the template never holds this process's interpreter lock: other requests carry on while
-it renders. A worker that has not replied by the deadline is killed, and the request refused; the
-clock starts when the request is sent to a worker that has started (importing jinja2 is not
-counted).
+runtime/chat.py hands every compile and render of an untrusted template to `pool().ask`, which
+sends it to a worker process running runtime/template_sandbox.py; runtime/structured.py hands
+every JSON Schema to `pool(SCHEMA_SANDBOX).ask`, a worker running runtime/schema_sandbox.py.
+Each worker is started by its file's path, so it imports only what that file does (the standard
+library and jinja2, or llguidance), nothing of ours. Waiting is on a pipe, so the work never holds
+this process's interpreter lock: other requests carry on meanwhile. A worker that has not replied
+by the deadline is killed, and the request refused; the clock starts when the request is sent to
+a worker that has started (starting one is not counted).
+
+Fair shares: a request starts in the fast lane (at most `MOST` at once). One still running after
+`SLOW_S` seconds is slow: it moves to the slow lane (at most `SLOW_MOST` at once) and goes on on
+the same worker, its deadline unchanged; when the slow lane is full, its worker is killed and the
+request waits for a slow slot, where it runs again from the start under its whole budget. So
+slow requests, however many and from whichever client, hold at most `SLOW_MOST` workers, and a
+fast request waits at most about `SLOW_S` for each `MOST` requests queued ahead of it: behind 16
+slow chat renders a normal one waits about 4 x 0.25 s instead of 4 x 5 s. Fast requests are not
+slowed by slow ones beyond sharing the CPU.
 
 Workers are reused: at most `WARM` idle ones are kept, so the normal path is one round trip on a
-pipe; a request that finds none idle starts one, and at most `MOST` run at once (a request past
-that waits for one to come back, which takes at most one budget). A worker that dies, answers
-out of protocol or runs out of memory is replaced by a fresh one. After a fork, the child starts
-workers of its own. POSIX only (it waits on pipes with `select`). It does not know what a
-template is: runtime/template_sandbox.py renders, runtime/chat.py checks and words the request.
+pipe. A worker that dies, answers out of protocol or runs out of memory is replaced by a fresh
+one. After a fork, the child starts workers of its own. POSIX only (it waits on pipes with
+`select`). It does not know what a template or a schema is: the sandbox files do the work,
+runtime/chat.py and runtime/structured.py check and word the requests.
 """
 
 from __future__ import annotations
@@ -28,9 +38,12 @@ import threading
 import time
 from pathlib import Path
 
-SANDBOX = Path(__file__).with_name("template_sandbox.py")
-WARM = 2  # idle workers kept for the next requests
-MOST = 4  # workers running at once; a request past that waits for one
+SANDBOX = Path(__file__).with_name("template_sandbox.py")  # chat templates
+SCHEMA_SANDBOX = Path(__file__).with_name("schema_sandbox.py")  # JSON Schemas
+WARM = 2  # idle workers kept for the next requests, per pool
+MOST = 4  # fast requests running at once; a request past that waits for one
+SLOW_S = 0.25  # a request still running after this many seconds is slow
+SLOW_MOST = 2  # slow requests running at once, whoever sent them
 START_S = 60.0  # longest a worker may take to start (importing jinja2), outside any budget
 REPLY_BYTES = 16 * 2**20  # longest reply read (an output of MAX_CHARS characters, JSON-escaped)
 _BOOT = (  # loads the sandbox by its path, so that runtime/__init__ (onnxruntime) is not imported
@@ -50,9 +63,9 @@ class WorkerLost(Exception):
 class _Worker:
     """One sandbox process and its pipes; used by one request at a time."""
 
-    def __init__(self):
+    def __init__(self, program: Path):
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, str(SANDBOX)],
+            [sys.executable, "-c", _BOOT, str(program)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "MALLOC_ARENA_MAX": "1"},  # one arena under the memory cap
@@ -116,71 +129,109 @@ class _Worker:
         self.process.stdout.close()
 
 
-class Pool:
-    """Warm workers for this process (see the module docstring)."""
+FAST, SLOW = "fast", "slow"  # the lanes (see the module docstring)
 
-    def __init__(self):
+
+class Pool:
+    """Warm workers of one sandbox program for this process (see the module docstring)."""
+
+    def __init__(self, program: Path = SANDBOX):
+        self.program = program
         self.idle: list[_Worker] = []
-        self.running = 0
+        self.running = {FAST: 0, SLOW: 0}
         self.changed = threading.Condition()
         atexit.register(self.close)
 
-    def _take(self) -> _Worker:
+    @staticmethod
+    def _most(lane: str) -> int:
+        return MOST if lane == FAST else SLOW_MOST
+
+    def _take(self, lane: str) -> _Worker:
         with self.changed:
-            while not self.idle and self.running >= MOST:
+            while self.running[lane] >= self._most(lane):
                 self.changed.wait()
-            self.running += 1
+            self.running[lane] += 1
             while self.idle:
                 worker = self.idle.pop()
                 if worker.alive():
                     return worker
                 worker.close()
         try:
-            return _Worker()
+            return _Worker(self.program)
         except BaseException:
-            self._give(None)
+            self._give(None, lane)
             raise
 
-    def _give(self, worker: _Worker | None) -> None:
+    def _give(self, worker: _Worker | None, lane: str) -> None:
         extra = None
         with self.changed:
-            self.running -= 1
+            self.running[lane] -= 1
             if worker is not None and worker.alive():
                 self.idle.append(worker)
                 if len(self.idle) > WARM:
                     extra = self.idle.pop(0)
-            self.changed.notify()
+            self.changed.notify_all()  # waiters of both lanes: each checks its own room
         if extra is not None:
             extra.close()
 
-    def ask(self, request: dict, seconds: float) -> dict:
-        """The sandbox's reply to `request` ({"text"} or {"error"}); `TimeoutError` when none
-        came within `seconds`, `WorkerLost` when the worker ended first."""
-        line = json.dumps(request).encode("ascii") + b"\n"
-        worker = self._take()
-        if not worker.send(line):  # an idle worker that had ended: once more on a fresh one
-            worker.close(kill=True)
-            self._give(None)
-            worker = self._take()
-            if not worker.send(line):
-                worker.close(kill=True)
-                self._give(None)
-                raise WorkerLost("it could not be sent the request")
+    def _drop(self, worker: _Worker, lane: str) -> None:
+        worker.close(kill=True)
+        self._give(None, lane)
+
+    def _send(self, line: bytes, lane: str) -> _Worker:
+        """A worker of `lane` that was sent `line` (an idle one that had ended: a fresh one)."""
+        worker = self._take(lane)
+        if worker.send(line):
+            return worker
+        self._drop(worker, lane)
+        worker = self._take(lane)
+        if worker.send(line):
+            return worker
+        self._drop(worker, lane)
+        raise WorkerLost("it could not be sent the request")
+
+    def _receive(self, worker: _Worker, lane: str, deadline: float) -> dict | None:
+        """The worker's reply by `deadline`, or None (the worker still running)."""
         try:
-            reply = worker.receive(time.monotonic() + seconds)
+            return worker.receive(deadline)
         except BaseException:
-            worker.close(kill=True)
-            self._give(None)
+            self._drop(worker, lane)
             raise
+
+    def _to_slow_lane(self) -> bool:
+        """Move a running request from the fast lane to the slow one, if it has room."""
+        with self.changed:
+            if self.running[SLOW] >= SLOW_MOST:
+                return False
+            self.running[FAST] -= 1
+            self.running[SLOW] += 1
+            self.changed.notify_all()
+        return True
+
+    def ask(self, request: dict, seconds: float) -> dict:
+        """The sandbox's reply to `request` (JSON-able); `TimeoutError` when none came within
+        `seconds` of worker time, `WorkerLost` when the worker ended first. A request slower than
+        `SLOW_S` finishes in the slow lane (see the module docstring)."""
+        line = json.dumps(request).encode("ascii") + b"\n"
+        started = time.monotonic()
+        lane, worker = FAST, self._send(line, FAST)
+        reply = self._receive(worker, lane, started + min(seconds, SLOW_S))
+        if reply is None and seconds > SLOW_S:
+            lane = SLOW
+            if self._to_slow_lane():
+                reply = self._receive(worker, lane, started + seconds)
+            else:  # the slow lane is full: give back the fast slot, run again when there is room
+                self._drop(worker, FAST)
+                worker = self._send(line, SLOW)
+                reply = self._receive(worker, lane, time.monotonic() + seconds)
         if reply is None:
-            worker.close(kill=True)
-            self._give(None)
+            self._drop(worker, lane)
             raise TimeoutError(f"no reply within {seconds:g} s")
         if reply.get("fatal"):  # it ran out of memory, and ends
             worker.close()
-            self._give(None)
+            self._give(None, lane)
         else:
-            self._give(worker)
+            self._give(worker, lane)
         return reply
 
     def close(self) -> None:
@@ -197,26 +248,26 @@ class Pool:
         self.idle = []
 
 
-_POOL: Pool | None = None
-_POOL_LOCK = threading.Lock()
+_POOLS: dict[Path, Pool] = {}
+_POOLS_LOCK = threading.Lock()
 
 
 def _after_fork() -> None:
-    global _POOL, _POOL_LOCK
-    _POOL_LOCK = threading.Lock()
-    if _POOL is not None:
-        _POOL.forget()
-        _POOL = None
+    global _POOLS_LOCK
+    _POOLS_LOCK = threading.Lock()
+    for pool_ in _POOLS.values():
+        pool_.forget()
+    _POOLS.clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def pool() -> Pool:
-    """This process's pool (a forked child starts its own, never using its parent's workers)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = Pool()
-        return _POOL
+def pool(program: Path = SANDBOX) -> Pool:
+    """This process's pool of `program` workers (chat templates unless told; a forked child
+    starts its own, never using its parent's workers)."""
+    with _POOLS_LOCK:
+        if program not in _POOLS:
+            _POOLS[program] = Pool(program)
+        return _POOLS[program]
