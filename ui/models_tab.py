@@ -18,6 +18,7 @@ from runtime.manifest import Manifest
 
 from . import checks, widgets
 from .registry import languages
+from .safe_text import literal
 
 NO_MODELS = (
     "**No models found.** Put model bundles under `models/` (one folder per model, or one per "
@@ -220,13 +221,15 @@ def benchmark_summary(results_dir: Path) -> str:
 def problems_markdown(problems: dict[str, str]) -> str:
     """The files the app could not use ({name: why}) as a Markdown list, "" when there are none.
 
+    Each line is shown as text (`safe_text.literal`): a reason may quote a file's content.
+
     >>> print(problems_markdown({"m": "`task` must be one of …"}))
     **Files the app could not use** (everything else works):
-    - `m`: `task` must be one of …
+    - <code>m</code>\\: <code>task</code> must be one of …
     """
     if not problems:
         return ""
-    rows = "\n".join(f"- `{name}`: {why}" for name, why in problems.items())
+    rows = "\n".join(f"- {literal(f'`{name}`: {why}')}" for name, why in problems.items())
     return f"**Files the app could not use** (everything else works):\n{rows}"
 
 

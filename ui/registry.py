@@ -46,6 +46,7 @@ from runtime.loading import find_bundles
 from runtime.manifest import Manifest
 from runtime.word_vectors import load_matrix
 
+from . import safe_text
 from .embeddings import EmbeddingSpace
 
 PRECISION_ORDER = ("int8", "fp32", "int4")
@@ -209,7 +210,8 @@ class ModelRegistry:
             text = path.read_text()
         except (OSError, ValueError) as error:  # a folder, unreadable, not UTF-8
             return f"*{name}'s model card (README.md) could not be read: {reason(error)}*"
-        return inline_images(text, lambda target: _bundle_file(folder, target))
+        # whoever made the bundle wrote the card (or the GGUF importer, from a file's metadata)
+        return safe_text.card(inline_images(text, lambda target: _bundle_file(folder, target)))
 
     @staticmethod
     def no_card(name: str) -> str:

@@ -22,7 +22,7 @@ import gradio as gr
 import runtime
 from runtime.parameters import PENALTY_ROW
 
-from . import checks, expectations
+from . import checks, expectations, safe_text
 
 NONE = "(none)"
 
@@ -99,7 +99,8 @@ def show_errors(box: gr.Markdown, event, triggers: list, stale: dict | None = No
         message = checks.last_error(request.session_hash)
         if not message:  # Stop (Gradio runs failure handlers on a cancel too): keep the output
             return [gr.skip()] * (1 + len(stale))
-        return [gr.Markdown(f"**Error:** {message}", visible=True), *stale.values()]
+        shown = safe_text.literal(message)  # it may echo what a visitor or a link sent
+        return [gr.Markdown(f"**Error:** {shown}", visible=True), *stale.values()]
 
     event.failure(failed, None, [box, *stale], queue=False, api_visibility="private")
     for trigger in triggers:
