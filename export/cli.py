@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    from .exporter import ParityError, export_bundle  # torch and transformers
+    from .exporter import OptimumError, ParityError, export_bundle  # torch and transformers
 
     if is_masked_lm(args.model_dir):
         from .fill_mask import export_fill_mask_bundle
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             controls=args.controls,
             keep_lm_head=args.keep_lm_head,
         )
-    except (FileNotFoundError, ValueError, ParityError) as error:
+    except (FileNotFoundError, ValueError, ParityError, OptimumError) as error:
         print(f"scriptorium export: error: {error}", file=sys.stderr)
         return 1
     print(summary(manifest, args.out_dir))

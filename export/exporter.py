@@ -104,6 +104,10 @@ class ParityError(RuntimeError):
     """The exported graphs do not reproduce the PyTorch model."""
 
 
+class OptimumError(RuntimeError):
+    """optimum-onnx failed to export the checkpoint; the message names the model and the cause."""
+
+
 @dataclass
 class Checkpoint:
     path: Path
@@ -239,14 +243,21 @@ def _install(staging: Path, out_dir: Path) -> None:
 def _run_optimum(checkpoint: Checkpoint, target: Path) -> dict[str, Path]:
     from optimum.exporters.onnx import main_export
 
-    with quiet():
-        main_export(
-            str(checkpoint.path),
-            output=target,
-            task=OPTIMUM_TASKS[checkpoint.task],
-            do_validation=False,
-            library_name="transformers",
-        )
+    try:
+        with quiet():
+            main_export(
+                str(checkpoint.path),
+                output=target,
+                task=OPTIMUM_TASKS[checkpoint.task],
+                do_validation=False,
+                library_name="transformers",
+            )
+    except Exception as error:  # the tracer and the model raise anything; the user gets one line
+        lines = str(error).strip().splitlines()
+        raise OptimumError(
+            f"optimum-onnx could not export {checkpoint.path.name} ({checkpoint.architecture}): "
+            f"{type(error).__name__}: {lines[0] if lines else 'no message'}"
+        ) from error
     large = sorted(p.name for p in target.iterdir() if p.suffix == ".onnx_data")
     if large:
         raise ValueError(f"graphs over 2 GB (external data {large}) are out of scope for bundles")

@@ -57,8 +57,16 @@ def model_shape(config: dict, task: str) -> dict:
         layers = config_value(config, "num_hidden_layers", "n_layer", "num_layers")
         query_heads = config_value(config, "num_attention_heads", "n_head", "num_heads")
         heads = config_value(
-            config, "num_key_value_heads", "multi_query_group_num", default=query_heads
+            config,
+            "num_key_value_heads",
+            "num_kv_heads",
+            "multi_query_group_num",
+            default=query_heads,
         )
+        # Falcon (and GPTBigCode) with `multi_query` share one KV head unless Falcon's
+        # `new_decoder_architecture` says `num_kv_heads`; transformers' Falcon default is true.
+        if config.get("multi_query") and not config.get("new_decoder_architecture"):
+            heads = 1
         vocab = config.get("vocab_size")
         context = config_value(
             config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length"

@@ -287,7 +287,10 @@ def _shape_from_config(config: dict, seq2seq: bool) -> dict:
         heads = get("decoder_attention_heads", "num_heads", "num_attention_heads")
     else:
         layers = get("num_hidden_layers", "n_layer", "num_layers")
-        heads = get("num_key_value_heads", "num_attention_heads", "n_head")
+        heads = get("num_key_value_heads", "num_kv_heads", "num_attention_heads", "n_head")
+        # Falcon / GPTBigCode `multi_query`: one shared KV head (not Falcon's new architecture).
+        if config.get("multi_query") and not config.get("new_decoder_architecture"):
+            heads = 1
     head_size = get(
         "d_kv",
         "head_dim",

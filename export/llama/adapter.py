@@ -36,7 +36,7 @@ from runtime.bundle import LORA_FORMAT, read_manifest, sha256_of
 from runtime.manifest import Manifest
 
 from ..manifest import CONTROL_KINDS, card_closing, card_table, seal
-from .bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS
+from .bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS, reference_greedy
 
 ADAPTER_FILE = "adapter.onnx_adapter"
 BUNDLE_FILES = ("manifest.json", ADAPTER_FILE, "README.md", "training_ngrams.npy")
@@ -209,16 +209,7 @@ def parity_report(gen, base_gguf: Path, peft_dir: Path) -> dict:
         base_logits = [model(torch.tensor([ids])).logits[0].numpy() for ids in prompts]
         merged = PeftModel.from_pretrained(model, str(peft_dir)).merge_and_unload().eval()
         merged_logits = [merged(torch.tensor([ids])).logits[0].numpy() for ids in prompts]
-        greedy = [
-            merged.generate(
-                torch.tensor([ids]),
-                max_new_tokens=PARITY_NEW_TOKENS,
-                min_new_tokens=PARITY_NEW_TOKENS,
-                do_sample=False,
-                pad_token_id=0,
-            )[0, len(ids) :].tolist()
-            for ids in prompts
-        ]
+        greedy = [reference_greedy(merged, ids, PARITY_NEW_TOKENS) for ids in prompts]
     plain = load(gen.directory, threads=2).model  # the base's own graph, no slots
     report = {"prompts": len(prompts), "new_tokens": PARITY_NEW_TOKENS}
     ours, theirs, base_ours = [], [], []

@@ -122,6 +122,22 @@ def greedy(session, model: GGUFModel, ids: list[int], new_tokens: int) -> tuple[
     return tokens, np.stack(steps)
 
 
+def reference_greedy(model, ids: list[int], new_tokens: int) -> list[int]:
+    """A transformers causal LM's greedy continuation of `ids` by `greedy`'s rule: the argmax at
+    every step, end-of-sequence neither stopping nor banned (`generate`'s `min_new_tokens` would
+    ban it, and compare unlike with like). torch is imported here only: the caller has it."""
+    import torch
+
+    tokens, past, step = [], None, torch.tensor([ids])
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            out = model(step, past_key_values=past, use_cache=True)
+            past = out.past_key_values
+            tokens.append(int(out.logits[0, -1].argmax()))
+            step = torch.tensor([[tokens[-1]]])  # (1, 1)
+    return tokens
+
+
 def parity_report(graph: Path, reference: Path | None, model: GGUFModel, tokenizer) -> dict:
     """The bundle graph against `reference` (an fp32 graph of the same weights; None for an fp32
     bundle) and its cached decoding against its own full-sequence pass."""

@@ -56,6 +56,7 @@ from .bundle import (
     parity_report,
     parity_session,
     prepare_out_dir,
+    reference_greedy,
     write_bundle,
 )
 from .gguf_read import BLOCK, GGUFModel, Linear, linear_from_blocks
@@ -362,16 +363,9 @@ def _against(reference, session, model: HFModel, prompts: list) -> dict:
 
     diffs, agree, total, identical, scale = [], 0, 0, 0, 0.0
     for ids in prompts:
+        theirs_tokens = reference_greedy(reference, ids, PARITY_NEW_TOKENS)
+        sequence = ids + theirs_tokens
         with torch.no_grad():
-            out = reference.generate(
-                torch.tensor([ids]),
-                max_new_tokens=PARITY_NEW_TOKENS,
-                min_new_tokens=PARITY_NEW_TOKENS,
-                do_sample=False,
-                pad_token_id=0,
-            )
-            theirs_tokens = out[0, len(ids) :].tolist()
-            sequence = ids + theirs_tokens
             theirs = reference(torch.tensor([sequence])).logits[0].float().numpy()
         ours = full_logits(session, model, sequence)
         diffs.append(float(np.abs(ours - theirs).max()))
