@@ -143,15 +143,13 @@ def _subschemas(schema) -> dict[str, object]:
 
 def _target(ref, where: str, nodes: dict) -> str:
     """The pointer of the subschema a `$ref` names; `ValueError` when it names none."""
-    if isinstance(ref, str) and ref.startswith("#"):
-        parts = unquote(ref[1:]).split("/")
-        if parts[0] == "":
-            pointer = "/".join(parts) if len(parts) > 1 else ""
-            if pointer in nodes:
-                return pointer
+    local = isinstance(ref, str) and (ref == "#" or ref.startswith("#/"))
+    pointer = unquote(ref[1:]) if local else None
+    if pointer in nodes:
+        return pointer
     raise refusal(
         "a schema whose `$ref`s are local JSON pointers ('#' or '#/…') to subschemas",
-        f"{ref!r} at `#{where}`",
+        f"{ref!r} at `#{where}`, which " + ("does not exist" if local else "is not local"),
     )
 
 

@@ -2,13 +2,26 @@
 
 A `GenerationConfig.json_schema` (JSON text; OpenAI's `{"type": "json_object"}` is the schema
 `{"type": "object"}`, runtime/parameters.py) is checked once when generation starts
-(`check_schema`: a ValueError naming the problem for invalid JSON, a bad schema or a keyword
-llguidance does not implement) and compiled once per tokenizer and schema text (`compiled`,
-bounded caches: a tokenizer's token table takes ~1 s to build, a schema ~1 ms). A search's
+(`check_schema`) and compiled once per tokenizer and schema text (`compiled`). A search's
 `JsonRows` holds one llguidance matcher per row: `allowed(active)` gives each active row's
 allowed next tokens (sorted token ids), `advance(tokens, active)` feeds the chosen ones.
 A row whose document is complete is allowed only its ending ids (EOS, or a chat's end of turn);
 a row whose document may go on or end (a bare number) gets both.
+
+A schema is a client's input, so no schema can take this process down:
+- its shape and cost are checked first, in milliseconds (runtime/schema_limits.py: size, nesting,
+  `$ref`s and their depth, finite documents, pattern repetitions);
+- then llguidance compiles it in a sandbox process (runtime/schema_sandbox.py, run by
+  runtime/template_pool.py, whose slow lane keeps slow schemas from holding up others) under a
+  `SCHEMA_SECONDS` deadline and an address-space cap, so that a schema past the limits that
+  still crashes llguidance or runs away costs only that process; only a schema that compiled
+  there is compiled here, from the grammar the sandbox returned;
+- compiled matchers are cached by their size, `CACHE_BYTES` in all: the growth of the sandbox's
+  resident memory while it built the same matcher and its first mask (llguidance's lexer grows
+  later, while decoding, up to `schema_sandbox.LIMITS` states: about 40 MB a schema);
+- every refusal is a `ValueError` naming `json_schema`: a problem found by the limits, one that
+  llguidance names, a compile past the deadline or a sandbox that died; a schema llguidance
+  cannot follow while decoding (its limits) fails that request with one, too.
 
 Documents are compact but readable, as Python's `json.dumps` writes them: `", "` between items,
 `": "` after keys, no other whitespace. Free whitespace would let a weak model pad a document
@@ -22,20 +35,59 @@ Not covered here: applying the allowed tokens to scores (runtime/sampling.py: `S
 from __future__ import annotations
 
 import functools
-import json
+import hashlib
+import threading
+from collections import OrderedDict
 
 import llguidance
 import llguidance.numpy as llg_numpy
 import numpy as np
 from tokenizers import Tokenizer
 
-# llguidance's JSON compiler options (docs: llguidance's json_schema.md): see the docstring.
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-SCHEMAS_CACHED = 64  # compiled schemas kept per process (each a few hundred kB at most)
+from . import template_pool
+from .schema_limits import check_limits
+from .schema_sandbox import JSON_OPTIONS, LIMITS, MAX_MEMORY
+
+__all__ = ["CACHE_BYTES", "JSON_OPTIONS", "SCHEMA_SECONDS", "JsonRows", "check_schema"]
+__all__ += ["compiled", "grammar_of", "token_table"]
+
+SCHEMA_SECONDS = 5.0  # longest compile of one schema, in the sandbox (killed then)
+CACHE_BYTES = 256 * 2**20  # compiled matchers kept per process, by their measured sizes
+GRAMMAR_BYTES = 32 * 2**20  # grammars kept per process (schema and grammar text)
 TOKENIZERS_CACHED = 8  # llguidance token tables kept per process (~10 MB each for V = 49,152)
 
 
-@functools.lru_cache(maxsize=SCHEMAS_CACHED)
+class ByteCache:
+    """A least-recently-used map bounded by the sizes its entries are charged (thread-safe);
+    an entry larger than the whole budget is not kept."""
+
+    def __init__(self, budget: int):
+        self.budget, self.used = budget, 0
+        self.entries: OrderedDict = OrderedDict()  # key -> (value, size), oldest first
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            if key not in self.entries:
+                return None
+            self.entries.move_to_end(key)
+            return self.entries[key][0]
+
+    def put(self, key, value, size: int) -> None:
+        with self.lock:
+            if key in self.entries or size > self.budget:
+                return
+            self.entries[key] = (value, size)
+            self.used += size
+            while self.used > self.budget:
+                _, (_, dropped) = self.entries.popitem(last=False)
+                self.used -= dropped
+
+
+_grammars = ByteCache(GRAMMAR_BYTES)  # schema text -> grammar
+_matchers = ByteCache(CACHE_BYTES)  # (tokenizer's key, schema text) -> pristine matcher
+
+
 def grammar_of(schema: str) -> str:
     """The llguidance grammar of a JSON Schema's text; ValueError naming what is wrong.
 
@@ -45,24 +97,17 @@ def grammar_of(schema: str) -> str:
     ...     print(str(error)[:69])
     `json_schema` must be a JSON Schema llguidance supports (Invalid type
     """
-    try:
-        parsed = json.loads(schema)
-    except json.JSONDecodeError as error:
-        raise _refusal(f"valid JSON ({error})", schema) from None
-    if not isinstance(parsed, (dict, bool)):
-        raise _refusal("a JSON object (or true / false)", schema)
-    try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
-    except ValueError as error:
-        raise _refusal(f"a JSON Schema llguidance supports ({error})", schema) from None
-    problem = llguidance.LLMatcher.validate_grammar(grammar)
-    if problem:
-        raise _refusal(f"a JSON Schema llguidance supports ({problem})", schema)
+    grammar = _grammars.get(schema)
+    if grammar is None:
+        check_limits(schema)
+        grammar = _sandboxed(schema)["grammar"]
+        _grammars.put(schema, grammar, len(schema) + len(grammar))
     return grammar
 
 
 def check_schema(schema: str) -> None:
-    """Raise ValueError unless llguidance can compile `schema` (JSON text)."""
+    """Raise ValueError unless `schema` (JSON text) keeps runtime/schema_limits.py's limits and
+    llguidance compiles it (in the sandbox)."""
     grammar_of(schema)
 
 
@@ -71,19 +116,60 @@ def _refusal(rule: str, schema: str) -> ValueError:
     return ValueError(f"`json_schema` must be {rule}, got {shown!r}")
 
 
+def _sandboxed(schema: str, tokenizer: Tokenizer | None = None) -> dict:
+    """The sandbox's compile of `schema` ({"grammar", "bytes"}; over `tokenizer`'s tokens when
+    given); ValueError when llguidance refuses it, runs past the deadline or dies on it."""
+    request = {"schema": schema, "seconds": SCHEMA_SECONDS}
+    if tokenizer is not None:
+        request["tokenizer"] = _tokenizer_key(tokenizer)
+    workers = template_pool.pool(template_pool.SCHEMA_SANDBOX)
+    try:
+        reply = workers.ask(request, SCHEMA_SECONDS)
+        if reply.get("unknown_tokenizer"):  # a worker that has not seen it: once more, with it
+            request["tokenizer_json"] = tokenizer.to_str()
+            reply = workers.ask(request, SCHEMA_SECONDS)
+    except TimeoutError:
+        rule = f"a JSON Schema llguidance compiles within {SCHEMA_SECONDS:g} s"
+        raise _refusal(rule, schema) from None
+    except template_pool.WorkerLost as error:
+        rule = (
+            f"a JSON Schema llguidance compiles without crashing or passing "
+            f"{MAX_MEMORY // 2**20} MiB (its sandbox process failed: {error})"
+        )
+        raise _refusal(rule, schema) from None
+    if "error" in reply:
+        raise _refusal(f"a JSON Schema llguidance supports ({reply['error']})", schema)
+    return reply
+
+
+@functools.lru_cache(maxsize=TOKENIZERS_CACHED)
+def _tokenizer_key(tokenizer: Tokenizer) -> str:
+    """A tokenizer's name for the sandbox: the SHA-256 of its JSON."""
+    return hashlib.sha256(tokenizer.to_str().encode("utf-8")).hexdigest()
+
+
 @functools.lru_cache(maxsize=TOKENIZERS_CACHED)
 def token_table(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
     """llguidance's view of a tokenizer (every token's bytes, in a trie), built once."""
     return llguidance.LLTokenizer(tokenizer.to_str())
 
 
-@functools.lru_cache(maxsize=SCHEMAS_CACHED)
 def compiled(tokenizer: Tokenizer, schema: str) -> llguidance.LLMatcher:
     """A fresh matcher of `schema` over `tokenizer`'s tokens, never advanced: rows take copies
-    (`deep_copy` shares the compiled lexer and grammar)."""
-    matcher = llguidance.LLMatcher(token_table(tokenizer), grammar_of(schema), log_level=0)
-    if matcher.is_error():
-        raise _refusal(f"a JSON Schema llguidance supports ({matcher.get_error()})", schema)
+    (`deep_copy` shares the compiled lexer and grammar). Compiled in the sandbox first, which
+    measures its size; then here, from the sandbox's grammar."""
+    key = (_tokenizer_key(tokenizer), schema)
+    matcher = _matchers.get(key)
+    if matcher is None:
+        check_limits(schema)
+        reply = _sandboxed(schema, tokenizer)
+        limits = llguidance.LLParserLimits(**LIMITS)
+        matcher = llguidance.LLMatcher(
+            token_table(tokenizer), reply["grammar"], log_level=0, limits=limits
+        )
+        if matcher.is_error():
+            raise _refusal(f"a JSON Schema llguidance supports ({_first_line(matcher)})", schema)
+        _matchers.put(key, matcher, reply["bytes"])
     return matcher
 
 
@@ -128,7 +214,13 @@ class JsonRows:
             if not active[row] or token in self.ends:
                 continue
             if not matcher.consume_token(token):
-                raise RuntimeError(
-                    f"row {row} chose token {token}, which its JSON Schema does not allow: "
-                    f"{matcher.get_error()}"
+                # The rows choose among allowed tokens only: llguidance stopped (its limits).
+                raise ValueError(
+                    "`json_schema` must be a schema llguidance can follow to the end of a "
+                    f"document, got one it stopped on at row {row}: {_first_line(matcher)}"
                 )
+
+
+def _first_line(matcher: llguidance.LLMatcher) -> str:
+    """llguidance's error, its first line only (the rest dumps its parser's state)."""
+    return matcher.get_error().strip().splitlines()[0] if matcher.get_error() else "no reason"
