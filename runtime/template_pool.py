@@ -64,6 +64,7 @@ class _Worker:
     """One sandbox process and its pipes; used by one request at a time."""
 
     def __init__(self, program: Path):
+        self.partial = bytearray()  # the reply read so far
         self.process = subprocess.Popen(
             [sys.executable, "-c", _BOOT, str(program)],
             stdin=subprocess.PIPE,
@@ -92,18 +93,20 @@ class _Worker:
         return True
 
     def receive(self, deadline: float) -> dict | None:
-        """The reply, or None when the deadline passes first."""
-        reply, fd = bytearray(), self.process.stdout.fileno()
-        while not reply.endswith(b"\n"):
+        """The reply, or None when the deadline passes first (what had come of it is kept for
+        the next call: a request that moves to the slow lane reads on)."""
+        fd = self.process.stdout.fileno()
+        while not self.partial.endswith(b"\n"):
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 return None
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 raise WorkerLost(f"it ended (exit status {self.process.wait()})")
-            reply += chunk
-            if len(reply) > REPLY_BYTES:
+            self.partial += chunk
+            if len(self.partial) > REPLY_BYTES:
                 raise WorkerLost(f"its reply passed {REPLY_BYTES:,} bytes")
+        reply, self.partial = self.partial, bytearray()
         try:
             return json.loads(reply)
         except ValueError:
