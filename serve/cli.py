@@ -16,19 +16,24 @@ machines.
 from __future__ import annotations
 
 import argparse
+import errno
+import ipaddress
 import math
 import os
 import signal
+import stat
+import sys
 import threading
 from pathlib import Path
 
-from export.llama.flagship import model_roots
+from export.llama.flagship import FetchError, model_roots
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tokenized text generators. Masked LMs, word vectors and the character-level paraphraser have
 # no completion semantics (or no tokenizer) and stay with the in-process app.
 COMPLETION_TASKS = ("causal-lm", "seq2seq")
 DEFAULT_MODELS = ROOT / "models"
+MODELS_RULE = "`--models` must be a model directory, a .gguf file or hf://org/repo[/file.gguf]"
 
 
 def model_specs(
@@ -64,6 +69,54 @@ def serves_completions(path: Path) -> bool:
 
     manifest = Path(path) / "manifest.json"
     return not manifest.exists() or Manifest.read(manifest).task in COMPLETION_TASKS
+
+
+def check_models_value(value: str) -> None:
+    """ValueError, before anything is loaded or fetched, when a local `--models` value cannot
+    name models: it must be a directory or a `.gguf` file (`hf://` values are checked by the
+    Hub's parser as they are fetched). Says what the path is instead: missing, a symlink loop,
+    a FIFO, a socket, a device, another file."""
+    if value.startswith("hf://"):
+        return
+    try:
+        mode = os.stat(value).st_mode
+    except OSError as error:
+        what = "a symlink loop" if error.errno == errno.ELOOP else error.strerror.lower()
+        raise ValueError(f"{MODELS_RULE}, got {value!r}: {what}") from None
+    if stat.S_ISDIR(mode) or (stat.S_ISREG(mode) and value.endswith(".gguf")):
+        return
+    kinds = {stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a device"}
+    what = next((kind for test, kind in kinds.items() if test(mode)), "not a .gguf file")
+    raise ValueError(f"{MODELS_RULE}, got {value!r}: {what}")
+
+
+def _one_line(error: BaseException) -> str:
+    """An error's message on one line (a Hub or file-system message may span several)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """What to tell an operator who serves on `host` without an API key, when `host` is not a
+    loopback address (None when it is, or when there is a key).
+
+    >>> exposure_warning("127.0.0.1", None) is None, exposure_warning("0.0.0.0", "k") is None
+    (True, True)
+    >>> exposure_warning("0.0.0.0", None).split(":")[0]
+    'listening on 0.0.0.0 without an API key'
+    """
+    if api_key or host == "localhost" or _is_loopback(host):
+        return None
+    return (
+        f"listening on {host} without an API key: anyone who can reach this machine can run "
+        "the models; set --api-key or $SCRIPTORIUM_API_KEY"
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: only "localhost" is known to stay on this machine
+        return False
 
 
 def parse_autoscale(text: str | None) -> tuple[int, int] | None:
@@ -167,16 +220,37 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address)
         return
+    _loopback_only()
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     # "local": always a new cluster, never one that another process started on this machine.
     # Ray starts its workers at niceness 15, so on a shared CPU the replicas would give way to
-    # any other process; they run at the server's own priority, as a llama-server would.
+    # any other process; they run at the server's own priority, as a llama-server would. No
+    # dashboard: nothing here uses it, and it is one more port and process.
     ray.init(
         address="local",
         num_cpus=num_cpus,
+        include_dashboard=False,
         runtime_env={"env_vars": env},
         _system_config={"worker_niceness": 0},
     )
+
+
+# Ray's switch for single-machine clusters (what it uses on macOS and Windows): the node's
+# address is the loopback one, so its GCS, raylet, workers, agents and metrics ports listen on
+# 127.0.0.1 only. `_node_ip_address="127.0.0.1"` cannot do it: Ray swaps a loopback address for
+# the machine's own. On Linux, without it, they listen on every interface (measured: 13 ports,
+# 3 of them Prometheus metrics without authentication).
+LOOPBACK_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def _loopback_only() -> None:
+    """Make the local cluster that `ray.init` starts next listen on 127.0.0.1 only: its
+    processes read `LOOPBACK_VARIABLE` from the environment when they start, and this process
+    read it when it imported Ray, so its copy is set too."""
+    from ray._private import ray_constants
+
+    os.environ[LOOPBACK_VARIABLE] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 def deploy(specs, host: str = "127.0.0.1", port: int = 8000, limits=None, api_key=None):
@@ -279,19 +353,30 @@ def main(argv: list[str] | None = None) -> int:
         autoscale = parse_autoscale(args.autoscale)
     except ValueError as error:
         parser.error(str(error))
-    roots = model_roots(args.models or [DEFAULT_MODELS], flagship=not args.models)
-    specs = model_specs(
-        roots,
-        args.replicas,
-        args.threads_per_replica,
-        args.cpus_per_replica,
-        autoscale,
-        args.concurrency,
-        args.max_ongoing,
-    )
-    if not specs:
-        parser.error(f"no model bundles under {', '.join(map(str, roots))}")
-    specs = batching_specs(specs, args.batching)
+    try:
+        for value in args.models or []:
+            check_models_value(value)
+        roots = model_roots(args.models or [DEFAULT_MODELS], flagship=not args.models)
+        specs = model_specs(
+            roots,
+            args.replicas,
+            args.threads_per_replica,
+            args.cpus_per_replica,
+            autoscale,
+            args.concurrency,
+            args.max_ongoing,
+        )
+        if not specs:
+            raise ValueError(
+                "`--models` must name model bundles (folders with a manifest.json, or folders "
+                f"of them), got {', '.join(map(str, roots))}, which holds none"
+            )
+        specs = batching_specs(specs, args.batching)
+    except (FetchError, OSError, RuntimeError, ValueError) as error:  # bad input: one line
+        print(f"{parser.prog}: error: {_one_line(error)}", file=sys.stderr)
+        return 2
+    if (warning := exposure_warning(args.host, args.api_key)) is not None:
+        print(f"{parser.prog}: warning: {warning}", file=sys.stderr, flush=True)
     connect(args.address, args.num_cpus)
     # After ray.init: its core worker installs a handler of its own that aborts the driver.
     # Ours turns SIGTERM into the same clean stop as Ctrl-C, also while deploy() still waits.

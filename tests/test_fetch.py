@@ -14,8 +14,10 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -203,10 +205,61 @@ print(json.dumps([bundle.name, gen.manifest.precision, len(out[0].token_ids)]))
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["tiny-llama", "int8", 3]
 
 
-def test_bad_hf_urls_are_refused():
-    for url in ("hf://org", "hf://org/repo/weights.bin", "https://org/repo", "hf:///repo"):
-        with pytest.raises(ValueError, match="hf://org/repo"):
-            fetch.parse_hf_url(url)
+@pytest.mark.parametrize(
+    "url",
+    [
+        "hf://org",
+        "hf://org/repo/weights.bin",
+        "https://org/repo",
+        "hf:///repo",
+        "hf://a/b/../../x.gguf",
+        "hf://org//repo",
+        "hf://org/repo/",
+        "hf://./repo",
+    ],
+)
+def test_bad_hf_urls_are_refused(url):
+    with pytest.raises(ValueError, match="hf://org/repo"):
+        fetch.parse_hf_url(url)
+
+
+@pytest.fixture
+def online_hub(monkeypatch, tmp_path):
+    """The Hub client online, with an empty cache in `tmp_path` and no host looked up yet."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(fetch, "_UNRESOLVED", {})
+    return constants
+
+
+def test_an_unresolvable_hub_fails_at_once_and_is_remembered(online_hub, monkeypatch):
+    # .invalid never resolves (RFC 2606), as huggingface.co does not on a machine without DNS.
+    monkeypatch.setattr(online_hub, "ENDPOINT", "https://hub.scriptorium.invalid")
+    lookups, real = [], socket.getaddrinfo
+
+    def counted(host, *args, **kwargs):  # the system's resolver, its calls counted
+        lookups.append(host)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", counted)
+    for url in ("hf://org/repo/model.gguf", "hf://org/repo"):
+        with pytest.raises(fetch.FetchError, match=r"hub\.scriptorium\.invalid does not resolve"):
+            fetch.hub_path(url)
+    assert lookups == ["hub.scriptorium.invalid"]  # once for the process, not per attempt
+
+
+def test_a_hub_lookup_that_hangs_gives_up_at_its_deadline(online_hub, monkeypatch):
+    monkeypatch.setattr(online_hub, "ENDPOINT", "https://hub.scriptorium.invalid")
+    monkeypatch.setattr(fetch, "HUB_LOOKUP_SECONDS", 0.2)
+    release = threading.Event()  # a resolver stuck until the test ends (a dead DNS server)
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: release.wait(30))
+    try:
+        with pytest.raises(fetch.FetchError, match="did not resolve within 0.2 s"):
+            fetch.hub_path("hf://org/repo/model.gguf")
+    finally:
+        release.set()
 
 
 def test_without_a_flagship_the_roots_are_the_rest_and_the_log_says_how(

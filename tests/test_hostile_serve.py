@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import runtime
-from serve import api, chat, protocol
+from serve import api, chat, cli, protocol
 from serve.gateway import _sse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,3 +97,50 @@ def test_chat_logprobs_use_the_same_floor(flagship):
 def test_a_stream_event_with_a_non_finite_number_is_refused_not_written():
     with pytest.raises(ValueError):
         _sse({"logprob": -math.inf})
+
+
+# ---- bad `--models` values: one line, at once ---------------------------------------------------
+
+
+def bad_models(tmp_path: Path) -> dict[str, str]:
+    """Each bad `--models` value, and the words its one-line error must hold."""
+    fifo, loop, folder = tmp_path / "fifo", tmp_path / "loop", tmp_path / "folder"
+    os.mkfifo(fifo)
+    loop.symlink_to(loop)
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "notes.txt").write_text("not a model")
+    return {
+        "hf://org": "hf://org/repo",
+        "hf://a/b/../../x.gguf": "no empty, `.` or `..` part",
+        "hf://org//repo": "no empty, `.` or `..` part",
+        str(fifo): "a FIFO",
+        str(loop): "a symlink loop",
+        str(folder): "which holds none",
+        str(tmp_path / "absent"): "no such file or directory",
+        "/etc/hostname": "not a .gguf file",
+    }
+
+
+def test_every_bad_models_value_is_one_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SCRIPTORIUM_CACHE": str(tmp_path / "cache")}
+    for value, words in bad_models(tmp_path).items():
+        done = subprocess.run(
+            [sys.executable, "-m", "serve", "--models", value],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1, (value, done.stderr)
+        assert lines[0].startswith("scriptorium serve: error: ") and words in lines[0], lines
+
+
+def test_serving_beyond_loopback_without_a_key_is_warned():
+    assert "without an API key" in cli.exposure_warning("0.0.0.0", None)
+    assert "without an API key" in cli.exposure_warning("::", None)
+    assert "without an API key" in cli.exposure_warning("my-host", None)
+    assert cli.exposure_warning("0.0.0.0", "secret") is None
+    assert cli.exposure_warning("127.0.0.1", None) is None
+    assert cli.exposure_warning("::1", None) is None

