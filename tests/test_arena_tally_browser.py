@@ -39,6 +39,7 @@ def open_arena(browser, url: str):
     page.goto(url)
     page.get_by_role("tab", name="Arena").click()
     page.locator("#arena-tally").wait_for()
+    page.locator("#arena-blind input").uncheck()  # the columns' own contestants, named
     return page
 
 

@@ -216,7 +216,7 @@ def test_chat_endpoint_refuses_bad_settings_by_name(client):
 
 def test_arena_endpoint_streams_each_column_as_gen_chat(client, chat_gen):
     texts_and_rows = client.predict(
-        "Name a river.", "", 2, 10, 3, "tiny-chat", "greedy", "tiny-chat", "top-k 5",
+        "Name a river.", "", 2, 10, 3, False, "tiny-chat", "greedy", "tiny-chat", "top-k 5",
         api_name="/arena",
     )  # fmt: skip
     *texts, rows, _ = texts_and_rows  # the last: the vote's options, for the page

@@ -203,6 +203,7 @@ def test_a_link_reproduces_the_reply_and_the_json_has_the_conversation(
 def test_arena_vote_is_tallied_and_kept(page, served, artifacts, full_speed):
     _, _, path = served
     page.get_by_role("tab", name="Arena").click()
+    page.locator("#arena-blind input").uncheck()  # the columns' own contestants, named
     page.get_by_role("button", name="Ask every column").click()
     outputs = [page.locator(f"#arena-output-{n} textarea") for n in (1, 2)]
     wait_until(lambda: all(o.input_value() for o in outputs), "both replies")

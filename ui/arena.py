@@ -14,6 +14,7 @@ could not be used (the store kept it aside, or refuses votes), the section says 
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -21,8 +22,9 @@ import gradio as gr
 
 from runtime.parameters import CHAT_MODES, PRESETS
 
-from . import checks, votes, widgets
+from . import checks, links, votes, widgets
 from .compare_tab import METRIC_HEADERS, metric_row, preset_config
+from .safe_text import literal
 from .streaming import StreamCollector
 
 MAX_COLUMNS = 4
@@ -33,6 +35,9 @@ DEFAULT_PRESETS = ["top-p 0.95", "greedy", "top-k 5", "min-p 0.1"]
 TIE = "tie: both / all as good"
 ARENA_HEADERS = METRIC_HEADERS[: METRIC_HEADERS.index("mean log p") + 1]
 TALLY_HEADERS = ["contestant A", "contestant B", "A better", "B better", "ties", "votes"]
+# Votes one session may cast a minute: a visitor needs a round (seconds of generation) per vote,
+# so this is never felt by one, and a script through the queue API cannot stuff the tally.
+VOTES_PER_MINUTE = 6
 
 
 def contestant(model: str, preset: str) -> str:
@@ -86,32 +91,61 @@ def run_arena(registry, conversation, columns, max_new_tokens, seed):
             stream.close()
 
 
+def masked(row: list) -> list:
+    """A metrics row with its contestant (model, preset) hidden, for a blind round."""
+    return [row[0], "hidden until the vote", "", *row[3:]]
+
+
 def tally_rows(store: votes.VoteStore) -> list[list]:
     """The tally as table rows (none before the first vote: the file is made by the first)."""
     return [[t.a, t.b, t.a_wins, t.b_wins, t.ties, t.votes] for t in store.tally()]
 
 
-def vote_choices(contestants: list[str]) -> list[str]:
-    """The vote's options: each column's contestant, then the tie.
+def vote_choices(contestants: list[str], blind: bool = False) -> list[str]:
+    """The vote's options: each column's contestant (in a blind round only its reply's
+    number), then the tie.
 
     >>> vote_choices(["m · greedy", "m · top-k 5"])
     ['1: m · greedy', '2: m · top-k 5', 'tie: both / all as good']
+    >>> vote_choices(["m · greedy", "m · top-k 5"], blind=True)
+    ['reply 1', 'reply 2', 'tie: both / all as good']
     """
+    if blind:
+        return [f"reply {n}" for n in range(1, len(contestants) + 1)] + [TIE]
     return [f"{n}: {label}" for n, label in enumerate(contestants, start=1)] + [TIE]
 
 
-def winner_of(choice: str, contestants: list[str]) -> int | None:
+def blind_draw(names: list[str], columns: int, rng: random.Random) -> list[tuple[str, str]]:
+    """`columns` distinct (model, preset) contestants drawn at random from every chat model and
+    chat preset, with as many different models as there are (one model: its presets differ).
+
+    >>> blind_draw(["m"], 2, random.Random(0))
+    [('m', 'greedy'), ('m', 'top-k 50')]
+    """
+    models = rng.sample(names, min(columns, len(names)))
+    models += [rng.choice(names) for _ in range(columns - len(models))]
+    drawn: list[tuple[str, str]] = []
+    for model in models:
+        taken = {preset for m, preset in drawn if m == model}
+        drawn.append((model, rng.choice([p for p in CHAT_PRESETS if p not in taken])))
+    return drawn
+
+
+def winner_of(choice: str, contestants: list[str], blind: bool = False) -> int | None:
     """The column index a vote option names, None for the tie; ValueError for anything else."""
-    options = vote_choices(contestants)
+    options = vote_choices(contestants, blind)
     if choice not in options:
         raise ValueError(f"`vote` must be one of {options}, got {choice!r}")
     return None if choice == TIE else options.index(choice)
 
 
-def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
+def build(
+    registry, store: votes.VoteStore | None = None, tab=None, limit: votes.RateLimit | None = None
+) -> None:
     """The arena (the Arena tab's content); nothing without a chat model. `store`: where votes
     go (default: a `votes.VoteStore` at `votes.default_path()`); `tab`: the tab it is in, whose
-    opening reads the tally."""
+    opening reads the tally; `limit`: the votes each session may cast (default:
+    VOTES_PER_MINUTE a minute)."""
     names = registry.chat_models()
     if not names:
         return
@@ -125,18 +159,32 @@ def build(registry, store: votes.VoteStore | None = None, tab=None) -> None:
     page = _settings()
     _columns(names, page)
     with gr.Row():
-        page.run = gr.Button("Ask every column", variant="primary")
+        page.run = gr.Button("Ask every column", variant="primary", elem_id="arena-run")
         page.stop = gr.Button("Stop", variant="stop")
     _results(page)
+    private = {"queue": False, "api_visibility": "private"}
     page.count.change(
         lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
         page.count,
         page.blocks,
-        queue=False,
-        api_visibility="private",
+        **private,
+    )
+    # a blind round draws its own contestants: the pickers would only mislead
+    page.blind.change(
+        lambda blind: [gr.update(visible=not blind)] * len(page.columns),
+        page.blind,
+        page.columns,
+        **private,
     )
     event = _wire_rounds(registry, names, page)
-    _wire_votes(store, page, event, tab)
+    settings = {"message": page.message, "system_prompt": page.system_prompt}
+    settings |= {"columns": page.count, "max_new_tokens": page.max_tokens, "seed": page.seed}
+    pickers = {
+        f"{kind}_{i // 2 + 1}": picker
+        for i, (kind, picker) in enumerate(zip(["model", "preset"] * MAX_COLUMNS, page.columns))
+    }
+    links.shareable("arena", "arena", settings | {"blind": page.blind} | pickers)
+    _wire_votes(store, page, event, tab, limit or votes.RateLimit(VOTES_PER_MINUTE, 60.0))
 
 
 @dataclass
@@ -148,6 +196,7 @@ class _Page:
     system_prompt: gr.Textbox
     max_tokens: gr.Slider
     seed: gr.Number
+    blind: gr.Checkbox  # names hidden until the vote
     columns: list = field(default_factory=list)  # model, preset, model, preset, …
     outputs: list = field(default_factory=list)  # each column's reply
     blocks: list = field(default_factory=list)  # each column
@@ -177,7 +226,12 @@ def _settings() -> _Page:
         system_prompt = gr.Textbox("", label="System prompt (optional)", scale=3)
         max_tokens = widgets.setting("max_new_tokens", value=48, scale=2)
         seed = widgets.setting("seed")
-    return _Page(message, count, system_prompt, max_tokens, seed)
+    blind = gr.Checkbox(
+        True,
+        label="Blind: the server draws the contestants and names them after your vote",
+        elem_id="arena-blind",
+    )
+    return _Page(message, count, system_prompt, max_tokens, seed, blind)
 
 
 def _columns(names: list[str], page: _Page) -> None:
@@ -185,8 +239,12 @@ def _columns(names: list[str], page: _Page) -> None:
     with gr.Row(equal_height=True):
         for i in range(MAX_COLUMNS):
             with gr.Column(visible=i < 2, min_width=240) as block:
-                model = gr.Dropdown(names, value=names[i % len(names)], label=f"Model {i + 1}")
-                preset = gr.Dropdown(CHAT_PRESETS, value=DEFAULT_PRESETS[i], label="Preset")
+                model = gr.Dropdown(
+                    names, value=names[i % len(names)], label=f"Model {i + 1}", visible=False
+                )
+                preset = gr.Dropdown(
+                    CHAT_PRESETS, value=DEFAULT_PRESETS[i], label="Preset", visible=False
+                )
                 output = gr.Textbox(
                     label=f"Reply {i + 1}",
                     lines=10,
@@ -231,6 +289,7 @@ def _wire_rounds(registry, names: list[str], page: _Page):
         columns,
         max_new_tokens,
         seed,
+        blind,
         model_1,
         preset_1,
         model_2,
@@ -240,7 +299,9 @@ def _wire_rounds(registry, names: list[str], page: _Page):
         model_4=None,
         preset_4=None,
     ):
-        """Stream each column's reply to `message` and the metrics table."""
+        """Stream each column's reply to `message` and the metrics table. Blind (`blind`
+        true): the contestants are drawn at random (the model and preset arguments are not
+        used) and the table names them only after the vote."""
         message = checks.text("message", message)
         system_prompt = checks.text("system_prompt", system_prompt, allow_empty=True)
         columns = checks.integer("columns", columns, 2, MAX_COLUMNS)
@@ -248,6 +309,10 @@ def _wire_rounds(registry, names: list[str], page: _Page):
         seed = checks.setting("seed", seed)
         pairs = [(model_1, preset_1), (model_2, preset_2), (model_3, preset_3)]
         pairs = (pairs + [(model_4, preset_4)])[:columns]
+        if not isinstance(blind, bool):
+            raise ValueError(f"`blind` must be true or false, got {checks.shown(blind)}")
+        if blind:
+            pairs = blind_draw(names, columns, random.SystemRandom())
         for n, (model, preset) in enumerate(pairs, start=1):
             checks.choice(f"model_{n}", model, names)
             checks.choice(f"preset_{n}", preset, CHAT_PRESETS)
@@ -258,12 +323,14 @@ def _wire_rounds(registry, names: list[str], page: _Page):
         blank = [""] * (MAX_COLUMNS - columns)
         hidden = gr.Radio(choices=[], value=None)
         for texts, rows in run_arena(registry, conversation, pairs, max_new_tokens, seed):
-            yield *texts, *blank, rows, None, hidden, gr.Button(interactive=False)
-        done = {"contestants": labels, "voted": False}
-        choices = gr.Radio(choices=vote_choices(labels), value=None)
-        yield *texts, *blank, rows, done, choices, gr.Button(interactive=True)
+            shown = [masked(row) for row in rows] if blind else rows
+            yield *texts, *blank, shown, None, hidden, gr.Button(interactive=False)
+        done = {"contestants": labels, "voted": False, "blind": blind, "rows": rows}
+        choices = gr.Radio(choices=vote_choices(labels, blind), value=None)
+        yield *texts, *blank, shown, done, choices, gr.Button(interactive=True)
 
     settings = [page.message, page.system_prompt, page.count, page.max_tokens, page.seed]
+    settings.append(page.blind)
     event = page.run.click(
         arena,
         [*settings, *page.columns],
@@ -275,8 +342,9 @@ def _wire_rounds(registry, names: list[str], page: _Page):
     return event
 
 
-def _wire_votes(store: votes.VoteStore, page: _Page, event, tab) -> None:
-    """The tally, read when the tab opens and after each round, and the vote."""
+def _wire_votes(store: votes.VoteStore, page: _Page, event, tab, limit: votes.RateLimit) -> None:
+    """The tally, read when the tab opens and after each round, and the vote (`limit` per
+    session)."""
 
     @checks.shown_to_user
     def read_tally():
@@ -289,19 +357,28 @@ def _wire_votes(store: votes.VoteStore, page: _Page, event, tab) -> None:
     event.then(read_tally, None, page.tally, queue=False, api_visibility="private")
 
     @checks.shown_to_user
-    def cast(chosen, current):
+    def cast(chosen, current, request: gr.Request):
         if not current or current["voted"]:
             raise ValueError("there is no round to vote on: ask every column first")
-        winner = winner_of(chosen, current["contestants"])
-        store.add(current["contestants"], winner)
+        contestants, blind = current["contestants"], current.get("blind", False)
+        winner = winner_of(chosen, contestants, blind)
+        wait = limit.wait(request.session_hash or "")
+        if wait:
+            raise ValueError(
+                f"too many votes from this page: at most {limit.limit} every "
+                f"{limit.window_s:g} s; vote again in {wait:.0f} s"
+            )
+        store.add(contestants, winner)
         thanks = "Vote recorded: " + ("a tie." if winner is None else f"reply {winner + 1}.")
+        named = "; ".join(f"reply {n}: `{label}`" for n, label in enumerate(contestants, 1))
+        said = f"{thanks} " + ("The contestants were " if blind else "") + literal(named)
         voted = {**current, "voted": True}
-        return tally_rows(store), voted, thanks, gr.Button(interactive=False)
+        return tally_rows(store), voted, said, gr.Button(interactive=False), current["rows"]
 
     page.vote.click(
         cast,
         [page.choice, page.round_state],
-        [page.tally, page.round_state, page.said, page.vote],
+        [page.tally, page.round_state, page.said, page.vote, page.table],
         api_visibility="private",
         concurrency_limit=1,  # one writer at a time (SQLite would wait anyway)
     )

@@ -9,8 +9,10 @@ from __future__ import annotations
 CSS = """
 /* min-width 0: the page is as wide as the screen, never its widest content's width (a phone at
    390 px drew a 504 px page, with the tab menu and buttons off-screen); wide content scrolls. */
+/* width 100%: a tab with narrow content (the Arena before a round) does not narrow the page,
+   which pushed two tabs into the "⋯" menu when it opened at 1280 px. */
 .gradio-container { max-width: min(1280px, 100%) !important; min-width: 0 !important;
-                     margin: 0 auto; }
+                     width: 100% !important; margin: 0 auto; }
 #chat-turns .prose, .tokview { overflow-x: auto; max-width: 100%; }
 #title h1 { font-family: Georgia, 'Times New Roman', serif; letter-spacing: 0.02em;
             margin-bottom: 0; }

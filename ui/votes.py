@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import threading
 import time
+from collections import OrderedDict, deque
 from contextlib import closing
 from dataclasses import dataclass
 from itertools import combinations
@@ -224,3 +226,38 @@ class VoteStore:
             raise ValueError(f"the tally could not be read: {one_line(error)}") from error
         tallies = [PairTally(a, b, int(x), int(y), int(t)) for a, b, x, y, t in found]
         return sorted(tallies, key=lambda t: (-t.votes, t.a, t.b))
+
+
+class RateLimit:
+    """At most `limit` events per `window_s` seconds for each key (an arena session): a sliding
+    window of each key's recent event times. The `max_keys` keys seen last are remembered (the
+    oldest forgotten first), so memory stays bounded however many sessions come and go.
+
+    >>> clock = iter([0.0, 1.0, 2.0, 61.0]).__next__
+    >>> limit = RateLimit(2, 60.0, clock=clock)
+    >>> [limit.wait("s") for _ in range(4)]
+    [0.0, 0.0, 58.0, 0.0]
+    """
+
+    def __init__(self, limit: int, window_s: float, max_keys: int = 10_000, clock=time.monotonic):
+        if limit < 1 or window_s <= 0:
+            raise ValueError(f"`limit` must be >= 1 and `window_s` > 0, got {limit}, {window_s}")
+        self.limit, self.window_s, self.max_keys, self.clock = limit, window_s, max_keys, clock
+        self._times: OrderedDict[str, deque] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def wait(self, key: str) -> float:
+        """0.0, counting one event for `key`, when it is within the limit; else the seconds
+        until it would be (and nothing is counted)."""
+        with self._lock:
+            now = self.clock()
+            times = self._times.pop(key, None) or deque()
+            while times and times[0] <= now - self.window_s:
+                times.popleft()
+            self._times[key] = times  # now the most recent key
+            while len(self._times) > self.max_keys:
+                self._times.popitem(last=False)
+            if len(times) >= self.limit:
+                return times[0] + self.window_s - now
+            times.append(now)
+            return 0.0

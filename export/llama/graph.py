@@ -109,7 +109,14 @@ class LlamaGraph(GraphBuilder):
             info(a, TensorProto.FLOAT, [k, f"{name}.rank"]),
             info(b, TensorProto.FLOAT, [f"{name}.rank", n]),
         ]
-        (low,) = self.node("MatMul", [x, a], [f"{name}.xa"])  # (B, S, r)
+        # x·A as (Aᵀ·xᵀ)ᵀ: one (r, K)·(K, S) product per row of the batch, so a row's sums never
+        # depend on how many rows there are. A plain (B·S, K)·(K, r) product is split among
+        # threads by its row count, and with 2 threads rounds a row differently beside 4 or more
+        # batch-mates (docs/RUNTIME.md, "Batch invariance").
+        (a_t,) = self.node("Transpose", [a], [f"{name}.At"], perm=[1, 0])  # (r, K)
+        (x_t,) = self.node("Transpose", [x], [f"{name}.xt"], perm=[0, 2, 1])  # (B, K, S)
+        (low_t,) = self.node("MatMul", [a_t, x_t], [f"{name}.xat"])  # (B, r, S)
+        (low,) = self.node("Transpose", [low_t], [f"{name}.xa"], perm=[0, 2, 1])  # (B, S, r)
         (delta,) = self.node("MatMul", [low, b], [f"{name}.delta"])  # (B, S, N)
         (y,) = self.node("Add", [y, delta], [f"{name}.out"])
         self.slots[name] = {"A": a, "B": b, "k": k, "parts": parts}
