@@ -103,19 +103,20 @@ def serve() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (MAX_MEMORY, MAX_MEMORY))
     except (ImportError, ValueError, OSError):
         pass  # no address-space limit here (not Linux): the parent's deadline still holds
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # even if the parent ignored it
+    signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # even if the parent ignored it
     replies.write(b'{"ready": true}\n')  # the parent's clock starts after this
     replies.flush()
     for line in sys.stdin.buffer:
         request = json.loads(line)
-        # SIGALRM, left to its default action, ends this process even inside llguidance's code,
+        # SIGVTALRM (CPU time: a worker paused in the pool's queue is not counted), left
+        # to its default action, ends this process even inside llguidance's code,
         # should the parent that kills it at the deadline be gone.
-        signal.setitimer(signal.ITIMER_REAL, request.get("seconds", 0) + OVERRUN_S)
+        signal.setitimer(signal.ITIMER_VIRTUAL, request.get("seconds", 0) + OVERRUN_S)
         try:
             reply = compile_schema(request)
         except MemoryError:
             reply = {"error": f"it needs more than {MAX_MEMORY // 2**20} MiB", "fatal": True}
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         replies.write(json.dumps(reply).encode("ascii") + b"\n")
         replies.flush()
         if reply.get("fatal"):

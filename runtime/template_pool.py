@@ -11,13 +11,13 @@ by the deadline is killed, and the request refused; the clock starts when the re
 a worker that has started (starting one is not counted).
 
 Fair shares: a request starts in the fast lane (at most `MOST` at once). One still running after
-`SLOW_S` seconds is slow: it moves to the slow lane (at most `SLOW_MOST` at once) and goes on on
-the same worker, its deadline unchanged; when the slow lane is full, its worker is killed and the
-request waits for a slow slot, where it runs again from the start under its whole budget. So
-slow requests, however many and from whichever client, hold at most `SLOW_MOST` workers, and a
-fast request waits at most about `SLOW_S` for each `MOST` requests queued ahead of it: behind 16
-slow chat renders a normal one waits about 4 x 0.25 s instead of 4 x 5 s. Fast requests are not
-slowed by slow ones beyond sharing the CPU.
+`SLOW_S` seconds is slow: it leaves the fast lane at once and goes on in the slow lane (at most
+`SLOW_MOST` at once); while that lane is full its worker is paused
+(SIGSTOP: no CPU, its clock stopped) and it waits its turn, and a spare worker is started for
+the fast lane meanwhile. So slow requests, however many and from whichever client, take at most
+`SLOW_MOST` workers' CPU, and a fast request waits about `SLOW_S` for each `MOST` requests
+queued ahead of it (plus starting a worker), not for each whole budget. Paused workers hold
+their memory (a worker's cap at most) until their turn.
 
 Workers are reused: at most `WARM` idle ones are kept, so the normal path is one round trip on a
 pipe. A worker that dies, answers out of protocol or runs out of memory is replaced by a fresh
@@ -32,6 +32,7 @@ import atexit
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -82,6 +83,14 @@ class _Worker:
 
     def alive(self) -> bool:
         return self.process.poll() is None
+
+    def pause(self) -> None:
+        """Stop the process where it is (SIGSTOP): it takes no CPU while its request queues."""
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused process go on (SIGCONT)."""
+        self.process.send_signal(signal.SIGCONT)
 
     def send(self, request: bytes) -> bool:
         """Whether `request` was written (False when the worker had ended)."""
@@ -201,32 +210,51 @@ class Pool:
             self._drop(worker, lane)
             raise
 
-    def _to_slow_lane(self) -> bool:
-        """Move a running request from the fast lane to the slow one, if it has room."""
+    def _enter_slow_lane(self, worker: _Worker) -> None:
+        """Move a running request from the fast lane to the slow one, pausing its worker while
+        the slow lane is full (the fast slot is free at once either way)."""
         with self.changed:
-            if self.running[SLOW] >= SLOW_MOST:
-                return False
             self.running[FAST] -= 1
-            self.running[SLOW] += 1
             self.changed.notify_all()
-        return True
+            paused = self.running[SLOW] >= SLOW_MOST
+            if paused:
+                worker.pause()
+            while self.running[SLOW] >= SLOW_MOST:
+                self.changed.wait()
+            self.running[SLOW] += 1
+        if paused:
+            worker.resume()
+        threading.Thread(target=self._spare, daemon=True).start()
+
+    def _spare(self) -> None:
+        """Start a worker for the idle list (the slow request kept its own), if it has room."""
+        with self.changed:
+            if len(self.idle) >= WARM:
+                return
+        try:
+            worker = _Worker(self.program)
+        except WorkerLost:
+            return
+        with self.changed:
+            if len(self.idle) < WARM:
+                self.idle.append(worker)
+                self.changed.notify_all()
+                return
+        worker.close()
 
     def ask(self, request: dict, seconds: float) -> dict:
         """The sandbox's reply to `request` (JSON-able); `TimeoutError` when none came within
-        `seconds` of worker time, `WorkerLost` when the worker ended first. A request slower than
-        `SLOW_S` finishes in the slow lane (see the module docstring)."""
+        `seconds` of running (time paused in the slow lane's queue is not counted),
+        `WorkerLost` when the worker ended first. See the module docstring for the lanes."""
         line = json.dumps(request).encode("ascii") + b"\n"
-        started = time.monotonic()
         lane, worker = FAST, self._send(line, FAST)
+        started = time.monotonic()
         reply = self._receive(worker, lane, started + min(seconds, SLOW_S))
         if reply is None and seconds > SLOW_S:
+            ran = time.monotonic() - started
+            self._enter_slow_lane(worker)
             lane = SLOW
-            if self._to_slow_lane():
-                reply = self._receive(worker, lane, started + seconds)
-            else:  # the slow lane is full: give back the fast slot, run again when there is room
-                self._drop(worker, FAST)
-                worker = self._send(line, SLOW)
-                reply = self._receive(worker, lane, time.monotonic() + seconds)
+            reply = self._receive(worker, lane, time.monotonic() + seconds - ran)
         if reply is None:
             self._drop(worker, lane)
             raise TimeoutError(f"no reply within {seconds:g} s")

@@ -300,11 +300,12 @@ def _environment() -> _BoundedSandbox:
 
 
 class _Budget:
-    """A tracer that counts the lines the template's own code runs, and watches the clock."""
+    """A tracer that counts the lines the template's own code runs, and watches its CPU
+    clock (time spent paused in the pool's slow lane, runtime/template_pool.py, is not counted)."""
 
     def __init__(self, seconds: float):
         self.steps, self.seconds = 0, seconds
-        self.deadline = time.monotonic() + seconds
+        self.deadline = time.process_time() + seconds
 
     def __call__(self, frame, event, arg):
         return self.line if frame.f_code.co_filename == TEMPLATE_FILE else None
@@ -314,7 +315,7 @@ class _Budget:
             self.steps += 1
             if self.steps > MAX_STEPS:
                 raise TemplateBreach(f"it runs more than {MAX_STEPS:,} steps")
-            if self.steps % 1024 == 0 and time.monotonic() > self.deadline:
+            if self.steps % 1024 == 0 and time.process_time() > self.deadline:
                 raise TemplateBreach(f"it runs longer than {self.seconds:g} s")
         return self.line
 
@@ -407,16 +408,17 @@ def serve() -> None:
     except (ImportError, ValueError, OSError):
         pass  # no address-space limit here (not Linux): the parent's deadline still holds
     sys.setrecursionlimit(1000)
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # even if the parent ignored it
+    signal.signal(signal.SIGVTALRM, signal.SIG_DFL)  # even if the parent ignored it
     replies.write(b'{"ready": true}\n')  # the parent's clock starts after this
     replies.flush()
     for line in sys.stdin.buffer:
         request = json.loads(line)
-        # SIGALRM, left to its default action, ends this process even while one call holds
+        # SIGVTALRM (CPU time: a worker paused in the pool's queue is not counted), left
+        # to its default action, ends this process even while one call holds
         # the interpreter, should the parent that kills it at the deadline be gone.
-        signal.setitimer(signal.ITIMER_REAL, request.get("seconds", 0) + OVERRUN_S)
+        signal.setitimer(signal.ITIMER_VIRTUAL, request.get("seconds", 0) + OVERRUN_S)
         reply = answer(request)
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         replies.write(json.dumps(reply).encode("ascii") + b"\n")
         replies.flush()
         if reply.get("fatal"):
