@@ -305,6 +305,10 @@ def check_tensors(tensors: dict, arch: str, hp: dict, block_count_key: str) -> N
         "ffn_up.weight": [d, ff],
         "ffn_down.weight": [ff, d],
     }
+    if arch == "qwen3":  # RMS norms over each head's query and key, before rotary
+        layer.update(
+            {"attn_q_norm.weight": [hp["head_size"]], "attn_k_norm.weight": [hp["head_size"]]}
+        )
     optional = {"attn_q.bias": [q], "attn_k.bias": [kv], "attn_v.bias": [kv]}
     rows = int(vocab[1]) if len(vocab) == 2 else None
     expected = {"token_embd.weight": [d, rows], "output_norm.weight": [d]}

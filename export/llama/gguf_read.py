@@ -21,7 +21,8 @@ A float zero point would make Q4_1 exact too, but onnxruntime runs that case on 
 (docs/GGUF.md, "Quantization: carried over"); the offset is instead applied by the graph as
 per-block sums of the input times a small [K/32, N] matrix (export/llama/graph.py).
 
-Covers the `llama` and `qwen2` architectures (anything else raises `ValueError` naming it). It does
+Covers the `llama`, `qwen2` and `qwen3` architectures (anything else raises `ValueError` naming
+them and docs/GGUF.md's table). It does
 not build graphs or tokenizers (export/llama/graph.py, export/llama/gguf_tokenizer.py).
 """
 
@@ -41,7 +42,7 @@ from .gguf_check import (
     prescan,
 )
 
-ARCHITECTURES = ("llama", "qwen2")
+ARCHITECTURES = ("llama", "qwen2", "qwen3")  # docs/GGUF.md, "Supported architectures"
 BLOCK = 32  # weights per MatMulNBits block (and per GGUF block of the carried-over types)
 CARRIED = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")  # quantized types mapped onto MatMulNBits as they are
 FLOATS = ("F32", "F16", "BF16")
@@ -196,7 +197,7 @@ class GGUFModel:
     """What the importer needs from one GGUF file."""
 
     path: Path
-    architecture: str  # "llama" or "qwen2"
+    architecture: str  # one of ARCHITECTURES
     metadata: dict  # scalar metadata (no tokenizer arrays), JSON-serialisable
     layers: int
     hidden: int
@@ -234,7 +235,7 @@ def _field_value(reader_field):
 def read_gguf(path: str | Path) -> GGUFModel:
     """Parse `path` (never executed). Raises GGUFError (a ValueError) naming the field or tensor
     for a file that is not a readable GGUF, is over a limit (export/llama/gguf_check.py), has an
-    architecture other than llama / qwen2, or whose hyper-parameters, tensors and tokenizer
+    architecture other than ARCHITECTURES, or whose hyper-parameters, tensors and tokenizer
     fields do not agree."""
     from gguf import GGUFReader
 
@@ -249,7 +250,10 @@ def read_gguf(path: str | Path) -> GGUFModel:
         raise GGUFError(f"{path} is not a readable GGUF file: {error}") from error
     arch = fields.get("general.architecture")
     if arch not in ARCHITECTURES:
-        raise GGUFError(f"GGUF architecture must be one of {list(ARCHITECTURES)}, got {arch!r}")
+        raise GGUFError(
+            f"GGUF architecture must be one of {', '.join(ARCHITECTURES)} (docs/GGUF.md, "
+            f'"Supported architectures"), got {arch!r}'
+        )
     tensors = {t.name: t for t in reader.tensors}
     try:
         return _model(path, arch, fields, tensors)

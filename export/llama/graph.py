@@ -1,4 +1,5 @@
-"""A lean ONNX decoder graph for the Llama family (llama, qwen2), built from a GGUF file's weights.
+"""A lean ONNX decoder graph for the Llama family (llama, qwen2, qwen3), built from a GGUF file's
+weights.
 
 `build_llama_graph(model, path)` writes the graph with the input and output names the runtime
 already feeds for export's lean GPT-2 graph (docs/bundle.md), plus the two inputs that
@@ -25,6 +26,7 @@ Nodes, using onnxruntime's contrib ops:
                  head and the embedding share one stored copy of the blocks
     per layer    SimplifiedLayerNormalization (RMSNorm) on layer 0, then
                  q|k|v projection (one MatMulNBits or MatMul, + bias for qwen2)
+                 qwen3: Split, RMSNorm over each query and key head (Reshape to heads)
                  GroupQueryAttention(do_rotary, cos/sin caches, seqlens_k,
                      total_sequence_length, padding bias) -> attn, present key, present value
                  o projection -> SkipSimplifiedLayerNormalization(+ residual; ffn_norm)
@@ -447,6 +449,15 @@ def _attention(
     )
     qkv = [qkv] if isinstance(qkv, str) else qkv
     query, key, value = (qkv[0], "", "") if len(qkv) == 1 else qkv
+    if p + "attn_q_norm.weight" in model.tensors:  # qwen3: norms per head, before rotary
+        if len(qkv) == 1:
+            sizes = [model.heads * model.head_size] + [model.kv_heads * model.head_size] * 2
+            split = g.const(p + "qkv_split", sizes, np.int64)
+            query, key, value = g.node(
+                "Split", [query, split], [p + "q", p + "k", p + "v"], axis=-1
+            )
+        query = _head_norm(g, model, query, p + "attn_q_norm", model.heads)
+        key = _head_norm(g, model, key, p + "attn_k_norm", model.kv_heads)
     cos, sin = rotary
     attn, _, _ = g.node(
         "GroupQueryAttention",
@@ -470,6 +481,26 @@ def _attention(
         rotary_interleaved=1 if model.architecture == "llama" else 0,
     )
     return _project(g, weights, attn, [p + "attn_output.weight"], p + "attn_out")
+
+
+def _head_norm(g: LlamaGraph, model: GGUFModel, x: str, norm: str, heads: int) -> str:
+    """RMSNorm `norm` (a GGUF tensor name without `.weight`, one weight per head dimension) over
+    each of the `heads` heads of x (B, S, heads·D) separately."""
+    d = model.head_size
+    (per_head,) = g.node(
+        "Reshape", [x, g.const(f"{norm}.heads", [0, 0, heads, d], np.int64)], [f"{norm}.in"]
+    )  # (B, S, heads, D)
+    (normed,) = g.node(
+        "SimplifiedLayerNormalization",
+        [per_head, g.array(norm, model.norm(norm + ".weight"))],
+        [f"{norm}.normed"],
+        axis=-1,
+        epsilon=model.rms_eps,
+    )
+    (y,) = g.node(
+        "Reshape", [normed, g.const(f"{norm}.flat", [0, 0, heads * d], np.int64)], [f"{norm}.out"]
+    )  # (B, S, heads·D)
+    return y
 
 
 def _mlp(g: LlamaGraph, weights: _Weights, i: int, normed: str) -> str:

@@ -1,0 +1,115 @@
+"""GGUF architectures beyond llama and qwen2, as users get them: tiny random transformers
+checkpoints converted by llama.cpp's own convert_hf_to_gguf.py (tests/gguf_convert.py), imported
+by `export_gguf`, and compared with transformers running the checkpoint itself.
+
+- f32 files: logits within 1e-4 of the logit scale on a prompt and greedy continuations through
+  `runtime.load` token for token identical to transformers' (`min_new_tokens` on both sides).
+- q8_0 files (every projection and the token table in 8-bit blocks, carried over), at accuracy
+  level 0 (float activations): within 5 % of the logit scale and at least 90 % of teacher-forced
+  top-1 picks equal to transformers' on the float weights; the rounding is the 8-bit weights'.
+
+Skips, saying why, when the llama-cpp-python sdist that holds the converter cannot be had.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from export.llama.bundle import full_logits, parity_session
+from export.llama.gguf import export_gguf
+from export.llama.gguf_read import read_gguf
+from runtime import load
+from runtime.config import GenerationConfig
+from tests.gguf_convert import convert, llama_cpp_source, make_checkpoint
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+PROMPTS = ["In the beginning God created the heaven", "The capital of France is"]
+NEW_TOKENS = 12
+FAMILIES = {  # name -> (model_type, config fields)
+    "qwen3": ("qwen3", {}),
+    "qwen3-tied": ("qwen3", {"tie_word_embeddings": True}),
+}
+
+
+@pytest.fixture(scope="module")
+def source():
+    found = llama_cpp_source()
+    if found is None:
+        pytest.skip("llama-cpp-python's sdist (llama.cpp's convert_hf_to_gguf.py) cannot be had")
+    return found
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory, source):
+    """(family, outtype) -> (checkpoint, GGUF file, bundle, transformers model, HF tokenizer)."""
+    cache = {}
+
+    def make(family: str, outtype: str):
+        if family not in cache:
+            root = tmp_path_factory.mktemp(family)
+            model_type, fields = FAMILIES[family]
+            checkpoint = make_checkpoint(root / "checkpoint", model_type, **fields)
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                checkpoint, dtype=torch.float32
+            ).eval()
+            tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+            cache[family] = (root, checkpoint, model, tokenizer)
+        root, checkpoint, model, tokenizer = cache[family]
+        gguf_path = convert(source, checkpoint, root / f"{outtype}.gguf", outtype)
+        bundle = root / outtype
+        export_gguf(gguf_path, bundle, accuracy_level=0, parity=False)
+        return checkpoint, gguf_path, bundle, model, tokenizer
+
+    return make
+
+
+def _transformers(model, ids: list[int]) -> tuple[np.ndarray, list[int]]:
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].numpy()
+        out = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    return logits, out[0, len(ids) :].tolist()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_f32_file_matches_transformers(converted, family):
+    checkpoint, gguf_path, bundle, model, tokenizer = converted(family, "f32")
+    assert read_gguf(gguf_path).architecture == FAMILIES[family][0]
+    session, gguf_model = parity_session(bundle / "model.onnx"), read_gguf(gguf_path)
+    generator = load(bundle, threads=1)
+    config = GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt)["input_ids"]
+        assert generator.tokenizer.encode(prompt).ids == ids
+        expected, continuation = _transformers(model, ids)
+        ours = full_logits(session, gguf_model, ids)
+        assert np.abs(ours - expected).max() <= 1e-4 * np.abs(expected).max(), prompt
+        assert generator.generate(prompt, config)[0].token_ids == continuation, prompt
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_q8_0_file_is_close_to_transformers(converted, family):
+    checkpoint, gguf_path, bundle, model, tokenizer = converted(family, "q8_0")
+    manifest = load(bundle, threads=1).manifest
+    assert "Q8_0" in manifest.export["quantization"]["storage"]
+    session, gguf_model = parity_session(bundle / "model.onnx"), read_gguf(gguf_path)
+    agree = total = 0
+    for prompt in PROMPTS:
+        ids = tokenizer(prompt)["input_ids"]
+        _, continuation = _transformers(model, ids)
+        sequence = ids + continuation
+        expected, _ = _transformers(model, sequence)
+        ours = full_logits(session, gguf_model, sequence)
+        assert np.abs(ours - expected).max() <= 0.05 * np.abs(expected).max(), prompt
+        agree += int((ours.argmax(-1) == expected.argmax(-1)).sum())
+        total += len(sequence)
+    print(f"{family} q8_0: teacher-forced top-1 agreement {agree}/{total}")
+    assert agree >= 0.9 * total
