@@ -43,6 +43,9 @@ class GenerationConfig:
     seed: int | None = _default("seed")
     json_schema: str | None = _default("json_schema")
     stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings, cut from the text
+    # Prompts with different salts never share prefix-cache blocks (runtime/prefix_cache.py), so
+    # one client cannot learn from its first token's time what another sent; None: shared.
+    cache_salt: str | None = None
     # Forced tokens and suppressed tokens come from the model's manifest defaults (BART, Marian).
     forced_bos_token_id: int | None = None  # token forced as the first generated token
     forced_eos_token_id: int | None = None  # token forced when max_new_tokens is reached
@@ -94,6 +97,12 @@ class GenerationConfig:
                     f"row's next token, not a beam's), got one with num_beams={self.num_beams}"
                 )
             check_schema(self.json_schema)
+        if self.cache_salt is not None and (
+            not isinstance(self.cache_salt, str) or not self.cache_salt
+        ):
+            raise ValueError(
+                f"`cache_salt` must be a non-empty string or None, got {self.cache_salt!r}"
+            )
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"`stop` must be non-empty strings, got {self.stop!r}")
         return self

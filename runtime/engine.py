@@ -297,7 +297,8 @@ class Engine:
         self.prefills += 1
         if self.prefix_cache is not None:
             for row, prompt in enumerate(ids):
-                self.prefix_cache.store(prompt, model.prompt_cache(state, row))
+                salt = requests[row].plan.config.cache_salt
+                self.prefix_cache.store(prompt, model.prompt_cache(state, row), salt)
         rows = [r.rows for r in requests]
         if sum(rows) > len(requests):  # samples of one prompt share its prefill, as unbatched
             repeat = np.repeat(np.arange(len(requests)), rows)
@@ -313,7 +314,10 @@ class Engine:
         prefixes = {}
         for request in requests:
             prompt = request.plan.input_ids[0]  # (T,) one prompt, no padding
-            prefix = self.prefix_cache.lookup(prompt) if self.prefix_cache is not None else None
+            salt = request.plan.config.cache_salt
+            prefix = (
+                self.prefix_cache.lookup(prompt, salt) if self.prefix_cache is not None else None
+            )
             key = len(prompt) if prefix is None else id(request)
             prefixes[key] = prefix
             groups.setdefault(key, []).append(request)

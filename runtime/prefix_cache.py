@@ -5,10 +5,14 @@ A conversation resends its whole history each turn, and every visitor of a chat 
 system prompt. `PrefixCache` keeps the keys and values that prefills computed, in blocks of
 `BLOCK` positions, each found by a hash of its tokens and of every token before it (a chain, as
 vLLM's block hashes: a block's hash names its whole prefix, so equal hashes mean equal
-prefixes). `lookup(ids)` walks a prompt's blocks while they are cached and returns their keys
+prefixes). `lookup(ids, salt)` walks a prompt's blocks while they are cached and returns their keys
 and values; runtime/engine.py then runs only the rest of the prompt over them
 (`CausalLM.resume`) and `store`s the prompt's new full blocks. Blocks are shared: the blocks of
-a system prompt are held once, whoever's conversation they start.
+a system prompt are held once, whoever's conversation they start, unless the requests carry
+different salts (`GenerationConfig.cache_salt`, vLLM's `cache_salt`): a salt is mixed into the
+hash of a prompt's first block, and so into every block after it, so prompts with different
+salts (or one salted and one not) share nothing, and one client cannot tell from its time to
+first token what another sent.
 
 Exactness. Only what a prefill computed is cached, never a decoding step's keys and values:
 onnxruntime computes a one-token call with other kernels (matrix-vector rather than matrix-
@@ -45,10 +49,16 @@ class _Block:
     children: int = 0  # cached blocks that continue this one; only a block with none is dropped
 
 
-def _chain(parent: bytes | None, tokens: np.ndarray) -> bytes:
-    """The hash of a block of `tokens` after the block hashed `parent`."""
+def _chain(parent: bytes | None, tokens: np.ndarray, salt: str | None = None) -> bytes:
+    """The hash of a block of `tokens` after the block hashed `parent`; a prompt's first block
+    (`parent` None) mixes in its `salt`, so that salted chains share no block with unsalted ones
+    or with each other's. Tags keep the three kinds of first input apart (a salt can never pass
+    for a parent's hash)."""
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(parent or b"")
+    if parent is not None:
+        digest.update(b"block" + parent)
+    elif salt is not None:
+        digest.update(b"salt" + hashlib.blake2b(salt.encode("utf-8")).digest())
     digest.update(np.ascontiguousarray(tokens, dtype=np.int64).tobytes())
     return digest.digest()
 
@@ -63,20 +73,23 @@ class PrefixCache:
         self.max_bytes = max_bytes
         self._blocks: OrderedDict[bytes, _Block] = OrderedDict()  # least recently used first
         self.bytes = 0  # keys and values held now
-        # for benchmarks and tests: lookups that found a prefix, and the positions they reused
+        # for metrics, benchmarks and tests: lookups that found a prefix, the positions they
+        # reused, and the positions of every prompt looked up (vLLM's prefix-cache queries)
         self.hits = 0
         self.reused_positions = 0
+        self.queried_positions = 0
 
     def __len__(self) -> int:
         return len(self._blocks)
 
-    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    def lookup(self, ids: np.ndarray, salt: str | None = None) -> tuple[np.ndarray, ...] | None:
         """The cached keys and values of the longest cached prefix of `ids` (T,) that leaves at
         least `MIN_SUFFIX` tokens to run, per cache tensor (1, H, L, D); None when there is none.
-        Marks the blocks used."""
+        Only blocks stored with the same `salt` are found. Marks the blocks used."""
+        self.queried_positions += len(ids)
         chain, parent = [], None
         for start in range(0, len(ids) - len(ids) % BLOCK, BLOCK):  # full blocks only
-            key = _chain(parent, ids[start : start + BLOCK])
+            key = _chain(parent, ids[start : start + BLOCK], salt)
             if key not in self._blocks:
                 break
             chain.append(key)
@@ -95,13 +108,16 @@ class PrefixCache:
         self.reused_positions += length
         return layers
 
-    def store(self, ids: np.ndarray, layers: tuple[np.ndarray, ...]) -> None:
+    def store(
+        self, ids: np.ndarray, layers: tuple[np.ndarray, ...], salt: str | None = None
+    ) -> None:
         """Keep the full blocks of a prefilled prompt `ids` (T,), whose keys and values are
-        `layers` (per cache tensor (H, >= T, D), positions 0..T-1 the prompt's): blocks already
-        cached are only marked used, new ones are copied."""
+        `layers` (per cache tensor (H, >= T, D), positions 0..T-1 the prompt's), under `salt`
+        (only a lookup with the same salt finds them): blocks already cached are only marked
+        used, new ones are copied."""
         parent = None
         for start in range(0, len(ids) - len(ids) % BLOCK, BLOCK):
-            key = _chain(parent, ids[start : start + BLOCK])
+            key = _chain(parent, ids[start : start + BLOCK], salt)
             if key in self._blocks:
                 self._blocks.move_to_end(key)
             else:

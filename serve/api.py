@@ -150,8 +150,9 @@ def generation_config(
 ) -> runtime.GenerationConfig:
     """The validated GenerationConfig of a checked body, for both routes: its decoding fields
     mapped by their declaration (`runtime.parameters.from_request`: temperature 0 = greedy, any
-    other samples at it; absent, OpenAI's default 1), its stop strings and `max_new_tokens`; a
-    runtime refusal is a `RequestError` in the API's words (`names`)."""
+    other samples at it; absent, OpenAI's default 1), its stop strings, `max_new_tokens` and its
+    `cache_salt` (prompts of different salts share no prefix-cache blocks); a runtime refusal
+    is a `RequestError` in the API's words (`names`)."""
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     for string in stop:
         check_text("stop", string)
@@ -165,6 +166,7 @@ def generation_config(
         )
     try:
         settings = {**from_request(fields), "max_new_tokens": max_new_tokens, "stop": stop}
+        settings["cache_salt"] = body.cache_salt
         return runtime.GenerationConfig(**settings).validate()
     except ValueError as error:
         message = api_message(str(error), names)

@@ -190,6 +190,10 @@ class GenerationBody(Body):
         '{"type": "text"}, {"type": "json_object"} or {"type": "json_schema", "json_schema": '
         '{"name": …, "schema": {…}}} (a schema llguidance supports)'
     )
+    cache_salt: Name | None = must(
+        f"a string of 1 to {MAX_NAME_CHARS} characters: requests with different salts never "
+        "share prefix-cache blocks, so none can time another's cached prompt (vLLM's name)"
+    )
     presence_penalty: float | None = unsupported("0 (penalties are not supported)", 0)
     frequency_penalty: float | None = unsupported("0 (penalties are not supported)", 0)
     logit_bias: dict[str, float] | None = unsupported(
@@ -265,6 +269,33 @@ class _ChatFields(GenerationBody):
         f"{MAX_METADATA_CHARS} characters (accepted, not used)"
     )
     service_tier: Name | None = must("a string (accepted, not used)")
+
+
+class TokenizeBody(Body):
+    """`POST /tokenize`, as llama-server's (plus `model`, which a server of several needs)."""
+
+    endpoint: typing.ClassVar[str] = "tokenize"
+    model: Name = must("a model id string from GET /v1/models", default=...)
+    content: str = must("a string", default=...)
+    add_special: bool = must(
+        "true or false (true: the special tokens the tokenizer adds, such as BOS)", default=False
+    )
+
+
+class DetokenizeBody(Body):
+    """`POST /detokenize`, as llama-server's (plus `model`)."""
+
+    endpoint: typing.ClassVar[str] = "detokenize"
+    model: Name = must("a model id string from GET /v1/models", default=...)
+    tokens: list[TokenId] = must("a list of token ids", default=...)
+
+
+class TokenizeResponse(BaseModel):
+    tokens: list[int]
+
+
+class DetokenizeResponse(BaseModel):
+    content: str
 
 
 # ---- the decoding parameters, from their declaration (runtime/parameters.py) -----------------

@@ -14,9 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import runtime
+from runtime.prefix_cache import PrefixCache
 from serve import api, chat, cli, protocol
 from serve.gateway import _sse
 
@@ -144,3 +146,37 @@ def test_serving_beyond_loopback_without_a_key_is_warned():
     assert cli.exposure_warning("0.0.0.0", "secret") is None
     assert cli.exposure_warning("127.0.0.1", None) is None
     assert cli.exposure_warning("::1", None) is None
+
+
+# ---- prefix-cache salts ---------------------------------------------------------------------
+
+
+def test_salted_prompts_share_no_prefix_cache_blocks():
+    cache = PrefixCache()
+    ids = np.arange(40)  # (T,) two full blocks and a partial one
+    layers = (np.ones((2, 40, 4), np.float32),)  # one cache tensor (H, T, D)
+    cache.store(ids, layers, salt="visitor-a")
+    assert cache.lookup(ids, salt="visitor-a") is not None
+    assert cache.lookup(ids) is None and cache.lookup(ids, salt="visitor-b") is None
+    cache.store(ids, layers)  # unsalted: its own blocks beside the salted ones
+    assert len(cache) == 4 and cache.lookup(ids) is not None
+    assert cache.queried_positions == 4 * 40
+
+
+def test_a_request_salt_reaches_the_engine_cache(bible):
+    prompt = "In the beginning God created the heaven and the earth. " * 4
+    engine = bible.engine
+    greedy = runtime.GenerationConfig(max_new_tokens=2)
+    before = engine.prefix_cache.hits
+    first = bible.generate(prompt, greedy.replace(cache_salt="a"))
+    bible.generate(prompt, greedy.replace(cache_salt="b"))
+    assert engine.prefix_cache.hits == before  # another salt: nothing found
+    again = bible.generate(prompt, greedy.replace(cache_salt="a"))
+    assert engine.prefix_cache.hits == before + 1  # its own salt: found
+    assert again[0].token_ids == first[0].token_ids
+    request = api.parse_completion({"model": "m", "prompt": "x", "cache_salt": "a"})
+    assert request.config.cache_salt == "a"
+    with pytest.raises(protocol.RequestError, match="cache_salt"):
+        chat.parse_chat(
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "cache_salt": ""}
+        )
