@@ -1,5 +1,6 @@
 """Hostile chat templates (runtime/chat.py): each is refused with a clear `ValueError` naming the
-budget it broke, and none holds up another render.
+budget it broke, and none holds up another render, nor do 16 slow ones (runtime/template_pool.py's
+slow lane).
 
 Chat templates come from untrusted GGUF files and tokenizer configs. Every case here once ran for
 minutes, held the interpreter's lock (so that no other request of the app was served) or raised a
@@ -136,3 +137,35 @@ def test_a_hostile_render_never_holds_up_another():
     normal_thread.join(timeout=10)
     assert finished == [("normal", "<user>Hi"), ("hostile", None)]
     assert errors == [f"the chat template was stopped: it runs longer than {chat.MAX_SECONDS:g} s"]
+
+
+SLOW = (  # about 2 s of rendering: far past the fast lane's 0.25 s, within any budget below
+    "{% for i in range(40000) %}{{ (messages[0].content * 50)|upper|length }}{% endfor %}"
+)
+
+
+@pytest.mark.timeout(300)
+def test_a_normal_render_is_not_held_up_by_16_slow_ones(monkeypatch):
+    """16 slow renders at once, then a normal one: the normal one finishes first (before, it
+    waited for 4 rounds of 4 slow renders), and every slow one still renders in full, its
+    time paused in the slow lane's queue not charged to its budget."""
+    monkeypatch.setattr(chat, "MAX_SECONDS", 60.0)  # the slow renders must finish, not time out
+    slow = ChatTemplate(SLOW)
+    normal = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    finished = []
+
+    def run(template, name):
+        try:
+            finished.append((name, template.render(HI)))
+        except ValueError as error:
+            finished.append((name, str(error)))
+
+    threads = [threading.Thread(target=run, args=(slow, "slow"), daemon=True) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)  # the slow ones are queued or rendering
+    run(normal, "normal")
+    for thread in threads:
+        thread.join(timeout=240)
+    assert finished[0] == ("normal", "<user>Hi")
+    assert finished[1:] == [("slow", "100" * 40000)] * 16
