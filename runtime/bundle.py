@@ -24,7 +24,7 @@ from .manifest import SCHEMA_VERSION, Manifest
 # Version of a GGUF bundle's LoRA slot graph (manifest `lora.format`, export/llama/gguf.py): an
 # adapter needs its base converted with this layout; export.llama.flagship rebuilds a cached base
 # without it.
-LORA_FORMAT = 1
+LORA_FORMAT = 2  # 2: x·A computed per row (export/llama/graph.py `slot`)
 # The fields an adapter's manifest gives of itself besides `adapter` and `files`; every other
 # one is its base's.
 ADAPTER_FIELDS = (
