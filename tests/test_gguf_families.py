@@ -31,6 +31,7 @@ NEW_TOKENS = 12
 FAMILIES = {  # name -> (model_type, config fields)
     "qwen3": ("qwen3", {}),
     "qwen3-tied": ("qwen3", {"tie_word_embeddings": True}),
+    "gemma": ("gemma", {}),
 }
 
 

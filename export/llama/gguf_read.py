@@ -21,9 +21,9 @@ A float zero point would make Q4_1 exact too, but onnxruntime runs that case on 
 (docs/GGUF.md, "Quantization: carried over"); the offset is instead applied by the graph as
 per-block sums of the input times a small [K/32, N] matrix (export/llama/graph.py).
 
-Covers the `llama`, `qwen2` and `qwen3` architectures (anything else raises `ValueError` naming
-them and docs/GGUF.md's table). It does
-not build graphs or tokenizers (export/llama/graph.py, export/llama/gguf_tokenizer.py).
+Covers the `llama`, `qwen2`, `qwen3` and `gemma` architectures (anything else raises `ValueError`
+naming them and docs/GGUF.md's table). It does not build graphs or tokenizers
+(export/llama/graph.py, export/llama/gguf_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from .gguf_check import (
     prescan,
 )
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3")  # docs/GGUF.md, "Supported architectures"
+ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma")  # docs/GGUF.md, "Supported architectures"
 BLOCK = 32  # weights per MatMulNBits block (and per GGUF block of the carried-over types)
 CARRIED = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")  # quantized types mapped onto MatMulNBits as they are
 FLOATS = ("F32", "F16", "BF16")

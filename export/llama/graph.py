@@ -1,5 +1,5 @@
-"""A lean ONNX decoder graph for the Llama family (llama, qwen2, qwen3), built from a GGUF file's
-weights.
+"""A lean ONNX decoder graph for the Llama family (llama, qwen2, qwen3, gemma), built from a GGUF
+file's weights.
 
 `build_llama_graph(model, path)` writes the graph with the input and output names the runtime
 already feeds for export's lean GPT-2 graph (docs/bundle.md), plus the two inputs that
@@ -23,14 +23,16 @@ Nodes, using onnxruntime's contrib ops:
 
     embeddings   Gather from the token table; a quantized table is gathered as its codes and
                  dequantized in the graph (a few elementwise nodes over B·S rows), so a tied LM
-                 head and the embedding share one stored copy of the blocks
+                 head and the embedding share one stored copy of the blocks; gemma: times
+                 sqrt(hidden) (its (1 + w) norms arrive from llama.cpp's converter as weights)
     per layer    SimplifiedLayerNormalization (RMSNorm) on layer 0, then
                  q|k|v projection (one MatMulNBits or MatMul, + bias for qwen2)
                  qwen3: Split, RMSNorm over each query and key head (Reshape to heads)
                  GroupQueryAttention(do_rotary, cos/sin caches, seqlens_k,
                      total_sequence_length, padding bias) -> attn, present key, present value
                  o projection -> SkipSimplifiedLayerNormalization(+ residual; ffn_norm)
-                 gate|up projection -> Split -> gate·Sigmoid(gate)·up (SwiGLU) -> down projection
+                 gate|up projection -> Split -> gate·Sigmoid(gate)·up (SwiGLU; gemma:
+                     FastGelu(gate)·up, GELU's tanh form) -> down projection
                  -> SkipSimplifiedLayerNormalization(+ residual; next attn_norm, or output_norm)
     LM head      Slice(last logits_to_keep positions) -> projection by the output (or token) table
 
@@ -348,6 +350,9 @@ def build_llama_graph(
     weights = _Weights(model, fp32)
     table = weights.linear("token_embd.weight")
     x = g.embed(table, "input_ids")
+    if model.architecture == "gemma":  # embeddings times sqrt(hidden), rounded to float32
+        scale = g.const("embedding_scale", np.float32(np.sqrt(model.hidden)), np.float32)
+        (x,) = g.node("Mul", [x, scale], ["x_scaled"])
     cos, sin = rotary_caches(model)
     rotary = g.array("cos_cache", cos), g.array("sin_cache", sin)
     bias = _padding_bias(g)
@@ -504,7 +509,8 @@ def _head_norm(g: LlamaGraph, model: GGUFModel, x: str, norm: str, heads: int) -
 
 
 def _mlp(g: LlamaGraph, weights: _Weights, i: int, normed: str) -> str:
-    """Layer i's SwiGLU MLP: down(silu(gate(x)) · up(x))."""
+    """Layer i's gated MLP: down(act(gate(x)) · up(x)), act SiLU (SwiGLU) or, for gemma, GELU
+    with tanh (GeGLU)."""
     p = f"blk.{i}."
     gate_up = _project(
         g, weights, normed, [p + "ffn_gate.weight", p + "ffn_up.weight"], p + "gate_up"
@@ -514,9 +520,12 @@ def _mlp(g: LlamaGraph, weights: _Weights, i: int, normed: str) -> str:
         gate, up = g.node("Split", [gate_up, split], [p + "gate", p + "up"], axis=-1)
     else:
         gate, up = gate_up
-    (sig,) = g.node("Sigmoid", [gate], [p + "gate_sigmoid"])
-    (act,) = g.node("Mul", [gate, sig], [p + "silu"])
-    (act,) = g.node("Mul", [act, up], [p + "swiglu"])
+    if weights.model.architecture == "gemma":  # GELU, tanh approximation (GeGLU)
+        (act,) = g.node("FastGelu", [gate], [p + "gelu"])
+    else:
+        (sig,) = g.node("Sigmoid", [gate], [p + "gate_sigmoid"])
+        (act,) = g.node("Mul", [gate, sig], [p + "silu"])
+    (act,) = g.node("Mul", [act, up], [p + "gated"])
     return _project(g, weights, act, [p + "ffn_down.weight"], p + "down")
 
 
