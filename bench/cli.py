@@ -23,6 +23,7 @@ BENCHMARKS = {
     "prefix-cache": "bench.prefix_cache",
     "fidelity": "bench.fidelity",
     "grammar-libs": "bench.grammar_libs",
+    "row-invariance": "bench.row_invariance",
 }
 
 
