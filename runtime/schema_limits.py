@@ -191,20 +191,23 @@ def _needs(node, where: str, targets: dict) -> list[list[str]]:
         return [[]]
     if not isinstance(node, dict):
         return []
+
+    def each(key: str) -> list[str]:  # the subschemas of a list keyword, by pointer
+        items = enumerate(_list(node.get(key)))
+        return [f"{where}/{key}/{i}" for i, item in items if isinstance(item, dict | bool)]
+
     needs = [[targets[where]]] if where in targets else []
-    needs += [[f"{where}/allOf/{i}"] for i in range(len(_list(node.get("allOf"))))]
-    for key in ("anyOf", "oneOf"):
-        if _list(node.get(key)):
-            needs.append([f"{where}/{key}/{i}" for i in range(len(node[key]))])
+    needs += [[member] for member in each("allOf")]
+    needs += [each(key) for key in ("anyOf", "oneOf") if each(key)]
     properties = _dict(node.get("properties"))
     for name in _list(node.get("required")):
-        if isinstance(name, str) and name in properties:
+        if isinstance(name, str) and isinstance(properties.get(name), dict | bool):
             needs.append([f"{where}/properties/{_escape(name)}"])
     least = node.get("minItems")
     if isinstance(least, int) and least > 0:
-        prefix = _list(node.get("prefixItems"))
-        needs += [[f"{where}/prefixItems/{i}"] for i in range(min(least, len(prefix)))]
-        if least > len(prefix) and isinstance(node.get("items"), dict | bool):
+        needs += [[member] for member in each("prefixItems")[:least]]
+        prefix = len(_list(node.get("prefixItems")))
+        if least > prefix and isinstance(node.get("items"), dict | bool):
             needs.append([f"{where}/items"])
     return needs
 

@@ -147,7 +147,7 @@ FAST, SLOW = "fast", "slow"  # the lanes (see the module docstring)
 class Pool:
     """Warm workers of one sandbox program for this process (see the module docstring)."""
 
-    def __init__(self, program: Path = SANDBOX):
+    def __init__(self, program: Path):
         self.program = program
         self.idle: list[_Worker] = []
         self.running = {FAST: 0, SLOW: 0}
@@ -233,12 +233,11 @@ class Pool:
                 return
         try:
             worker = _Worker(self.program)
-        except WorkerLost:
+        except (WorkerLost, OSError):  # none now: the next request starts its own
             return
         with self.changed:
             if len(self.idle) < WARM:
                 self.idle.append(worker)
-                self.changed.notify_all()
                 return
         worker.close()
 
