@@ -59,7 +59,7 @@ def check_limits(text: str) -> dict | bool:
     ...     check_limits('{"$ref": "#"}')
     ... except ValueError as error:
     ...     print(str(error).split(", got ")[1])
-    none at `#` (it requires itself with no way out)
+    none at `#` (each of its documents must hold another, or it allows none)
     """
     if len(text) > MAX_CHARS:
         raise refusal(f"at most {MAX_CHARS:,} characters", f"{len(text):,}")
@@ -240,7 +240,7 @@ def _check_finite(nodes: dict, targets: dict) -> None:
         if where not in known:
             raise refusal(
                 "a schema with a finite document at its root and at every `$ref`",
-                f"none at `#{where}` (it requires itself with no way out)",
+                f"none at `#{where}` (each of its documents must hold another, or it allows none)",
             )
 
 

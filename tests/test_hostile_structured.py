@@ -69,10 +69,14 @@ HOSTILE = {  # name -> (schema, what the refusal names)
     "a 0.8 MB enum": (lambda: big_enum(30_000), "at most 262,144 characters"),
     "a required self-$ref": (
         lambda: {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},
-        "none at `#` (it requires itself",
+        "none at `#` (each of its documents must hold another",
     ),
-    '{"$ref": "#"}': (lambda: {"$ref": "#"}, "none at `#` (it requires itself"),
-    "a $ref cycle through anyOf with no way out": (_anyof_cycle, "it requires itself"),
+    '{"$ref": "#"}': (lambda: {"$ref": "#"}, "none at `#` (each of its documents must hold"),
+    "a $ref cycle through anyOf with no way out": (_anyof_cycle, "must hold another, or it"),
+    "a required property that allows nothing": (
+        lambda: {"type": "object", "properties": {"a": False}, "required": ["a"]},
+        "or it allows none",
+    ),
     "a remote $ref": (lambda: {"$ref": "https://example.com/s.json"}, "which is not local"),
 }
 
