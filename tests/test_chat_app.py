@@ -187,14 +187,20 @@ def test_chat_endpoint_replays_user_turns_as_gen_chat(client, chat_gen):
         "tiny-chat", "Be brief.", asked, *SETTINGS.values(), api_name="/chat"
     )
     conversation = [{"role": "system", "content": "Be brief."}]
+    shown, cut = [], []
     for text in asked:
         conversation.append({"role": "user", "content": text})
-        reply = chat_gen.chat(conversation, CONFIG)[0].text
-        conversation.append({"role": "assistant", "content": reply})
+        reply = chat_gen.chat(conversation, CONFIG)[0]
+        conversation.append({"role": "assistant", "content": reply.text})
+        turn = conversation[-1] | {"finish_reason": reply.finish_reason, "settings": SETTINGS}
+        marks = chat_tab.reply_marks(turn)  # a reply cut off at 12 tokens says so under it
+        shown += [text, f"{reply.text}\n\n{marks}" if marks else reply.text]
+        cut.append(reply.finish_reason == "length")
     # The Chatbot shows each message without surrounding whitespace; the session keeps it.
     assert [(m["role"], shown_text(m)) for m in chatbot] == [
-        (m["role"], m["content"].strip()) for m in conversation[1:]
+        (m["role"], text.strip()) for m, text in zip(conversation[1:], shown)
     ]
+    assert ["Cut off" in shown_text(m) for m in chatbot[1::2]] == cut
     assert user_turns == asked
     assert table.count("<tr>") == 5  # the header and four messages
     assert "of 128 tokens" in meter

@@ -39,7 +39,7 @@ from gradio.context import Context
 
 from runtime.bundle import folder_sha256
 
-from . import checks, downloads, links, widgets
+from . import chat_speed, checks, downloads, expectations, links, widgets
 from .streaming import StreamCollector
 
 CHAT_MODES = ("greedy", "sampling")  # beam search gives no stream and no chat in the runtime
@@ -165,9 +165,47 @@ def messages(system_prompt: str, turns: list[dict]) -> list[dict]:
     return system + [{"role": t["role"], "content": t["content"]} for t in turns]
 
 
+CUT_OFF = "✂ **Cut off** at the limit of {limit} new tokens: press **Continue** for more."
+CONTEXT_FULL = "✂ **Cut off**: the conversation fills the model's context (Clear to start over)."
+CONTINUE = "Continue."  # the message the Continue button sends
+
+
+def reply_marks(turn: dict) -> str:
+    """What the Chat shows under a finished reply (Markdown, "" for none): that it was cut
+    off by the token limit or the context, and that it is a repetition loop (as Generate
+    labels its samples, ui/expectations.py).
+
+    >>> reply_marks({"role": "assistant", "content": "Hi", "finish_reason": "eos"})
+    ''
+    >>> print(reply_marks({"role": "assistant", "content": "a, " * 20, "finish_reason": "length",
+    ...                    "settings": {"max_new_tokens": 40}}))
+    ✂ **Cut off** at the limit of 40 new tokens: press **Continue** for more.
+    <BLANKLINE>
+    ⚠ **Repetition loop** ("a," repeated 19 times): the model got stuck repeating itself.
+    """
+    if turn["role"] != "assistant" or turn.get("finish_reason") in (None, "running"):
+        return ""
+    marks = []
+    if turn.get("finish_reason") == "length":
+        limit = (turn.get("settings") or {}).get("max_new_tokens", turn.get("tokens"))
+        marks.append(CUT_OFF.format(limit=limit))
+    elif turn.get("finish_reason") == "context":
+        marks.append(CONTEXT_FULL)
+    loop = expectations.repetition_loop(turn["content"])
+    if loop:
+        marks.append(f"⚠ **Repetition loop** ({loop}): the model got stuck repeating itself.")
+    return "\n\n".join(marks)
+
+
 def chatbot_value(turns: list[dict]) -> list[dict]:
-    """What the Chatbot shows: role and content of every turn."""
-    return [{"role": t["role"], "content": t["content"]} for t in turns]
+    """What the Chatbot shows: role and content of every turn, a finished reply with its
+    marks (`reply_marks`) in a paragraph of its own under it."""
+    shown = []
+    for t in turns:
+        marks = reply_marks(t)
+        content = f"{t['content']}\n\n{marks}" if marks else t["content"]
+        shown.append({"role": t["role"], "content": content})
+    return shown
 
 
 def user_turns_of(turns: list[dict]) -> list[str]:
@@ -200,13 +238,24 @@ def _fmt(value, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+def _with_served(turn: dict, key: str, spec: str) -> str:
+    """A time cell: the figure from the message's arrival (queue included) and, beside it when
+    they differ by more than 20 %, the server's own from the stream's start, which the page's
+    script (ui/chat_speed.py) reads from `data-stream` when it puts its own from the click."""
+    mine, served = turn.get(key), turn.get(f"served_{key}")
+    shown = _fmt(mine, spec)
+    if mine and served and abs(served - mine) > 0.2 * mine:
+        shown += f" (server {format(served, spec)})"
+    return f'<td data-stream="{served or 0}">{shown}</td>'
+
+
 def turns_html(turns: list[dict]) -> str:
-    """A table with each message's tokens, and for replies time to first token, tokens/s and
-    finish reason."""
+    """A table with each message's tokens, and for replies time to first token, tokens/s (from
+    the message's arrival, with the server's own figures where they differ) and finish reason."""
     rows = "".join(
         f"<tr><td>{n}</td><td>{t['role']}</td><td>{_fmt(t.get('tokens'), 'd')}</td>"
-        f"<td>{_fmt(t.get('time_to_first_token_s'), '.3f')}</td>"
-        f"<td>{_fmt(t.get('tokens_per_second'), '.1f')}</td>"
+        f"{_with_served(t, 'time_to_first_token_s', '.3f')}"
+        f"{_with_served(t, 'tokens_per_second', '.1f')}"
         f'<td class="finish">{html.escape(t.get("finish_reason") or "")}</td></tr>'
         for n, t in enumerate(turns, start=1)
     )
@@ -244,10 +293,13 @@ def stream_reply(gen, system_prompt: str, turns: list[dict], config, settings: d
     and the reply's) while the reply to `turns` (which end with a user turn) streams; closing
     this closes the runtime stream."""
     _count_user_tokens(gen, turns)
+    # the visitor's wait counts from the message's arrival (`sent_at`), the queue included
+    waited = max(0.0, time.time() - turns[-1].get("sent_at", time.time()))
+    since = time.perf_counter() - waited
     conversation = messages(system_prompt, turns)
     prompt_tokens = gen.count_chat_tokens(conversation)
     stream = gen.stream_chat(conversation, config)  # every check runs here, before a token
-    collector = StreamCollector(1, gen.tokenizer, gen.end_of_turn_token_ids[0])
+    collector = StreamCollector(1, gen.tokenizer, gen.end_of_turn_token_ids[0], since=since)
     reply = {"role": "assistant", "content": "", "settings": settings}
     turns = [*turns, reply]
 
@@ -258,6 +310,8 @@ def stream_reply(gen, system_prompt: str, turns: list[dict], config, settings: d
             tokens=collector.count,
             time_to_first_token_s=stats["time_to_first_token_s"],
             tokens_per_second=stats["tokens_per_second"],
+            served_time_to_first_token_s=collector.served_time_to_first_token,
+            served_tokens_per_second=collector.served_tokens_per_second,
             finish_reason=stats["finish_reasons"][0],
             token_ids=list(collector.token_ids[0]),
             logprobs=list(collector.logprobs[0]),
@@ -269,7 +323,8 @@ def stream_reply(gen, system_prompt: str, turns: list[dict], config, settings: d
     try:
         for event in stream:
             collector.add(event)
-            if time.perf_counter() - shown >= UPDATE_EVERY:
+            # the first token shows at once: the visitor's first-token figure is what they saw
+            if collector.count == 1 or time.perf_counter() - shown >= UPDATE_EVERY:
                 shown = time.perf_counter()
                 fill()
                 yield turns, prompt_tokens + collector.count
@@ -337,6 +392,7 @@ def build(registry, missing: str | None = None) -> None:
         seed = page.decoding["seed"]
         draw.click(None, None, seed, js=SEED_ON_LOAD, api_visibility="private")
         Context.root_block.load(None, js=DRAW_SEED, api_visibility="private")
+        Context.root_block.load(None, js=chat_speed.MEASURE, api_visibility="private")
 
 
 @dataclass
@@ -349,6 +405,7 @@ class _Page:
     send: gr.Button = None
     stop: gr.Button = None
     retry: gr.Button = None
+    cont: gr.Button = None  # Continue: after a reply cut off by the token limit
     undo: gr.Button = None
     clear: gr.Button = None
     meter: gr.HTML = None
@@ -394,12 +451,14 @@ def _conversation_column(registry, names: list[str], page: _Page) -> None:
             lines=1,
             scale=5,
             max_length=checks.LIMITS.max_prompt_chars,
+            autofocus=True,  # the page opens ready to type (the first tab is the Chat)
             elem_id="chat-message",
         )
-        page.send = gr.Button("Send", variant="primary", scale=1, min_width=80)
+        page.send = gr.Button("Send", variant="primary", scale=1, min_width=80, elem_id="chat-send")
     with gr.Row():
         page.stop = gr.Button("Stop", variant="stop", size="sm", elem_id="chat-stop")
         page.retry = gr.Button("Retry", size="sm", elem_id="chat-retry")
+        page.cont = gr.Button("Continue", size="sm", elem_id="chat-continue")
         page.undo = gr.Button("Undo", size="sm", elem_id="chat-undo")
         page.clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
     page.meter = gr.HTML(meter_html(0, context_of(registry, names[0])), elem_id="chat-meter")
@@ -514,7 +573,7 @@ def _wire_replies(registry, names: list[str], page: _Page) -> list:
 
     def add_message(text, turns):
         text = checks.text("message", text)
-        turns = [*turns, {"role": "user", "content": text, "tokens": None}]
+        turns = [*turns, {"role": "user", "content": text, "tokens": None, "sent_at": time.time()}]
         return "", chatbot_value(turns), turns
 
     def add_example(turns, chosen: gr.SelectData):
@@ -543,6 +602,10 @@ def _wire_replies(registry, names: list[str], page: _Page) -> list:
         _retry_setup, [page.turns, mode, seed], [page.chatbot, page.turns, seed], **private
     )
     running.append(replying(retried))
+    continued = page.cont.click(
+        checks.shown_to_user(_continue_setup), page.turns, [page.chatbot, page.turns], **private
+    )
+    running.append(replying(continued))
     # The public endpoint (and what a link runs); no button of its own.
     replay = gr.Button("Replay the user turns", visible=False, elem_id="chat-replay")
     running.append(
@@ -566,7 +629,18 @@ def _retry_setup(turns, mode, seed):
     again = mode == "sampling" and isinstance(seed, int | float)
     largest = checks.offered("seed").limits.high
     next_seed = int(seed) + 1 if again and seed < largest else gr.skip()
+    kept[-1] = {**kept[-1], "sent_at": time.time()}  # the visitor waits from this click
     return chatbot_value(kept), kept, next_seed
+
+
+def _continue_setup(turns):
+    """The conversation with CONTINUE as the next user message, when its last reply was cut
+    off by the token limit (the model is asked to go on: its template has no way to extend a
+    reply it has closed)."""
+    if not turns or turns[-1]["role"] != "assistant" or turns[-1].get("finish_reason") != "length":
+        raise ValueError("the last reply was not cut off by the token limit: nothing to continue")
+    turns = [*turns, {"role": "user", "content": CONTINUE, "tokens": None, "sent_at": time.time()}]
+    return chatbot_value(turns), turns
 
 
 def _wire_edits(registry, page: _Page) -> None:

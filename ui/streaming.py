@@ -82,9 +82,14 @@ def token_view_html(samples: list[list[Token]]) -> str:
 class StreamCollector:
     """Accumulates the events of one `Generator.stream` call with `samples` sequences."""
 
-    def __init__(self, samples: int, tokenizer, eos_token_id=None, clock=time.perf_counter):
-        self.clock = clock  # a wall clock (seconds); the request starts now
-        self.start = clock()
+    def __init__(
+        self, samples: int, tokenizer, eos_token_id=None, clock=time.perf_counter, since=None
+    ):
+        """`since`: when the visitor asked, on `clock` (the click, queue included), when that
+        was before now; the figures count from it, and the `served_…` ones from now."""
+        self.clock = clock  # a wall clock (seconds); the stream starts now
+        self.stream_start = clock()
+        self.start = self.stream_start if since is None else min(since, self.stream_start)
         self.first: float | None = None  # when the first token arrived
         self.last: float | None = None  # when the latest token arrived
         self.tokenizer = tokenizer
@@ -128,6 +133,19 @@ class StreamCollector:
         if self.first is None:
             return None
         elapsed = self.last - self.start
+        return self.count / elapsed if elapsed > 0 else None
+
+    @property
+    def served_time_to_first_token(self) -> float | None:
+        """From the stream's start (the server's own figure) to the first token."""
+        return None if self.first is None else self.first - self.stream_start
+
+    @property
+    def served_tokens_per_second(self) -> float | None:
+        """Tokens over the wall time from the stream's start to the last token."""
+        if self.first is None:
+            return None
+        elapsed = self.last - self.stream_start
         return self.count / elapsed if elapsed > 0 else None
 
     @property

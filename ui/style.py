@@ -66,6 +66,16 @@ CSS = """
 .subtitle-preview div.over { color: #fca5a5 !important; }
 .column-output textarea { font-size: 14px; }
 .link-triggers { display: none !important; }
+/* Keyboard and contrast (issue 45). Gradio measures its tabs with a 1-px copy of the tab bar;
+   hidden from view it still took the first ten Tab presses: `visibility` keeps it measurable
+   and out of the focus order. Text below 4.5:1 on white (slider limits, footer, #a8a29e: 2.5:1)
+   is drawn in stone-600 (7.6:1); example chips look like the buttons they are. */
+.tab-container.visually-hidden { visibility: hidden !important; }
+.min_value, .max_value, .info-text, footer, footer a, footer .divider {
+  color: #57534e !important; }
+#chat-conversation button.example { border: 1px solid #78716c !important; border-radius: 8px;
+                                    background: #fafaf9 !important; color: #1c1917 !important; }
+#chat-conversation button.example:hover { background: #fef3c7 !important; }
 .error-box { border-left: 4px solid #dc2626; padding: 0.6em 1em; background: rgba(220,38,38,0.08);
              border-radius: 4px; }
 .model-note { font-size: 13px; opacity: 0.85; }
@@ -95,6 +105,10 @@ def theme():
         block_title_text_weight="600",
         block_label_background_fill="transparent",
         block_label_text_color="*neutral_600",
+        # dark text on amber: white on amber-500 is 2.1:1, stone-950 on it 9.6:1
+        button_primary_text_color="*neutral_950",
+        button_primary_text_color_hover="*neutral_950",
+        checkbox_label_text_color_selected="*neutral_950",  # a chosen radio, on amber too
     )
 
 

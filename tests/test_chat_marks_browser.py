@@ -1,0 +1,54 @@
+"""The Chat marks a reply cut off by the token limit in the reply itself, with a one-click
+Continue (issue 45), in headless Chromium (Debian's, through Playwright) on the tiny Llama
+ChatML model (tests/app_fixtures.py), whose replies to a few tokens are always cut off.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import app
+import runtime
+from tests.app_fixtures import chat_model_dir, serve
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
+from ui import chat_tab
+from ui.registry import ModelRegistry
+
+__all__ = ["chat_model_dir", "browser"]  # fixtures, used by name
+pytestmark = needs_chromium
+
+
+@pytest.fixture(scope="module")
+def url(chat_model_dir):
+    registry = ModelRegistry({})
+    registry.add("tiny-chat", chat_model_dir, runtime.load(chat_model_dir))
+    demo = app.build(registry)
+    yield serve(demo)
+    demo.close()
+
+
+def test_a_cut_off_reply_says_so_and_continue_asks_for_more(browser, url):
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.goto(url)
+    tokens = page.locator("#chat-settings").get_by_label("number input for Max new tokens")
+    tokens.fill("4")
+    tokens.press("Enter")
+    user = page.locator('#chat-conversation [data-testid="user"]')
+    page.locator("#chat-continue").click()  # nothing cut off yet: refused, nothing sent
+    time.sleep(1.0)
+    assert user.count() == 0
+    page.locator("#chat-message textarea").fill("Tell me a long story.")
+    page.locator("#chat-message textarea").press("Enter")
+    finish = page.locator("#chat-turns td.finish")
+    wait_until(lambda: finish.count() == 2 and finish.nth(1).inner_text() == "length", "a reply")
+    bot = page.locator('#chat-conversation [data-testid="bot"]')
+    wait_until(lambda: "Cut off" in bot.last.inner_text(), "the mark in the reply")
+    assert "limit of 4 new tokens" in bot.last.inner_text()
+    page.locator("#chat-continue").click()
+    wait_until(lambda: user.count() == 2, "Continue's message")
+    assert user.last.inner_text().strip() == chat_tab.CONTINUE
+    wait_until(lambda: finish.count() == 4 and finish.nth(3).inner_text() == "length", "more")
+    page.close()
