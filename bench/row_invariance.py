@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "onnxruntime": ort.__version__,
         "cpu": platform.processor() or platform.machine(),
         "cpu_flags": cpu_flags(),
-        "bundle": str(args.bundle),
+        "bundle": args.bundle.name,
     }
     print(json.dumps(header))
     print("threads rows position  max |Δ logit| vs a batch of 2  first differing node")
