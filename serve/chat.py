@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -66,6 +67,13 @@ class ChatRequest:
     top_logprobs: int | None = None  # None: no logprobs; k: each token's logprob and the top k
     stream: bool = False  # answer with server-sent events
     include_usage: bool = False  # streaming: a last chunk with token counts
+    # the token limit's field as the client sent it, which refusals name
+    token_field: str = "max_completion_tokens"
+
+    @property
+    def names(self) -> dict:
+        """The runtime's names of this request's fields, in the client's words."""
+        return {**RUNTIME_NAMES, "max_new_tokens": self.token_field}
 
 
 def parse_chat(raw: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS) -> ChatRequest:
@@ -106,7 +114,9 @@ def parse_chat(raw: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS) -> C
     except ValueError as error:
         raise RequestError(str(error), param=api.param_named_in(str(error))) from None
     limit = body.max_completion_tokens or body.max_tokens or UNTIL_CONTEXT
-    config = api.generation_config(body, limit, RUNTIME_NAMES)
+    sent_old_name = body.max_tokens is not None and body.max_completion_tokens is None
+    token_field = "max_tokens" if sent_old_name else "max_completion_tokens"
+    config = api.generation_config(body, limit, {**RUNTIME_NAMES, "max_new_tokens": token_field})
     if config.num_return_sequences > limits.max_sequences:
         raise RequestError(
             f"`n` must be at most {limits.max_sequences}, got {config.num_return_sequences}",
@@ -120,6 +130,7 @@ def parse_chat(raw: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS) -> C
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         stream=bool(body.stream),
         include_usage=body.stream_options is not None and body.stream_options.include_usage,
+        token_field=token_field,
     )
 
 
@@ -193,9 +204,24 @@ def _choice_extras(token_ids, logprobs, finish_reason, alternatives=None) -> dic
     return extras
 
 
+@contextmanager
+def _in_clients_words(request: ChatRequest):
+    """A runtime refusal raised inside names the fields as the client sent them (the token
+    limit as `max_tokens` when the client used that older name, e.g. for the KV budget)."""
+    try:
+        yield
+    except ValueError as error:
+        raise ValueError(api.api_message(str(error), request.names)) from None
+
+
 def complete(gen, request: ChatRequest) -> dict:
-    """The choices and usage of a non-streamed chat completion; `ValueError` for a conversation
-    or setting the runtime refuses."""
+    """The choices and usage of a non-streamed chat completion; `ValueError` (in the client's
+    words) for a conversation or setting the runtime refuses."""
+    with _in_clients_words(request):
+        return _complete(gen, request)
+
+
+def _complete(gen, request: ChatRequest) -> dict:
     messages = list(request.messages)
     if request.top_logprobs is None:
         outputs = gen.chat(messages, request.config, request.controls)
@@ -231,7 +257,13 @@ def complete(gen, request: ChatRequest) -> dict:
 
 def stream(gen, request: ChatRequest) -> Iterator[dict]:
     """{"choice": …} per token (a `chat.completion.chunk` choice), then {"usage": …}; the checks
-    run before the first item, and a `ValueError` from them propagates."""
+    run before the first item, and a `ValueError` from them propagates (in the client's
+    words)."""
+    with _in_clients_words(request):
+        yield from _stream(gen, request)
+
+
+def _stream(gen, request: ChatRequest) -> Iterator[dict]:
     messages = list(request.messages)
     events = gen.stream_chat(messages, request.config, request.controls)
     prompt_tokens = len(gen.encode_chat(messages, request.controls))

@@ -119,6 +119,24 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def parse_size(text: str | None) -> int | None:
+    """A byte count from `--kv-budget`: an integer of bytes, or of KiB, MiB, GiB with a K, M or
+    G suffix (1024-based).
+
+    >>> parse_size("2G"), parse_size("512M"), parse_size("4096"), parse_size(None)
+    (2147483648, 536870912, 4096, None)
+    """
+    if text is None:
+        return None
+    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}.get(unit)
+    if scale is None or not digits.isdigit() or int(digits) < 1:
+        raise ValueError(
+            f"`--kv-budget` must be a positive size in bytes, or with K, M or G, got {text!r}"
+        )
+    return int(digits) * scale
+
+
 def parse_autoscale(text: str | None) -> tuple[int, int] | None:
     """ "MIN:MAX" -> (MIN, MAX).
 
@@ -206,6 +224,7 @@ def application(args: dict):
         int(args.get("max_ongoing", 64)),
     )
     specs = batching_specs(specs, bool(args.get("batching", True)))
+    specs = budget_specs(specs, parse_size(args.get("kv_budget")))
     specs, said = fit_cpus(specs, cluster_cpus())
     if said:
         print(said)
@@ -285,6 +304,14 @@ def batching_specs(specs, batching: bool = True):
     ]
 
 
+def budget_specs(specs, kv_budget: int | None):
+    """`specs` with `kv_budget` (bytes of KV cache per engine batch; None: the engine's
+    default, runtime/engine.py's `MAX_CACHE_BYTES`) for every model."""
+    import dataclasses
+
+    return [dataclasses.replace(s, kv_budget=kv_budget) for s in specs]
+
+
 def batches(path) -> bool:
     """Whether `runtime.load(path)` batches: a causal LM whose manifest says `batch_invariant`."""
     from runtime.bundle import read_manifest
@@ -337,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
         "--max-downloads", type=int, default=None, help="file downloads at once (default 4)"
     )
     parser.add_argument(
+        "--kv-budget",
+        default=None,
+        help="KV cache per replica's batch, in bytes or with K, M, G (default 2G)",
+    )
+    parser.add_argument(
         "--no-batching",
         dest="batching",
         action="store_false",
@@ -351,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"`--{name.replace('_', '-')}` must be >= 1, got {getattr(args, name)}")
     try:
         autoscale = parse_autoscale(args.autoscale)
+        kv_budget = parse_size(args.kv_budget)
     except ValueError as error:
         parser.error(str(error))
     try:
@@ -371,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                 "`--models` must name model bundles (folders with a manifest.json, or folders "
                 f"of them), got {', '.join(map(str, roots))}, which holds none"
             )
-        specs = batching_specs(specs, args.batching)
+        specs = budget_specs(batching_specs(specs, args.batching), kv_budget)
     except (FetchError, OSError, RuntimeError, ValueError) as error:  # bad input: one line
         print(f"{parser.prog}: error: {_one_line(error)}", file=sys.stderr)
         return 2

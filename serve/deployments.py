@@ -36,6 +36,7 @@ class ModelSpec:
     concurrency: int = 4  # generations one replica runs at once (the app's limit, ui/checks.py)
     max_ongoing_requests: int = 64  # requests a replica accepts; those beyond `concurrency` queue
     loader: Callable = field(default=runtime.load)  # (path, threads=) -> Generator
+    kv_budget: int | None = None  # bytes of KV cache per engine batch; None: the engine's default
 
 
 def deployment_name(model_id: str) -> str:
@@ -73,7 +74,7 @@ def build_app(
             options["num_replicas"] = spec.replicas
         deployment = serve.deployment(ModelServer).options(**options)
         handles[spec.model_id] = deployment.bind(
-            spec.path, spec.threads, spec.concurrency, spec.loader
+            spec.path, spec.threads, spec.concurrency, spec.loader, spec.kv_budget
         )
     gateway = serve.deployment(Gateway).options(
         name="gateway", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000

@@ -19,14 +19,15 @@ was sent (then 503). Errors are OpenAI's `{"error": {…}}` (serve/errors.py).
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations (`Request`)
 # after Serve has copied the routes with only the globals their code names.
-import hmac
 import json
 import time
 from pathlib import Path
 
 from fastapi import Request
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from ray import serve
+from tokenizers import Tokenizer
 
 from runtime.bundle import read_manifest
 from runtime.chat import is_chat_manifest
@@ -34,10 +35,12 @@ from runtime.manifest import Manifest
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
 
 from . import protocol
+from .api import check_text
 from .chat import not_a_chat_model
 from .downloads import FILE_TYPES, Downloads
 from .errors import ERROR_RESPONSES, UNAVAILABLE, failure, refused
-from .http_app import http, request_body
+from .http_app import http, key_sent, request_body, unauthorized
+from .metrics import CONTENT_TYPE, ServeMetrics
 from .routes import CHAT, COMPLETIONS, Route
 
 RETRIES = 1  # extra attempts of a request whose replica died before it sent anything
@@ -77,7 +80,9 @@ class Gateway:
         self.paths = {model: Path(path) for model, path in paths.items()}  # model id -> bundle
         self.limits, self.api_key = limits, api_key
         self._manifests: dict[str, Manifest] = {}
+        self._tokenizers: dict[str, Tokenizer] = {}
         self.downloads = Downloads(limits.max_downloads)
+        self.metrics = ServeMetrics()
 
     def _check_model(self, model) -> None:
         if model not in self.models:
@@ -112,20 +117,96 @@ class Gateway:
 
     def _unauthorized(self, raw: Request) -> JSONResponse | None:
         """A 401 unless the server has no key or the request sends it (`Bearer KEY`)."""
-        if self.api_key is None:
-            return None
-        sent = raw.headers.get("authorization", "")
-        scheme, _, token = sent.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            token.encode(), self.api_key.encode()
-        ):
-            return None
-        message = "a valid API key is required (`Authorization: Bearer KEY`)"
-        return JSONResponse(
-            protocol.error_body(message, code="invalid_api_key"),
-            status_code=401,
-            headers={"WWW-Authenticate": "Bearer"},
+        return None if key_sent(raw.headers.get("authorization"), self.api_key) else unauthorized()
+
+    def _tokenizer(self, model: str) -> Tokenizer:
+        """The model's tokenizer (its bundle's tokenizer.json), read once."""
+        self._check_model(model)
+        if model not in self._tokenizers:
+            self._tokenizers[model] = Tokenizer.from_file(str(self.paths[model] / "tokenizer.json"))
+        return self._tokenizers[model]
+
+    @http.get("/health", include_in_schema=False)
+    async def health(self):
+        """The one route open without the API key: the gateway answers (llama-server's)."""
+        return {"status": "ok"}
+
+    @http.get("/openapi.json", include_in_schema=False)
+    async def openapi(self, raw: Request):
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
+        return JSONResponse(http.openapi())
+
+    @http.get("/docs", include_in_schema=False)
+    async def docs(self, raw: Request):
+        """Swagger UI with the schema inlined, so that the page needs no second request (which
+        a browser would send without the key)."""
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{http.title} - docs",
+            swagger_ui_parameters={"spec": http.openapi()},
         )
+
+    @http.get("/metrics", include_in_schema=False)
+    async def prometheus(self, raw: Request):
+        """Prometheus text (serve/metrics.py), with each model's replica asked for its numbers."""
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
+        for model, handle in self.models.items():
+            try:
+                self.metrics.replicas[model] = await handle.stats.remote()
+            except UNAVAILABLE:  # no replica now: its last numbers stand
+                pass
+        return Response(self.metrics.text(), media_type=CONTENT_TYPE)
+
+    @http.post(
+        "/tokenize",
+        response_model=protocol.TokenizeResponse,
+        responses=ERROR_RESPONSES,
+        openapi_extra={"requestBody": request_body(protocol.TokenizeBody)},
+    )
+    async def tokenize(self, raw: Request):
+        """`{"model", "content", "add_special"}` -> `{"tokens"}` (llama-server's, plus `model`):
+        the ids of the bundle's tokenizer, with the special tokens it adds (BOS) when
+        `add_special`."""
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
+        try:
+            body = protocol.parse_body(protocol.TokenizeBody, await self._json_body(raw))
+            check_text("content", body.content, self.limits.max_prompt_chars)
+            encoded = self._tokenizer(body.model).encode(
+                body.content, add_special_tokens=body.add_special
+            )
+        except Exception as error:
+            return failure(error, None)
+        return {"tokens": encoded.ids}
+
+    @http.post(
+        "/detokenize",
+        response_model=protocol.DetokenizeResponse,
+        responses=ERROR_RESPONSES,
+        openapi_extra={"requestBody": request_body(protocol.DetokenizeBody)},
+    )
+    async def detokenize(self, raw: Request):
+        """`{"model", "tokens"}` -> `{"content"}` (llama-server's, plus `model`): the text of
+        the ids, special tokens included; an id outside the vocabulary is a 400."""
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
+        try:
+            body = protocol.parse_body(protocol.DetokenizeBody, await self._json_body(raw))
+            tokenizer = self._tokenizer(body.model)
+            size = tokenizer.get_vocab_size(with_added_tokens=True)
+            if outside := [t for t in body.tokens if t >= size]:
+                raise protocol.RequestError(
+                    f"`tokens` must be ids below the vocabulary's {size}, got {outside[0]}",
+                    param="tokens",
+                )
+            content = tokenizer.decode(body.tokens, skip_special_tokens=False)
+        except Exception as error:
+            return failure(error, None)
+        return {"content": content}
 
     async def _json_body(self, raw: Request) -> bytes:
         """The request's body, refused (415, 413) before it is read when the headers show it
@@ -156,8 +237,8 @@ class Gateway:
 
     @http.get("/v1/models", response_model=protocol.ModelList, responses=ERROR_RESPONSES)
     async def list_models(self, raw: Request):
-        if (unauthorized := self._unauthorized(raw)) is not None:
-            return unauthorized
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
         try:
             data = [self._model_object(model) for model in self.models]
         except Exception as error:
@@ -171,8 +252,8 @@ class Gateway:
         | ERROR_RESPONSES,
     )
     async def model_file(self, model: str, name: str, raw: Request):
-        if (unauthorized := self._unauthorized(raw)) is not None:
-            return unauthorized
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
         try:
             manifest = self._manifest(model)
             if_none_match = raw.headers.get("if-none-match", "")
@@ -184,8 +265,8 @@ class Gateway:
         "/v1/models/{model:path}", response_model=protocol.ModelInfo, responses=ERROR_RESPONSES
     )
     async def model_info(self, model: str, raw: Request):
-        if (unauthorized := self._unauthorized(raw)) is not None:
-            return unauthorized
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
         try:
             return {**self._model_object(model), "manifest": self._manifest(model).to_json()}
         except Exception as error:
@@ -195,7 +276,7 @@ class Gateway:
         COMPLETIONS.path,
         response_model=None,
         responses=_answer_responses(COMPLETIONS),
-        openapi_extra={"requestBody": request_body(COMPLETIONS)},
+        openapi_extra={"requestBody": request_body(COMPLETIONS.body)},
     )
     async def completions(self, raw: Request):
         """OpenAI's (legacy) completions (serve/api.py)."""
@@ -205,7 +286,7 @@ class Gateway:
         CHAT.path,
         response_model=None,
         responses=_answer_responses(CHAT),
-        openapi_extra={"requestBody": request_body(CHAT)},
+        openapi_extra={"requestBody": request_body(CHAT.body)},
     )
     async def chat_completions(self, raw: Request):
         """OpenAI's chat completions, for a model with a chat template (serve/chat.py)."""
@@ -213,9 +294,9 @@ class Gateway:
 
     async def _answer(self, raw: Request, route: Route):
         """One generation request by `route`: checked here, answered by the model's replica."""
-        if (unauthorized := self._unauthorized(raw)) is not None:
-            return unauthorized
-        model = None
+        if (denied := self._unauthorized(raw)) is not None:
+            return denied
+        arrived, model = time.perf_counter(), None
         try:
             request = route.parse(await self._json_body(raw), self.limits)
             model = request.model
@@ -224,35 +305,44 @@ class Gateway:
                 raise not_a_chat_model(model)
             handle = self.models[model]
             if request.stream:
-                return await self._stream(handle, request, route)
-            for attempt in range(RETRIES + 1):
-                try:
-                    result = await handle.complete.remote(request)
-                    break
-                except UNAVAILABLE:
-                    if attempt == RETRIES:
-                        raise
+                return await self._stream(handle, request, route, arrived)
+            with self.metrics.running_request(model):
+                for attempt in range(RETRIES + 1):
+                    try:
+                        result = await handle.complete.remote(request)
+                        break
+                    except UNAVAILABLE:
+                        if attempt == RETRIES:
+                            raise
         except Exception as error:
             return failure(error, model, route)
         if "error" in result:
             return refused(result["error"], route)
+        self.metrics.add_usage(model, result["usage"])
         return route.response(route.new_id(), model, result)
 
-    async def _stream(self, handle, request, route: Route) -> StreamingResponse:
+    async def _stream(self, handle, request, route: Route, arrived: float) -> StreamingResponse:
         """Wait for the replica's first item (so refused input still gets a 400), then stream
-        server-sent events."""
-        for attempt in range(RETRIES + 1):
-            responses = handle.options(stream=True).stream.remote(request)
-            try:
-                first = await responses.__anext__()
-                break
-            except UNAVAILABLE:
-                if attempt == RETRIES:
+        server-sent events. The stream's timer (serve/metrics.py) counts it as waiting until
+        its first token, then as running, and takes its tokens' times and its usage."""
+        timer = self.metrics.stream(request.model, arrived)
+        try:
+            for attempt in range(RETRIES + 1):
+                responses = handle.options(stream=True).stream.remote(request)
+                try:
+                    first = await responses.__anext__()
+                    break
+                except UNAVAILABLE:
+                    if attempt == RETRIES:
+                        raise
+                except BaseException:
+                    responses.cancel()
                     raise
-            except BaseException:
-                responses.cancel()
-                raise
+        except BaseException:
+            timer.close()
+            raise
         if "error" in first:
+            timer.close()
             return refused(first["error"], route)
         request_id, created = route.new_id(), int(time.time())
 
@@ -265,7 +355,9 @@ class Gateway:
                     )
                 )
             if "choice" in item:
+                timer.token()
                 return _sse(route.chunk(request_id, request.model, created, [item["choice"]]))
+            self.metrics.add_usage(request.model, item["usage"])
             if request.include_usage:
                 return _sse(route.chunk(request_id, request.model, created, [], item["usage"]))
             return None
@@ -282,6 +374,7 @@ class Gateway:
             except Exception as error:  # mid-stream: headers are sent, so an error event
                 yield _sse(json.loads(failure(error, request.model, route).body))
             finally:
+                timer.close()
                 if not finished:
                     responses.cancel()
             yield "data: [DONE]\n\n"

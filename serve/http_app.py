@@ -1,7 +1,7 @@
 """The FastAPI application the gateway's routes are declared on (serve/gateway.py): its OpenAPI
 schema, which also declares the request bodies the routes read themselves (both routes'), and
 its answer to unknown routes and methods, in OpenAI's error shape rather than FastAPI's
-`{"detail": …}`.
+`{"detail": …}`; and the API key's check (`key_sent`, its 401).
 
 The routes read their bodies themselves so that they can refuse oversized, non-JSON and
 malformed bodies before parsing them; the schema still names each route's body (serve/routes.py,
@@ -10,6 +10,8 @@ malformed bodies before parsing them; the schema still names each route's body (
 
 from __future__ import annotations
 
+import hmac
+
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
@@ -17,17 +19,26 @@ from pydantic.json_schema import models_json_schema
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .errors import error_response
-from .routes import ROUTES, Route
+from .protocol import Body, DetokenizeBody, TokenizeBody, error_body
+from .routes import ROUTES
 
+# No built-in /docs and /openapi.json: the gateway serves both itself, behind its API key.
 http = FastAPI(
     title="Scriptorium",
     description="OpenAI-compatible completions and chat completions over Scriptorium",
+    docs_url=None,
+    redoc_url=None,
+    openapi_url=None,
 )
 
 
-def request_body(route: Route) -> dict:
-    """The OpenAPI `requestBody` of a route whose handler reads its body itself."""
-    schema = {"$ref": f"#/components/schemas/{route.body.__name__}"}
+# The request bodies the routes read themselves, declared in the schema all the same.
+BODIES = (*(route.body for route in ROUTES), TokenizeBody, DetokenizeBody)
+
+
+def request_body(body: type[Body]) -> dict:
+    """The OpenAPI `requestBody` of a route whose handler reads its `body` itself."""
+    schema = {"$ref": f"#/components/schemas/{body.__name__}"}
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
@@ -38,7 +49,7 @@ def _openapi() -> dict:
             title=http.title, version="1", description=http.description, routes=http.routes
         )
         _, bodies = models_json_schema(
-            [(route.body, "validation") for route in ROUTES],
+            [(body, "validation") for body in BODIES],
             ref_template="#/components/schemas/{model}",
         )
         schema.setdefault("components", {}).setdefault("schemas", {}).update(bodies["$defs"])
@@ -56,3 +67,22 @@ async def _route_error(request: Request, error: StarletteHTTPException) -> JSONR
         message = f"no route {request.method} {request.url.path} on this server (see /docs)"
         return error_response(error.status_code, message, code="not_found")
     return error_response(error.status_code, str(error.detail))
+
+
+def key_sent(authorization: str | None, api_key: str | None) -> bool:
+    """Whether a request may pass: the server has no key, or the request's Authorization
+    header is `Bearer KEY` (compared in constant time)."""
+    if api_key is None:
+        return True
+    scheme, _, token = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.encode(), api_key.encode())
+
+
+def unauthorized() -> JSONResponse:
+    """The 401 of a request without the server's API key."""
+    message = "a valid API key is required (`Authorization: Bearer KEY`)"
+    return JSONResponse(
+        error_body(message, code="invalid_api_key"),
+        status_code=401,
+        headers={"WWW-Authenticate": "Bearer"},
+    )

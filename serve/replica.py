@@ -1,7 +1,9 @@
 """One replica of a model's deployment: `ModelServer`, a loaded generator that answers both
 routes' requests with one template.
 
-The replica loads its bundle once (`loader(path, threads=T)`, `runtime.load` by default). A
+The replica loads its bundle once (`loader(path, threads=T)`, `runtime.load` by default); with
+`kv_budget` (bytes, `--kv-budget`), a batching generator's engine holds at most that much KV
+cache per batch instead of runtime/engine.py's default. A
 request, completions or chat, is answered by `complete` (one result) or `stream` (items as they
 come), each running its route's work (serve/routes.py: serve/api.py's or serve/chat.py's
 `complete` / `stream`) in the replica's pool of `concurrency` threads: later requests wait
@@ -25,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import runtime
 from runtime.cancel import Cancelled, cancel_when
+from runtime.engine import Engine
 
 from .routes import route_of
 
@@ -32,8 +35,18 @@ from .routes import route_of
 class ModelServer:
     """One replica: a loaded generator, answering `complete` and `stream` for one model."""
 
-    def __init__(self, path: str, threads: int, concurrency: int, loader: Callable = runtime.load):
+    def __init__(
+        self,
+        path: str,
+        threads: int,
+        concurrency: int,
+        loader: Callable = runtime.load,
+        kv_budget: int | None = None,
+    ):
         self.generator = loader(path, threads=threads)
+        if kv_budget is not None and getattr(self.generator, "engine", None) is not None:
+            # before any request: the engine's loop has not started, so a new one replaces it
+            self.generator.engine = Engine(self.generator, max_cache_bytes=kv_budget)
         # Requests wait here, in arrival order, rather than in Serve's router, which retries a
         # full replica with backoff (up to 1 s a try) and so would add seconds under load.
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="generate")
@@ -42,9 +55,10 @@ class ModelServer:
         self.cancelled = 0  # requests cancelled before they finished, since the replica started
 
     def stats(self) -> dict:
-        """Requests running and cancelled, the engine's batched steps so far, and its prefix
-        cache's hits and the prompt positions they saved prefilling (0 without an engine or a
-        prefix cache): what tests and operators observe of a replica."""
+        """Requests running and cancelled, the engine's batched steps so far, the fraction of
+        its KV-cache budget in use now, and its prefix cache's hits, the prompt positions they
+        saved prefilling and the prompt positions looked up (0 without an engine or a prefix
+        cache): what tests, operators and `/metrics` observe of a replica."""
         engine = getattr(self.generator, "engine", None)
         prefixes = engine.prefix_cache if engine is not None else None
         with self._lock:
@@ -52,8 +66,13 @@ class ModelServer:
                 "running": self.running,
                 "cancelled": self.cancelled,
                 "steps": engine.steps if engine is not None else 0,
+                "kv_cache_usage": (
+                    engine.cache_positions / engine.max_cache_positions if engine else 0.0
+                ),
+                "kv_budget": engine.max_cache_bytes if engine is not None else 0,
                 "prefix_hits": prefixes.hits if prefixes is not None else 0,
                 "reused_positions": prefixes.reused_positions if prefixes is not None else 0,
+                "queried_positions": prefixes.queried_positions if prefixes is not None else 0,
             }
 
     async def complete(self, request) -> dict:
