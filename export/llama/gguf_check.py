@@ -309,6 +309,8 @@ def check_tensors(tensors: dict, arch: str, hp: dict, block_count_key: str) -> N
         layer.update(
             {"attn_q_norm.weight": [hp["head_size"]], "attn_k_norm.weight": [hp["head_size"]]}
         )
+    if arch == "gemma2":  # RMSNorms of the attention's and the MLP's outputs
+        layer.update({"post_attention_norm.weight": [d], "post_ffw_norm.weight": [d]})
     optional = {"attn_q.bias": [q], "attn_k.bias": [kv], "attn_v.bias": [kv]}
     rows = int(vocab[1]) if len(vocab) == 2 else None
     expected = {"token_embd.weight": [d, rows], "output_norm.weight": [d]}

@@ -21,8 +21,8 @@ A float zero point would make Q4_1 exact too, but onnxruntime runs that case on 
 (docs/GGUF.md, "Quantization: carried over"); the offset is instead applied by the graph as
 per-block sums of the input times a small [K/32, N] matrix (export/llama/graph.py).
 
-Covers the `llama`, `qwen2`, `qwen3` and `gemma` architectures (anything else raises `ValueError`
-naming them and docs/GGUF.md's table). It does not build graphs or tokenizers
+Covers the `llama`, `qwen2`, `qwen3`, `gemma` and `gemma2` architectures (anything else raises
+`ValueError` naming them and docs/GGUF.md's table). It does not build graphs or tokenizers
 (export/llama/graph.py, export/llama/gguf_tokenizer.py).
 """
 
@@ -42,7 +42,13 @@ from .gguf_check import (
     prescan,
 )
 
-ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma")  # docs/GGUF.md, "Supported architectures"
+ARCHITECTURES = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+)  # docs/GGUF.md, "Supported architectures"
 BLOCK = 32  # weights per MatMulNBits block (and per GGUF block of the carried-over types)
 CARRIED = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")  # quantized types mapped onto MatMulNBits as they are
 FLOATS = ("F32", "F16", "BF16")
@@ -213,6 +219,9 @@ class GGUFModel:
     rope_factors: np.ndarray | None  # llama3-style per-frequency divisors (`rope_freqs.weight`)
     tokenizer: dict  # tokenizer.ggml.* fields and the chat template
     tensors: dict = field(repr=False)  # name -> gguf.ReaderTensor
+    attention_softcap: float = 0.0  # attention scores c·tanh(s / c) (gemma2; 0 = none)
+    final_softcap: float = 0.0  # logits c·tanh(l / c) (gemma2; 0 = none)
+    sliding_window: int = 0  # keys each query of a sliding layer sees, itself included (0 = all)
 
     def norm(self, name: str) -> np.ndarray:
         from gguf import quants
@@ -288,6 +297,13 @@ def _model(path: Path, arch: str, fields: dict, tensors: dict) -> GGUFModel:
         if name.startswith("tokenizer.") and name != "tokenizer.chat_template"
     }
     tokenizer["chat_template"] = fields.get("tokenizer.chat_template")
+    gemma2 = {}
+    if arch == "gemma2":  # soft-capping everywhere; even layers see a sliding window of keys
+        gemma2 = {
+            "attention_softcap": check_positive(fields, f"{arch}.attn_logit_softcapping"),
+            "final_softcap": check_positive(fields, f"{arch}.final_logit_softcapping"),
+            "sliding_window": int(check_positive(fields, f"{arch}.attention.sliding_window")),
+        }
     return GGUFModel(
         path=path,
         architecture=arch,
@@ -298,4 +314,5 @@ def _model(path: Path, arch: str, fields: dict, tensors: dict) -> GGUFModel:
         rope_factors=factors,
         tokenizer=tokenizer,
         tensors=tensors,
+        **gemma2,
     )

@@ -1,5 +1,5 @@
-"""A lean ONNX decoder graph for the Llama family (llama, qwen2, qwen3, gemma), built from a GGUF
-file's weights.
+"""A lean ONNX decoder graph for the Llama family (llama, qwen2, qwen3, gemma, gemma2), built from
+a GGUF file's weights.
 
 `build_llama_graph(model, path)` writes the graph with the input and output names the runtime
 already feeds for export's lean GPT-2 graph (docs/bundle.md), plus the two inputs that
@@ -30,11 +30,14 @@ Nodes, using onnxruntime's contrib ops:
                  qwen3: Split, RMSNorm over each query and key head (Reshape to heads)
                  GroupQueryAttention(do_rotary, cos/sin caches, seqlens_k,
                      total_sequence_length, padding bias) -> attn, present key, present value
-                 o projection -> SkipSimplifiedLayerNormalization(+ residual; ffn_norm)
+                 gemma2: GroupQueryAttention's softcap, and local_window_size on even layers
+                 o projection (gemma2: RMSNorm post_attention_norm)
+                 -> SkipSimplifiedLayerNormalization(+ residual; ffn_norm)
                  gate|up projection -> Split -> gate·Sigmoid(gate)·up (SwiGLU; gemma:
                      FastGelu(gate)·up, GELU's tanh form) -> down projection
                  -> SkipSimplifiedLayerNormalization(+ residual; next attn_norm, or output_norm)
     LM head      Slice(last logits_to_keep positions) -> projection by the output (or token) table
+                 (gemma2: then cap·Tanh(logits / cap))
 
 A projection of 32-weight blocks with a per-block offset (Q4_1, Q4_K; export/llama/gguf_read.py)
 adds to MatMulNBits' output the block sums of its input times an [K/32, N] offset matrix: Reshape +
@@ -71,6 +74,7 @@ from .gguf_read import BLOCK, DEFAULT_ZERO, FLOATS, GGUFModel, Linear, concat
 
 OPSET = 17
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations (measured: docs/GGUF.md)
+GEMMA = ("gemma", "gemma2")  # embeddings times sqrt(hidden), GeGLU
 EXTERNAL_DATA_BYTES = 1_500_000_000  # above this, weights go to model.onnx.data
 # GGUF tensor name -> the Hugging Face (peft target) module it holds
 HF_MODULES = {
@@ -215,17 +219,17 @@ class LlamaGraph(GraphBuilder):
         (x,) = self.node("Reshape", [w, shape], ["x"])  # (B, S, K)
         return x
 
-    def tied_head(self, x: str, table: Linear, k: int) -> str:
+    def tied_head(self, x: str, table: Linear, k: int, name: str = "logits") -> str:
         """Logits from the token table itself: MatMulNBits over its blocks, or Gemm with transB
         over the float table (no transposed copy)."""
         if table.quantized:
-            return self.linear(x, table, "logits", stored="token_embd", head=True)
+            return self.linear(x, table, name, stored="token_embd", head=True)
         (flat,) = self.node("Reshape", [x, self.const("rows", [-1, k], np.int64)], ["x_rows"])
         (y,) = self.node("Gemm", [flat, "token_embd.weight"], ["logits_rows"], transB=1)
         (batch,) = self.node("Shape", [x], ["x_shape_2"], start=0, end=2)
         vocab = self.const("vocab_1", [table.n], np.int64)
         (shape,) = self.node("Concat", [batch, vocab], ["logits_shape"], axis=0)
-        (y,) = self.node("Reshape", [y, shape], ["logits"])  # (B, k, V)
+        (y,) = self.node("Reshape", [y, shape], [name])  # (B, k, V)
         return y
 
     def _model(self, nodes, inputs, outputs, initializers) -> onnx.ModelProto:
@@ -350,7 +354,7 @@ def build_llama_graph(
     weights = _Weights(model, fp32)
     table = weights.linear("token_embd.weight")
     x = g.embed(table, "input_ids")
-    if model.architecture == "gemma":  # embeddings times sqrt(hidden), rounded to float32
+    if model.architecture in GEMMA:  # embeddings times sqrt(hidden), rounded to float32
         scale = g.const("embedding_scale", np.float32(np.sqrt(model.hidden)), np.float32)
         (x,) = g.node("Mul", [x, scale], ["x_scaled"])
     cos, sin = rotary_caches(model)
@@ -366,11 +370,11 @@ def build_llama_graph(
     residual = x
     for i in range(model.layers):
         p = f"blk.{i}."
-        attn_out = _attention(g, weights, i, normed, rotary, bias)
+        attn_out = _post_norm(g, model, _attention(g, weights, i, normed, rotary, bias), p)
         normed, residual = _skip_rms_norm(
             g, model, attn_out, residual, p + "ffn_norm", (p + "ffn_in", p + "residual_mid")
         )
-        down = _mlp(g, weights, i, normed)
+        down = _post_norm(g, model, _mlp(g, weights, i, normed), p, "post_ffw_norm")
         # The residual stream's next norm: the next layer's attn_norm, or output_norm.
         last = i == model.layers - 1
         normed, residual = _skip_rms_norm(
@@ -484,8 +488,26 @@ def _attention(
         kv_num_heads=model.kv_heads,
         do_rotary=1,
         rotary_interleaved=1 if model.architecture == "llama" else 0,
+        softcap=model.attention_softcap,
+        # gemma2's even layers: the same count as transformers' `sliding_window` (measured:
+        # one less differs from transformers past the window, tests/test_gguf_families.py)
+        local_window_size=model.sliding_window if model.sliding_window and i % 2 == 0 else -1,
     )
     return _project(g, weights, attn, [p + "attn_output.weight"], p + "attn_out")
+
+
+def _post_norm(g: LlamaGraph, model: GGUFModel, x: str, p: str, norm="post_attention_norm") -> str:
+    """x RMS-normed by layer `p`'s `norm` before it joins the residual (gemma2), else x."""
+    if f"{p}{norm}.weight" not in model.tensors:
+        return x
+    (y,) = g.node(
+        "SimplifiedLayerNormalization",
+        [x, g.array(p + norm, model.norm(f"{p}{norm}.weight"))],
+        [f"{p}{norm}.out"],
+        axis=-1,
+        epsilon=model.rms_eps,
+    )
+    return y
 
 
 def _head_norm(g: LlamaGraph, model: GGUFModel, x: str, norm: str, heads: int) -> str:
@@ -520,7 +542,7 @@ def _mlp(g: LlamaGraph, weights: _Weights, i: int, normed: str) -> str:
         gate, up = g.node("Split", [gate_up, split], [p + "gate", p + "up"], axis=-1)
     else:
         gate, up = gate_up
-    if weights.model.architecture == "gemma":  # GELU, tanh approximation (GeGLU)
+    if weights.model.architecture in GEMMA:  # GELU, tanh approximation (GeGLU)
         (act,) = g.node("FastGelu", [gate], [p + "gelu"])
     else:
         (sig,) = g.node("Sigmoid", [gate], [p + "gate_sigmoid"])
@@ -551,10 +573,16 @@ def _lm_head(g: LlamaGraph, weights: _Weights, normed: str, table: Linear) -> No
     (start,) = g.node("Unsqueeze", [start, g.const("axes_0", [0], np.int64)], ["kept_start_1"])
     end, axis = g.const("end_of_sequence", [2**63 - 1], np.int64), g.const("axes_1", [1], np.int64)
     (kept,) = g.node("Slice", [normed, start, end, axis], ["final_kept"])  # (B, k, d)
+    cap = weights.model.final_softcap
+    name = "logits_uncapped" if cap else "logits"
     if "output.weight" in weights.model.tensors:
-        g.linear(kept, weights.linear("output.weight"), "logits", head=True)
+        g.linear(kept, weights.linear("output.weight"), name, head=True)
     else:
-        g.tied_head(kept, table, weights.model.hidden)
+        g.tied_head(kept, table, weights.model.hidden, name)
+    if cap:  # gemma2: cap·tanh(logits / cap)
+        (y,) = g.node("Div", [name, g.const("final_softcap", cap, np.float32)], ["logits_scaled"])
+        (y,) = g.node("Tanh", [y], ["logits_tanh"])
+        g.node("Mul", [y, "final_softcap"], ["logits"])
 
 
 def _storage(lin: Linear) -> str:
