@@ -13,6 +13,7 @@ docs/RUNTIME.md, "Batch invariance"), the probe turns that path on by itself.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,58 @@ def test_flagship_chat_turns_over_a_warm_prefix_cache_equal_cold_ones(flagship_b
         warm = _concurrently(batched, [(p, config) for p in prompts])[0]
         assert _same_tokens(warm, plain.generate(prompts[0], config))
     assert batched.engine.prefix_cache.hits > hits
+
+
+def test_a_compare_link_replays_its_columns_while_others_generate(flagship_bundle):
+    """The Compare tab's four columns, two of them the same adapter with the same preset and
+    seed, give the texts each gets alone, replayed while other visitors' requests run."""
+    from ui.compare_tab import preset_config, run_columns
+    from ui.registry import ModelRegistry
+
+    registry = ModelRegistry(
+        {"SmolLM2": flagship_bundle, "smollm2-bible": MODELS / "smollm2-bible"}
+    )
+    columns = [
+        ("SmolLM2", "greedy"),
+        ("smollm2-bible", "top-p 0.95"),
+        ("SmolLM2", "top-k 5"),
+        ("smollm2-bible", "top-p 0.95"),
+    ]
+    prompt, tokens, samples, seed = "In the beginning", 20, 1, 0
+
+    def compare() -> list[tuple]:
+        *_, (_, _, collectors) = run_columns(registry, prompt, {}, columns, tokens, samples, seed)
+        return [(c.token_ids, c.logprobs) for c in collectors]
+
+    alone = [
+        registry.get(model).generate(prompt, preset_config(preset, tokens, samples, seed))[0]
+        for model, preset in columns
+    ]
+    first = compare()
+    assert first == [([a.token_ids], [a.logprobs]) for a in alone]
+    assert first[1] == first[3]
+    stop = threading.Event()
+
+    def visitor(model: str, seed: int) -> None:
+        gen, rng = registry.get(model), np.random.default_rng(seed)
+        while not stop.is_set():
+            config = runtime.GenerationConfig(
+                max_new_tokens=int(rng.integers(2, 12)), do_sample=True, seed=int(rng.integers(99))
+            )
+            gen.generate(CHATS[int(rng.integers(len(CHATS)))][-1]["content"], config)
+
+    engines = [registry.get(model).engine for model in registry.paths]
+    before = [(engine.rows_stepped, engine.steps) for engine in engines]
+    visitors = [threading.Thread(target=visitor, args=(m, i)) for i, m in enumerate(registry.paths)]
+    for thread in visitors:
+        thread.start()
+    try:
+        replayed = compare()
+    finally:
+        stop.set()
+        for thread in visitors:
+            thread.join(timeout=60)
+    assert replayed == first
+    # Visitors really ran beside the replay: both engines' steps averaged more than one row.
+    for engine, (rows, steps) in zip(engines, before):
+        assert engine.rows_stepped - rows > engine.steps - steps
