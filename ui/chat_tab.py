@@ -39,7 +39,7 @@ from gradio.context import Context
 
 from runtime.bundle import folder_sha256
 
-from . import chat_speed, checks, downloads, expectations, links, widgets
+from . import chat_memory, chat_speed, checks, downloads, expectations, links, widgets
 from .streaming import StreamCollector
 
 CHAT_MODES = ("greedy", "sampling")  # beam search gives no stream and no chat in the runtime
@@ -384,7 +384,10 @@ def build(registry, missing: str | None = None) -> None:
             downloads.button, page.result, page.download, queue=False, api_visibility="private"
         )
         running = _wire_replies(registry, names, page)
-        _wire_edits(registry, page)
+        edits = _wire_edits(registry, page)
+        chat_memory.wire(
+            page, names, SETTINGS, edits, lambda turns, model: _opened(registry, turns, model)
+        )
         page.stop.click(None, cancels=running, js=MARK_STOPPED)
         # A fresh page draws its own seed (SEED_ON_LOAD, DRAW_SEED).
         with gr.Row(elem_classes="link-triggers"):  # hidden by CSS, so still clicked by the script
@@ -417,6 +420,9 @@ class _Page:
     decoding: widgets.DecodingInputs = None
     json_schema: gr.Code = None
     user_turns: gr.JSON = None
+    memory: gr.BrowserState = None  # the visitor's chats (ui/chat_memory.py)
+    chat_id: gr.State = None  # the id of the chat on screen, None before its first reply
+    past: gr.Dropdown = None  # the chats kept in the browser
 
     def settings(self) -> list:
         """The decoding settings' components, in `SETTINGS`' order."""
@@ -460,7 +466,10 @@ def _conversation_column(registry, names: list[str], page: _Page) -> None:
         page.retry = gr.Button("Retry", size="sm", elem_id="chat-retry")
         page.cont = gr.Button("Continue", size="sm", elem_id="chat-continue")
         page.undo = gr.Button("Undo", size="sm", elem_id="chat-undo")
-        page.clear = gr.Button("Clear", size="sm", elem_id="chat-clear")
+        page.clear = gr.Button("New chat", size="sm", elem_id="chat-clear")
+    page.past = gr.Dropdown(
+        [], value=None, label="Past chats (kept in this browser)", elem_id="chat-past"
+    )
     page.meter = gr.HTML(meter_html(0, context_of(registry, names[0])), elem_id="chat-meter")
     page.table = gr.HTML(turns_html([]), elem_id="chat-turns")
     page.result = gr.State(None)
@@ -633,6 +642,14 @@ def _retry_setup(turns, mode, seed):
     return chatbot_value(kept), kept, next_seed
 
 
+def _opened(registry, turns: list[dict], model: str) -> list:
+    """What shows a stored conversation (`_Page.emptied`'s components); the context meter counts
+    its messages' tokens only (the template's would need the model loaded)."""
+    used = sum(t.get("tokens") or 0 for t in turns)
+    meter = meter_html(used, context_of(registry, model))
+    return [chatbot_value(turns), turns_html(turns), meter, user_turns_of(turns), turns]
+
+
 def _continue_setup(turns):
     """The conversation with CONTINUE as the next user message, when its last reply was cut
     off by the token limit (the model is asked to go on: its template has no way to extend a
@@ -643,8 +660,9 @@ def _continue_setup(turns):
     return chatbot_value(turns), turns
 
 
-def _wire_edits(registry, page: _Page) -> None:
-    """Undo, Clear, the chat's own clear button, and a new model starting a new conversation."""
+def _wire_edits(registry, page: _Page) -> list:
+    """Undo, New chat, the chat's own clear button, and a new model starting a new
+    conversation; returns their events."""
 
     def emptied(name):
         """A new conversation (`_Page.emptied`)."""
@@ -663,13 +681,14 @@ def _wire_edits(registry, page: _Page) -> None:
         meter = meter_html(used, context_of(registry, model))
         return text, chatbot_value(kept), turns_html(kept), meter, user_turns_of(kept), kept
 
-    page.undo.click(
+    undone = page.undo.click(
         checks.shown_to_user(undo_last),
         [page.turns, page.model, page.system_prompt],
         [page.message, page.chatbot, page.table, page.meter, page.user_turns, page.turns],
         **private,
     )
-    page.clear.click(
+    cleared = page.clear.click(
         lambda name: ("", *emptied(name)), page.model, [page.message, *page.emptied()], **private
     )
-    page.chatbot.clear(emptied, page.model, page.emptied(), **private)
+    binned = page.chatbot.clear(emptied, page.model, page.emptied(), **private)
+    return [undone, cleared, binned, page.model.input]
