@@ -68,9 +68,10 @@ def context(manifest: Manifest) -> str:
 
 
 def default_model(registry) -> str | None:
-    """The model the tab opens on: the first int8 one, as every other tab defaults to int8."""
+    """The model the tab opens on: the first chat model (the one the page opens on), else the
+    first int8 one, as every other tab defaults to int8."""
     int8 = [name for name in registry.names if registry.manifest(name).precision == "int8"]
-    return (int8 or registry.names or [None])[0]
+    return (registry.chat_models() or int8 or registry.names or [None])[0]
 
 
 def model_list(registry) -> dict:
