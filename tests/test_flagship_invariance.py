@@ -199,3 +199,32 @@ def test_a_compare_link_replays_its_columns_while_others_generate(flagship_bundl
     # Visitors really ran beside the replay: both engines' steps averaged more than one row.
     for engine, (rows, steps) in zip(engines, before):
         assert engine.rows_stepped - rows > engine.steps - steps
+
+
+@pytest.fixture(scope="module")
+def flagship_shaped(tmp_path_factory) -> Path:
+    """A random Q4_1 model in the flagship's layer shapes (width 576, MLP 1536, 9 query and 3
+    key-value heads; 2 layers and a tiny vocabulary), converted with float activations (level 0),
+    whose one-row kernel differs from the batch kernel on every CPU measured (docs/RUNTIME.md)."""
+    from export.llama.gguf import export_gguf
+    from tests import gguf_models
+
+    root = tmp_path_factory.mktemp("flagship-shaped")
+    shape = (gguf_models.WIDTH, gguf_models.INNER, gguf_models.HEADS, gguf_models.KV_HEADS)
+    gguf_models.WIDTH, gguf_models.INNER, gguf_models.HEADS, gguf_models.KV_HEADS = 576, 1536, 9, 3
+    try:
+        path = gguf_models.write_tiny_gguf(root / "model.gguf", "llama", "Q4_1")
+    finally:
+        gguf_models.WIDTH, gguf_models.INNER, gguf_models.HEADS, gguf_models.KV_HEADS = shape
+    export_gguf(path, root / "bundle", accuracy_level=0, parity=False, lora_slots=False)
+    return root / "bundle"
+
+
+def test_the_probe_pairs_a_graph_whose_one_row_kernel_differs(flagship_shaped):
+    plain = runtime.load(flagship_shaped, batching=False)
+    assert plain.model.pairs_lone_rows  # level 0's one-row kernel: detected on this CPU
+    unpaired = CausalLM(plain.model.runner.session, plain.manifest, pair_lone_rows=False)
+    assert unpaired.lone_row_differs()
+    batched = runtime.load(flagship_shaped)
+    prompts = ["In the beginning God created", "The", "And he said to them"]
+    _check_alone_and_beside_mates(plain, batched, prompts, np.random.default_rng(7))
