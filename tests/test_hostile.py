@@ -508,7 +508,7 @@ def test_a_schema_driven_fuzz_run_finds_no_500_and_no_hang(server, client):
     from serve.protocol import CompletionResponse
 
     memory = Memory(server[1])
-    schema = httpx.get(server[0].removesuffix("/v1") + "/openapi.json").json()
+    schema = httpx.get(server[0].removesuffix("/v1") + "/openapi.json", headers=AUTH).json()
     defs = schema["components"]["schemas"]
     fields = defs["CompletionBody"]["properties"]
     rng = random.Random(FUZZ_SEED)
