@@ -52,9 +52,12 @@ buffers' spare room).
 
 A request's output does not depend on its batch-mates, bit for bit: nothing a row's tokens are
 chosen from is shared with another request (no shared generator, no shared filters), a
-batch-invariant graph computes each row from that row alone, and padding by whole vector lanes
-leaves even the rounding of the attention's sums as it is alone (tests/test_engine.py compares
-tokens and log-probabilities exactly with a run alone).
+batch-invariant graph computes each row from that row alone, padding by whole vector lanes
+leaves even the rounding of the attention's sums as it is alone, and where this CPU gives a
+one-row matrix product its own kernel, a lone row runs beside a phantom row (`CausalLM`,
+docs/RUNTIME.md "Batch invariance on the CPUs users have"). tests/test_engine.py compares tokens
+and log-probabilities exactly with a run alone; tests/test_flagship_invariance.py does so on the
+real flagship and its adapter.
 Graphs that quantize activations per tensor (onnxruntime's dynamic int8, `DynamicQuantizeLinear`)
 mix rows in the scale, so a result could change with its batch-mates: their manifests do not say
 `batch_invariant`, and they never get an engine (docs/RUNTIME.md).
