@@ -22,6 +22,7 @@ from export.llama.gguf import export_gguf
 from export.llama.gguf_read import linear_from_blocks, read_gguf
 from export.llama.gguf_tokenizer import build_tokenizer
 from runtime import load
+from runtime.bundle import LORA_FORMAT
 from runtime.config import GenerationConfig
 from tests.gguf_models import CORPUS, write_sentencepiece_gguf, write_tiny_gguf
 
@@ -195,7 +196,7 @@ def test_manifest_card_and_parity_report(tmp_path, architecture, quant, storage)
     files = {"model.onnx", "model.onnx.data", "model_lora.onnx", "tokenizer.json", "README.md"}
     assert set(stored["files"]) == files
     # The LoRA slot graph shares the plain graph's weights file: only small tensors of its own.
-    assert stored["lora"]["file"] == "model_lora.onnx" and stored["lora"]["format"] == 1
+    assert stored["lora"]["file"] == "model_lora.onnx" and stored["lora"]["format"] == LORA_FORMAT
     assert (
         stored["files"]["model_lora.onnx"]["size"] < stored["files"]["model.onnx.data"]["size"] / 10
     )
@@ -260,8 +261,11 @@ def test_unsupported_architecture(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(ValueError, match="phi2"):
+    with pytest.raises(ValueError, match="phi2") as refused:
         export_gguf(path, tmp_path / "bundle")
+    # the refusal lists what is supported and where the table is
+    assert "llama, qwen2, qwen3, gemma, gemma2" in str(refused.value)
+    assert "docs/GGUF.md" in str(refused.value)
     assert main(["gguf", str(path), str(tmp_path / "bundle")]) == 2
 
 
