@@ -48,12 +48,14 @@ import numpy as np
 from runtime.bundle import sha256_of
 from runtime.sessions import session_options
 
-from . import common, ct2_peer
+from . import common, ct2_peer, openvino_peer, ort_genai_peer, venv_peers
 from .load import LOADS, competing
 
 REPO = Path(__file__).resolve().parent.parent
 VERSES = REPO / "tests" / "fixtures" / "verses.tsv"
-ENGINES = ("scriptorium", "llama.cpp", "transformers", "optimum-onnx", "ctranslate2")
+# peers in their own virtual environment, run in a child process (bench/venv_peers.py)
+VENV_PEERS = {"onnxruntime-genai": ort_genai_peer, "openvino": openvino_peer}
+ENGINES = ("scriptorium", "llama.cpp", "transformers", "optimum-onnx", "ctranslate2", *VENV_PEERS)
 CT2_PRECISIONS = ("int8", "fp32")
 BANDWIDTH_BYTES = 512 << 20
 
@@ -66,11 +68,12 @@ def work_dir(work: Path, gguf: Path) -> Path:
     return work.expanduser() / f"gguf-{sha256_of(gguf)[:16]}"
 
 
-def prepare(gguf: Path, work: Path, engines) -> dict[str, Path]:
-    """The dequantized checkpoint, optimum's export of it and CTranslate2's conversions, built
-    once and cached in `work` (only those the chosen `engines` need)."""
+def prepare(gguf: Path, work: Path, engines, venv: Path | None = None) -> dict[str, Path]:
+    """The dequantized checkpoint, optimum's export of it, CTranslate2's conversions and the
+    `VENV_PEERS`' models (built by the peers' virtual environment `venv`), built once and cached
+    in `work` (only those the chosen `engines` need)."""
     paths = {"checkpoint": work / "checkpoint"}
-    needs_checkpoint = {"transformers", "optimum-onnx", "ctranslate2"} & set(engines)
+    needs_checkpoint = {"transformers", "optimum-onnx", "ctranslate2", *VENV_PEERS} & set(engines)
     if needs_checkpoint and not (paths["checkpoint"] / "config.json").exists():
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -95,6 +98,10 @@ def prepare(gguf: Path, work: Path, engines) -> dict[str, Path]:
             paths[f"ctranslate2-{precision}"] = ct2_peer.convert(
                 paths["checkpoint"], work, precision
             )
+    for engine in set(VENV_PEERS) & set(engines):
+        peer = VENV_PEERS[engine]
+        target = work / f"{engine}-{peer.PRECISION}"
+        paths[engine] = peer.build(paths["checkpoint"], target, venv)
     return paths
 
 
@@ -117,9 +124,13 @@ def missing_peer(engine: str) -> str | None:
     return None if found else f"{package[1]} is not installed"
 
 
-def unavailable_peer(engine: str, gguf: Path, threads: int) -> str | None:
-    """Why `engine` cannot run `gguf` here: it is not installed, or (llama.cpp) it dies in a
-    probe; None when it can."""
+def unavailable_peer(engine: str, gguf: Path, threads: int, venv: Path | None = None) -> str | None:
+    """Why `engine` cannot run `gguf` here: it is not installed (a `VENV_PEERS` one: not in the
+    peers' virtual environment `venv`, by default under `common.DEFAULT_WORK`), or (llama.cpp)
+    it dies in a probe; None when it can."""
+    if engine in VENV_PEERS:
+        venv = venv or venv_peers.venv_dir(common.DEFAULT_WORK)
+        return venv_peers.missing(venv, VENV_PEERS[engine].PACKAGE, engine)
     reason = missing_peer(engine)
     if reason is None and engine == "llama.cpp":
         reason = llama_cpp_crash(gguf, threads)
@@ -258,6 +269,21 @@ def ct2_runner(model_dir: Path, precision: str, threads: int, prompts: list[list
     return run
 
 
+def venv_peer_runner(engine: str, model_dir: Path, args, prompts: list[list[int]]):
+    """A `VENV_PEERS` engine in its child process, asked for exactly `new_tokens` greedy tokens
+    (the time measured includes one JSON request and reply over a pipe); the runner's `versions`
+    are the child's packages."""
+    peer = VENV_PEERS[engine]
+    venv = venv_peers.venv_dir(args.work)
+    child = venv_peers.PeerProcess(venv, peer.MODULE, model_dir, args.threads)
+
+    def run(prompt: int, new_tokens: int) -> list[int]:
+        return child.call("generate", ids=prompts[prompt], new_tokens=new_tokens)
+
+    run.versions = child.call("versions")
+    return run
+
+
 def runners(args, paths: dict[str, Path], texts, prompts) -> dict:
     """(engine, precision) -> run(prompt index, new tokens), for the installed engines."""
     out = {}
@@ -294,6 +320,9 @@ def runners(args, paths: dict[str, Path], texts, prompts) -> dict:
             for precision in CT2_PRECISIONS:
                 model_dir = paths[f"ctranslate2-{precision}"]
                 out[(engine, precision)] = ct2_runner(model_dir, precision, args.threads, prompts)
+        elif engine in VENV_PEERS:
+            precision = VENV_PEERS[engine].PRECISION
+            out[(engine, precision)] = venv_peer_runner(engine, paths[engine], args, prompts)
     return out
 
 
@@ -466,7 +495,8 @@ def skip_unavailable(args: argparse.Namespace) -> dict[str, str]:
     """Drop from `args.engines` the peers that are missing or crash; returns engine -> why."""
     skipped = {}
     for engine in args.engines:
-        if reason := unavailable_peer(engine, args.gguf, args.threads):
+        venv = venv_peers.venv_dir(args.work)
+        if reason := unavailable_peer(engine, args.gguf, args.threads, venv):
             skipped[engine] = reason
             print(f"skipped {engine}: {reason}")
     args.engines = [e for e in args.engines if e not in skipped]
@@ -581,7 +611,8 @@ def print_roofline(args: argparse.Namespace, roofline: dict, counts: dict) -> No
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     skipped = skip_unavailable(args)
-    paths = prepare(args.gguf, work_dir(args.work, args.gguf), args.engines)
+    venv = venv_peers.venv_dir(args.work)
+    paths = prepare(args.gguf, work_dir(args.work, args.gguf), args.engines, venv)
 
     import runtime
 
@@ -605,6 +636,9 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "loads": args.loads,
             "skipped": skipped,
+            "peer_versions": {
+                "/".join(key): run.versions for key, run in runs.items() if hasattr(run, "versions")
+            },
             "results": results,
             "roofline": roofline,
             "table": table,
