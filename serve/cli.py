@@ -243,12 +243,11 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> None:
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     # "local": always a new cluster, never one that another process started on this machine.
     # Ray starts its workers at niceness 15, so on a shared CPU the replicas would give way to
-    # any other process; they run at the server's own priority, as a llama-server would. No
-    # dashboard: nothing here uses it, and it is one more port and process.
+    # any other process; they run at the server's own priority, as a llama-server would. The
+    # dashboard (which Ray's state API needs) listens on 127.0.0.1, Ray's default.
     ray.init(
         address="local",
         num_cpus=num_cpus,
-        include_dashboard=False,
         runtime_env={"env_vars": env},
         _system_config={"worker_niceness": 0},
     )
