@@ -21,15 +21,17 @@ flagship's chat template into the same token ids for every engine. Per engine an
 
 Engines: ours as shipped (`runtime.load` of the converted bundle; its teacher-forced pass on an
 onnxruntime session of the same graph), llama.cpp (llama-cpp-python on the GGUF, its logits with
-`logits_all`; skipped with a line when missing or when it dies in bench/llm.py's probe), and the
-variants of bench/fidelity_graphs.py. The replies and logits are computed on one thread per
-engine (`FIDELITY_THREADS`): on a shared machine two spinning threads per engine slowed these
-passes several-fold. Decode
-speed, with `--threads` threads: bench/llm.py's
-runners and prompt (16 tokens), `--speed-tokens` greedy tokens, (N − 1) / (T_N − T_1), medians of
-`--repeats` rounds interleaved over every engine, so ratios to the shipped graph hold on a shared
-machine. Last, `node_errors` compares each graph's embedding, rotary caches, attention outputs
-and logits with transformers' on the first chat (where an error starts, not only where it ends).
+`logits_all`; skipped with a line when missing or when it dies in bench/llm.py's probe),
+onnxruntime-genai and OpenVINO (bench/llm.py's `VENV_PEERS`: their int4 models of the dequantized
+checkpoint, in child processes of the peers' virtual environment, bench/venv_peers.py; skipped with
+a line when that environment lacks them; no decode speed here: bench/llm.py times them), and the
+variants of bench/fidelity_graphs.py. The replies and logits are computed on one thread per engine
+(`FIDELITY_THREADS`): on a shared machine two spinning threads per engine slowed these passes
+several-fold. Decode speed, with `--threads` threads: bench/llm.py's runners and prompt (16 tokens),
+`--speed-tokens` greedy tokens, (N − 1) / (T_N − T_1), medians of `--repeats` rounds interleaved
+over every engine, so ratios to the shipped graph hold on a shared machine. Last, `node_errors`
+compares each graph's embedding, rotary caches, attention outputs and logits with transformers' on
+the first chat (where an error starts, not only where it ends).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from tqdm.auto import tqdm
 
 from runtime.bundle import sha256_of
 
-from . import common, llm
+from . import common, llm, venv_peers
 from .fidelity_graphs import VARIANTS, build_variant, node_errors, transformers_nodes
 
 DEFAULT_VARIANTS = list(VARIANTS)
@@ -186,6 +188,23 @@ class Bundle:
         from export.llama.bundle import full_logits
 
         return full_logits(self.session, self.gguf_model, ids)
+
+
+class VenvPeer:
+    """A peer of bench/venv_peers.py in its child process: greedy to the first end-of-turn
+    token, and its logits of every position in one pass."""
+
+    def __init__(self, child, end_ids: tuple[int, ...], new_tokens: int):
+        self.child, self.end_ids, self.new_tokens = child, end_ids, new_tokens
+
+    def greedy(self, messages: list[dict], prompt: list[int]) -> list[int]:
+        stop_ids = list(self.end_ids)
+        return self.child.call(
+            "greedy", ids=prompt, max_new_tokens=self.new_tokens, stop_ids=stop_ids
+        )
+
+    def logits(self, ids: list[int]) -> np.ndarray:
+        return self.child.call("logits", ids=ids)  # (T, V)
 
 
 class LlamaCpp:
@@ -360,7 +379,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"`--speed-tokens` must be at least 2, got {args.speed_tokens}")
     if "shipped" not in args.variants:
         args.variants.insert(0, "shipped")  # the speed ratios' baseline
-    args.engines = ["llama.cpp"]
+    args.engines = ["llama.cpp"] if args.speed_only else ["llama.cpp", *llm.VENV_PEERS]
     llm.check_and_convert(parser, args)  # fills in --gguf and --bundle
     return args
 
@@ -399,7 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     from export.llama.gguf_read import read_gguf
 
     skipped = llm.skip_unavailable(args)
-    checkpoint = llm.prepare(args.gguf, llm.work_dir(args.work, args.gguf), ["transformers"])
+    peers = [engine for engine in args.engines if engine in llm.VENV_PEERS]
+    venv = venv_peers.venv_dir(args.work)
+    work = llm.work_dir(args.work, args.gguf)
+    checkpoint = llm.prepare(args.gguf, work, ["transformers", *peers], venv)
     common.set_torch_threads(FIDELITY_THREADS)
     hf_model = AutoModelForCausalLM.from_pretrained(
         checkpoint["checkpoint"], attn_implementation="eager"
@@ -423,6 +445,13 @@ def main(argv: list[str] | None = None) -> int:
             context = max(map(len, prompts)) + args.new_tokens + 8
             engines["llama.cpp"] = lambda: LlamaCpp(
                 args.gguf, FIDELITY_THREADS, context, end_ids, args.new_tokens
+            )
+        for name in peers:
+            module = llm.VENV_PEERS[name].MODULE
+            engines[name] = lambda name=name, module=module: VenvPeer(
+                venv_peers.PeerProcess(venv, module, checkpoint[name], FIDELITY_THREADS),
+                end_ids,
+                args.new_tokens,
             )
         for name, path in bundles.items():
             engines[name] = lambda path=path: Bundle(

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -634,6 +635,8 @@ def main(argv: list[str] | None = None) -> int:
             "prompt_tokens": args.prompt_tokens,
             "new_tokens": args.new_tokens,
             "repeats": args.repeats,
+            "smoke": args.repeats < 5,  # fewer rounds than a measurement: proves the harness
+            "load_average": list(os.getloadavg()),  # 1, 5, 15 minutes, when the run ended
             "loads": args.loads,
             "skipped": skipped,
             "peer_versions": {

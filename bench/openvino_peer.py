@@ -6,11 +6,13 @@ transformers' `generate`) in a child process of the peers' virtual environment
 `build(checkpoint, target, venv)` runs, once (cached in `target`):
 
     <venv>/bin/python -m optimum.commands.optimum_cli export openvino --model CHECKPOINT
-        --task text-generation-with-past --weight-format int4 TARGET
+        --task text-generation-with-past --weight-format int4 --group-size 32 TARGET
 
 (that is `optimum-cli export openvino … --weight-format int4`: NNCF's data-free int4 weight
-compression at optimum-intel's defaults for the model, not the GGUF's Q4_1 blocks: the weights
-are Q4_1, dequantized to float32, compressed again).
+compression at optimum-intel's defaults but for the group size: the default, 128, does not
+divide SmolLM2-135M's 576 input channels and NNCF refuses it, so groups of 32, the GGUF's and
+onnxruntime-genai's block size. These are not the GGUF's Q4_1 blocks: the weights are Q4_1,
+dequantized to float32, compressed again).
 
 `Engine` is the child side: `OVModelForCausalLM.from_pretrained(TARGET)` with
 `ov_config={"INFERENCE_NUM_THREADS": threads}` and torch at `threads` threads (for `generate`'s
@@ -37,7 +39,7 @@ def build(checkpoint: Path, target: Path, venv: Path) -> Path:
     if not (target / "openvino_model.xml").exists():
         cli = ["-m", "optimum.commands.optimum_cli", "export", "openvino", "--model"]
         cli += [str(checkpoint), "--task", "text-generation-with-past"]
-        run_in_venv(venv, [*cli, "--weight-format", "int4", str(target)])
+        run_in_venv(venv, [*cli, "--weight-format", "int4", "--group-size", "32", str(target)])
     return target
 
 
