@@ -39,6 +39,7 @@ def build(registry: ModelRegistry, store=None):
         models_tab,
         paraphrase_tab,
         rewrite_tab,
+        style,
         translate_tab,
         votes,
         widgets,
@@ -70,6 +71,7 @@ def build(registry: ModelRegistry, store=None):
             models_tab.build(registry, HERE / "bench" / "results", problems)
         links.attach(demo, tabs)
         demo.load(None, js=widgets.LIMIT_NOTES, api_visibility="private")  # runs in the page only
+        demo.load(None, js=style.LABEL_MENU, api_visibility="private")
     return demo
 
 

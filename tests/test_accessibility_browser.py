@@ -90,3 +90,17 @@ def test_axe_finds_nothing_serious_in_our_components(browser, url):
     print("Gradio's own:", {tab: len(found) for tab, found in theirs.items()})
     assert not ours, ours
     page.close()
+
+
+def test_the_phone_tab_menu_is_labelled(browser, url):
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.goto(url)
+    page.locator("#chat-message textarea").wait_for()
+    menu = page.get_by_role("button", name="More tabs")
+    menu.wait_for()
+    menu.click()
+    page.locator(".overflow-dropdown").get_by_text("Models", exact=True).click()
+    page.get_by_role("heading").first.wait_for()
+    assert page.locator("#benchmark-summary").is_visible()  # the Models tab opened
+    page.close()

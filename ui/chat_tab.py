@@ -39,7 +39,16 @@ from gradio.context import Context
 
 from runtime.bundle import folder_sha256
 
-from . import chat_memory, chat_speed, checks, downloads, expectations, links, widgets
+from . import (
+    chat_memory,
+    chat_speed,
+    checks,
+    downloads,
+    expectations,
+    links,
+    safe_text,
+    widgets,
+)
 from .streaming import StreamCollector
 
 CHAT_MODES = ("greedy", "sampling")  # beam search gives no stream and no chat in the runtime
@@ -181,7 +190,7 @@ def reply_marks(turn: dict) -> str:
     ...                    "settings": {"max_new_tokens": 40}}))
     ✂ **Cut off** at the limit of 40 new tokens: press **Continue** for more.
     <BLANKLINE>
-    ⚠ **Repetition loop** ("a," repeated 19 times): the model got stuck repeating itself.
+    ⚠ **Repetition loop** (\\"a\\,\\" repeated 19 times): the model got stuck repeating itself.
     """
     if turn["role"] != "assistant" or turn.get("finish_reason") in (None, "running"):
         return ""
@@ -192,7 +201,8 @@ def reply_marks(turn: dict) -> str:
     elif turn.get("finish_reason") == "context":
         marks.append(CONTEXT_FULL)
     loop = expectations.repetition_loop(turn["content"])
-    if loop:
+    if loop:  # on one line, and the model's text as text
+        loop = safe_text.literal(" ".join(loop.split()))
         marks.append(f"⚠ **Repetition loop** ({loop}): the model got stuck repeating itself.")
     return "\n\n".join(marks)
 

@@ -76,6 +76,8 @@ CSS = """
 #chat-conversation button.example { border: 1px solid #78716c !important; border-radius: 8px;
                                     background: #fafaf9 !important; color: #1c1917 !important; }
 #chat-conversation button.example:hover { background: #fef3c7 !important; }
+/* The phone's tab menu: Gradio draws only "⋯"; it says what it holds (LABEL_MENU names it). */
+.overflow-menu > button::after { content: "More tabs"; font-size: 13px; margin-left: 4px; }
 .error-box { border-left: 4px solid #dc2626; padding: 0.6em 1em; background: rgba(220,38,38,0.08);
              border-radius: 4px; }
 .model-note { font-size: 13px; opacity: 0.85; }
@@ -94,6 +96,15 @@ CSS = """
 .alignment-scroll { overflow-x: auto; max-width: 100%; }
 .alignment-scroll .alignment-wide { min-width: 600px !important; }
 """
+
+
+# On page load, in the browser: the tab menu's button gets an accessible name (Gradio gives none).
+LABEL_MENU = """() => {
+  const label = () => document.querySelectorAll('.overflow-menu > button').forEach(
+    (button) => button.setAttribute('aria-label', 'More tabs'));
+  label();
+  new MutationObserver(label).observe(document.body, {childList: true, subtree: true});
+}"""
 
 
 def theme():
