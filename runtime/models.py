@@ -38,6 +38,7 @@ SHARED_BUFFER = "shared-buffer"  # manifest `graphs.decoder.kv_cache`: past and 
 _CACHE_HEADROOM = 128  # positions a shared buffer holds beyond the prompt before it must grow
 _LAST_POSITION = np.array(1, dtype=np.int64)  # `logits_to_keep` feed: the last position only
 _ALL_POSITIONS = np.array(0, dtype=np.int64)  # `logits_to_keep` feed: every position
+_LAST_TWO_POSITIONS = np.array(2, dtype=np.int64)  # `logits_to_keep` feed: the last two
 
 
 class SharedCache:
@@ -277,6 +278,10 @@ class CausalLM:
             feeds["position_ids"] = positions
         if self.keeps_last_logits:
             feeds["logits_to_keep"] = _ALL_POSITIONS if every_position else _LAST_POSITION
+            lone_prompt = input_ids.shape[0] == 1 and input_ids.shape[1] > 1
+            if self.pairs_lone_rows and lone_prompt and not every_position:
+                # the LM head of a lone prompt runs on its last two positions, never on one row
+                feeds["logits_to_keep"] = _LAST_TWO_POSITIONS
         if self.feeds_seqlens:  # each row's cache length after the call, minus 1
             feeds["seqlens_k"] = (_slots_used(attention_mask) - 1).astype(np.int32)  # (N,)
             feeds["total_sequence_length"] = np.array(attention_mask.shape[1], dtype=np.int32)
