@@ -22,16 +22,16 @@ flagship's chat template into the same token ids for every engine. Per engine an
 Engines: ours as shipped (`runtime.load` of the converted bundle; its teacher-forced pass on an
 onnxruntime session of the same graph), llama.cpp (llama-cpp-python on the GGUF, its logits with
 `logits_all`; skipped with a line when missing or when it dies in bench/llm.py's probe),
-onnxruntime-genai and OpenVINO (bench/llm.py's `VENV_PEERS`: their int4 models of the dequantized
-checkpoint, in child processes of the peers' virtual environment, bench/venv_peers.py; skipped with
-a line when that environment lacks them; no decode speed here: bench/llm.py times them), and the
-variants of bench/fidelity_graphs.py. The replies and logits are computed on one thread per engine
-(`FIDELITY_THREADS`): on a shared machine two spinning threads per engine slowed these passes
-several-fold. Decode speed, with `--threads` threads: bench/llm.py's runners and prompt (16 tokens),
-`--speed-tokens` greedy tokens, (N − 1) / (T_N − T_1), medians of `--repeats` rounds interleaved
-over every engine, so ratios to the shipped graph hold on a shared machine. Last, `node_errors`
-compares each graph's embedding, rotary caches, attention outputs and logits with transformers' on
-the first chat (where an error starts, not only where it ends).
+onnxruntime-genai and OpenVINO through optimum-intel (`SCORED_PEERS`: their int4 models of the
+dequantized checkpoint, in child processes of the peers' virtual environment, bench/venv_peers.py;
+skipped with a line when that environment lacks them; no decode speed here: bench/llm.py times
+them), and the variants of bench/fidelity_graphs.py. The replies and logits are computed on one
+thread per engine (`FIDELITY_THREADS`): on a shared machine two spinning threads per engine slowed
+these passes several-fold. Decode speed, with `--threads` threads: bench/llm.py's runners and prompt
+(16 tokens), `--speed-tokens` greedy tokens, (N − 1) / (T_N − T_1), medians of `--repeats` rounds
+interleaved over every engine, so ratios to the shipped graph hold on a shared machine. Last,
+`node_errors` compares each graph's embedding, rotary caches, attention outputs and logits with
+transformers' on the first chat (where an error starts, not only where it ends).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ from .fidelity_graphs import VARIANTS, build_variant, node_errors, transformers_
 
 DEFAULT_VARIANTS = list(VARIANTS)
 FIDELITY_THREADS = 1  # threads of every engine's replies and logits (not of the speed runs)
+# the peers of bench/llm.py's VENV_PEERS that expose logits (OpenVINO GenAI's pipeline does not)
+SCORED_PEERS = [name for name, peer in llm.VENV_PEERS.items() if hasattr(peer.Engine, "logits")]
 CHATS: list[list[dict]] = [
     [{"role": "user", "content": text}]
     for text in (
@@ -379,7 +381,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"`--speed-tokens` must be at least 2, got {args.speed_tokens}")
     if "shipped" not in args.variants:
         args.variants.insert(0, "shipped")  # the speed ratios' baseline
-    args.engines = ["llama.cpp"] if args.speed_only else ["llama.cpp", *llm.VENV_PEERS]
+    args.engines = ["llama.cpp"] if args.speed_only else ["llama.cpp", *SCORED_PEERS]
     llm.check_and_convert(parser, args)  # fills in --gguf and --bundle
     return args
 

@@ -49,13 +49,17 @@ import numpy as np
 from runtime.bundle import sha256_of
 from runtime.sessions import session_options
 
-from . import common, ct2_peer, openvino_peer, ort_genai_peer, venv_peers
+from . import common, ct2_peer, openvino_genai_peer, openvino_peer, ort_genai_peer, venv_peers
 from .load import LOADS, competing
 
 REPO = Path(__file__).resolve().parent.parent
 VERSES = REPO / "tests" / "fixtures" / "verses.tsv"
 # peers in their own virtual environment, run in a child process (bench/venv_peers.py)
-VENV_PEERS = {"onnxruntime-genai": ort_genai_peer, "openvino": openvino_peer}
+VENV_PEERS = {
+    "onnxruntime-genai": ort_genai_peer,
+    "openvino": openvino_peer,
+    "openvino-genai": openvino_genai_peer,
+}
 ENGINES = ("scriptorium", "llama.cpp", "transformers", "optimum-onnx", "ctranslate2", *VENV_PEERS)
 CT2_PRECISIONS = ("int8", "fp32")
 BANDWIDTH_BYTES = 512 << 20

@@ -1,17 +1,19 @@
-"""Whether the peers in their own virtual environment (onnxruntime-genai, OpenVINO: bench/
-venv_peers.py) keep a request's output independent of its batch-mates.
+"""Whether the peers in their own virtual environment (onnxruntime-genai, OpenVINO through
+optimum-intel and through OpenVINO GenAI: bench/venv_peers.py) keep a request's output
+independent of its batch-mates.
 
     python -m bench.peer_batch [--gguf FILE] [--bundle DIR] [--threads 2] [--new-tokens 32]
-                               [--engines onnxruntime-genai openvino]
+                               [--engines onnxruntime-genai openvino openvino-genai]
 
 Four different prompts (the first `BATCH` chats of bench/fidelity.py, rendered by the flagship's
 chat template: different lengths, so the batch is padded) are generated greedily, exactly
-`--new-tokens` tokens each, by each engine's own batching API (bench/venv_peers.py's `batch`
-call: onnxruntime-genai's Generator with `batch_size` 4, optimum-intel's `generate` on a padded
-batch), and each prompt again alone through the same API (a batch of 1). Per prompt: whether
-the greedy tokens are identical, the first step where they differ, and the largest difference
-between the logits each step's token was chosen from (0.0 = bit-identical). Models are those
-bench/llm.py builds (`prepare`), the same GGUF. Results: a table, and JSON in `--out`.
+`--new-tokens` tokens each, by each engine's own batching API (bench/venv_peers.py's `batch` call:
+onnxruntime-genai's Generator with `batch_size` 4, optimum-intel's `generate` and OpenVINO GenAI's
+`LLMPipeline.generate` on a padded batch), and each prompt again alone through the same API (a batch
+of 1). Per prompt: whether the greedy tokens are identical, the first step where they differ, and
+the largest difference between the logits each step's token was chosen from (0.0 = bit-identical;
+"n/a" for OpenVINO GenAI, which does not expose them). Models are those bench/llm.py builds
+(`prepare`), the same GGUF. Results: a table, and JSON in `--out`.
 """
 
 from __future__ import annotations
@@ -33,14 +35,17 @@ BATCH = 4
 def compare(alone: dict, together: dict, row: int) -> dict:
     """One prompt's output alone (`alone`: a batch of 1) against row `row` of `together`:
     {"tokens_identical", "first_difference" (the first step whose tokens differ, or None),
-    "max_abs_logit_diff" (over every step, 0.0 when bit-identical)}."""
+    "max_abs_logit_diff" (over every step, 0.0 when bit-identical; None when the engine
+    returns no logits)}."""
     mine, theirs = alone["tokens"][0], together["tokens"][row]
     different = [step for step, (a, b) in enumerate(zip(mine, theirs)) if a != b]
-    gap = np.abs(alone["logits"][0] - together["logits"][row])  # (new_tokens, V)
+    gap = None
+    if alone["logits"] is not None:
+        gap = float(np.abs(alone["logits"][0] - together["logits"][row]).max())  # over (N, V)
     return {
         "tokens_identical": mine == theirs,
         "first_difference": different[0] if different else None,
-        "max_abs_logit_diff": float(gap.max()),
+        "max_abs_logit_diff": gap,
     }
 
 
@@ -55,7 +60,7 @@ def results_table(results: dict) -> str:
             row["prompt_tokens"],
             "yes" if row["tokens_identical"] else "no",
             "" if row["first_difference"] is None else row["first_difference"],
-            f"{row['max_abs_logit_diff']:.3g}",
+            "n/a" if row["max_abs_logit_diff"] is None else f"{row['max_abs_logit_diff']:.3g}",
         ]
         for engine, result in results.items()
         for row in result["rows"]

@@ -88,5 +88,15 @@ def test_batch_comparison(row, identical, first, gap):
     }
 
 
+def test_batch_comparison_without_logits():
+    together = {"tokens": [[1, 2], [3, 4]], "logits": None}
+    alone = {"tokens": [[3, 5]], "logits": None}
+    assert peer_batch.compare(alone, together, 1) == {
+        "tokens_identical": False,
+        "first_difference": 1,
+        "max_abs_logit_diff": None,
+    }
+
+
 if __name__ == "__main__":
     venv_peers.serve(Echo)
