@@ -19,6 +19,7 @@ was sent (then 503). Errors are OpenAI's `{"error": {…}}` (serve/errors.py).
 
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations (`Request`)
 # after Serve has copied the routes with only the globals their code names.
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -298,7 +299,10 @@ class Gateway:
             return denied
         arrived, model = time.perf_counter(), None
         try:
-            request = route.parse(await self._json_body(raw), self.limits)
+            body = await self._json_body(raw)
+            # Parsing checks a JSON schema (limits, then a sandboxed compile: up to its 5 s
+            # deadline), so it runs on a worker thread, never on the loop serving others.
+            request = await asyncio.to_thread(route.parse, body, self.limits)
             model = request.model
             self._check_model(model)
             if route.needs_chat_template and not self._model_object(model)["chat"]:
