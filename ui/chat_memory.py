@@ -19,7 +19,7 @@ from gradio.context import Context
 STORAGE_KEY = "scriptorium-chats"
 MAX_CHATS = 20  # conversations kept in one browser, the oldest dropped first
 TITLE_CHARS = 48  # a past chat is listed by its first message, cut to this length
-KEPT = ("role", "content", "tokens", "finish_reason", "time_to_first_token_s",
+KEPT = ("role", "content", "tokens", "finish_reason", "earlier_replies", "time_to_first_token_s",
         "tokens_per_second", "served_time_to_first_token_s", "served_tokens_per_second",
         "settings")  # fmt: skip
 EMPTY = {"chats": []}

@@ -209,13 +209,41 @@ def reply_marks(turn: dict) -> str:
 
 def chatbot_value(turns: list[dict]) -> list[dict]:
     """What the Chatbot shows: role and content of every turn, a finished reply with its
-    marks (`reply_marks`) in a paragraph of its own under it."""
+    marks (`reply_marks`) in a paragraph of its own under it, and before the reply to a user
+    turn the earlier replies Retry replaced (its `earlier_replies`), each folded under a title.
+
+    >>> [m["content"] for m in chatbot_value([{"role": "user", "content": "Hi",
+    ...     "earlier_replies": ["Hello"]}, {"role": "assistant", "content": "Hey"}])]
+    ['Hi', 'Hello', 'Hey']
+    """
     shown = []
     for t in turns:
         marks = reply_marks(t)
         content = f"{t['content']}\n\n{marks}" if marks else t["content"]
         shown.append({"role": t["role"], "content": content})
+        earlier = t.get("earlier_replies") or []
+        for n, text in enumerate(earlier, start=1):
+            title = f"Earlier reply {n} of {len(earlier) + 1} (before Retry)"
+            folded = {"title": title, "status": "done"}
+            shown.append({"role": "assistant", "content": text, "metadata": folded})
     return shown
+
+
+def turn_index(turns: list[dict], message: int) -> int:
+    """The index in `turns` of the Chatbot's `message`-th message (`chatbot_value` adds the
+    earlier replies as messages of their own); ValueError for an earlier reply's message.
+
+    >>> turn_index([{"role": "user", "earlier_replies": ["a"]}, {"role": "assistant"}], 2)
+    1
+    """
+    shown = 0
+    for index, turn in enumerate(turns):
+        if shown == message:
+            return index
+        shown += 1 + len(turn.get("earlier_replies") or [])
+        if shown > message:
+            break
+    raise ValueError(f"message {message} is an earlier reply, not a turn: it cannot be edited")
 
 
 def user_turns_of(turns: list[dict]) -> list[str]:
@@ -457,6 +485,7 @@ def _conversation_column(registry, names: list[str], page: _Page) -> None:
         height=460,
         feedback_options=None,
         buttons=["copy"],
+        editable="user",  # an edited message is answered again, what followed it dropped
         examples=[{"text": text} for text in EXAMPLES],
         elem_id="chat-conversation",
     )
@@ -625,6 +654,10 @@ def _wire_replies(registry, names: list[str], page: _Page) -> list:
         checks.shown_to_user(_continue_setup), page.turns, [page.chatbot, page.turns], **private
     )
     running.append(replying(continued))
+    edited = page.chatbot.edit(
+        checks.shown_to_user(_edit_setup), page.turns, [page.chatbot, page.turns], **private
+    )
+    running.append(replying(edited))
     # The public endpoint (and what a link runs); no button of its own.
     replay = gr.Button("Replay the user turns", visible=False, elem_id="chat-replay")
     running.append(
@@ -648,8 +681,23 @@ def _retry_setup(turns, mode, seed):
     again = mode == "sampling" and isinstance(seed, int | float)
     largest = checks.offered("seed").limits.high
     next_seed = int(seed) + 1 if again and seed < largest else gr.skip()
-    kept[-1] = {**kept[-1], "sent_at": time.time()}  # the visitor waits from this click
+    replaced = [t["content"] for t in turns[len(kept) :] if t["role"] == "assistant"]
+    earlier = [*(kept[-1].get("earlier_replies") or []), *replaced]
+    # the visitor waits from this click; the replies Retry replaces stay to read
+    kept[-1] = {**kept[-1], "sent_at": time.time(), "earlier_replies": earlier}
     return chatbot_value(kept), kept, next_seed
+
+
+def _edit_setup(turns, edited: gr.EditData):
+    """The conversation up to the edited user message, with its new text, to answer again."""
+    index = turn_index(turns, edited.index)
+    if turns[index]["role"] != "user":
+        raise ValueError("only your own messages can be edited")
+    text = edited.value if isinstance(edited.value, str) else str(edited.value.get("text", ""))
+    text = checks.text("message", text)
+    kept = [*turns[:index], {"role": "user", "content": text, "tokens": None}]
+    kept[-1]["sent_at"] = time.time()
+    return chatbot_value(kept), kept
 
 
 def _opened(registry, turns: list[dict], model: str) -> list:

@@ -17,6 +17,7 @@ import gradio as gr
 from runtime.manifest import Manifest
 
 from . import checks, widgets
+from .expectations import adapter_base
 from .registry import languages
 from .safe_text import literal
 
@@ -68,10 +69,11 @@ def context(manifest: Manifest) -> str:
 
 
 def default_model(registry) -> str | None:
-    """The model the tab opens on: the first chat model (the one the page opens on), else the
-    first int8 one, as every other tab defaults to int8."""
+    """The model the tab opens on: the first chat model that is no adapter (the flagship, which
+    the page opens on), else the first int8 one, as every other tab defaults to int8."""
+    chat = [n for n in registry.chat_models() if not adapter_base(registry.manifest(n))]
     int8 = [name for name in registry.names if registry.manifest(name).precision == "int8"]
-    return (registry.chat_models() or int8 or registry.names or [None])[0]
+    return (chat or int8 or registry.names or [None])[0]
 
 
 def model_list(registry) -> dict:
