@@ -1,7 +1,7 @@
 """Editing a sent message and Retry's earlier replies (issue 45), in headless Chromium (Debian's,
 through Playwright) on the tiny Llama ChatML model (tests/app_fixtures.py): Retry keeps the
 reply it replaces, folded above the new one; editing the user's message answers it again and
-drops what followed it.
+drops what followed it; New chat takes the old conversation's download button away.
 """
 
 from __future__ import annotations
@@ -58,4 +58,8 @@ def test_retry_keeps_the_earlier_reply_and_an_edit_answers_again(browser, url):
     )
     wait_until(lambda: finished(page), "the reply to the edited message")
     assert "Earlier reply" not in chat.inner_text()  # the edit dropped what followed
+    download = page.locator("#chat-download")
+    assert download.is_visible()
+    page.locator("#chat-clear").click()  # New chat: the old conversation's download goes too
+    wait_until(lambda: not download.is_visible(), "the download button to go")
     page.close()

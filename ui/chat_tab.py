@@ -749,4 +749,6 @@ def _wire_edits(registry, page: _Page) -> list:
         lambda name: ("", *emptied(name)), page.model, [page.message, *page.emptied()], **private
     )
     binned = page.chatbot.clear(emptied, page.model, page.emptied(), **private)
+    for new in (cleared, binned):  # the last conversation's download goes with it
+        new.then(lambda: gr.DownloadButton(visible=False), None, page.download, **private)
     return [undone, cleared, binned, page.model.input]
