@@ -26,6 +26,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from runtime.bundle import read_manifest
 from runtime.sessions import session_options
 
 from .common import RESULTS
@@ -100,8 +101,9 @@ def measure(bundle: Path, threads: int, rows_list: list[int]) -> list[dict]:
     outputs = [o.name for o in session.get_outputs()]
     past = [i for i in session.get_inputs() if i.name.startswith("past_key_values")]
     heads, size = past[0].shape[1], past[0].shape[3]
+    vocab = read_manifest(bundle, verify=False).vocab_size
     rng = np.random.default_rng(0)
-    prompt = rng.integers(100, 30_000, size=(1, PROMPT_LENGTH))
+    prompt = rng.integers(0, vocab, size=(1, PROMPT_LENGTH))
     empty = [np.zeros((1, heads, 0, size), np.float32)] * len(past)
     prefill = {
         **_feeds(session, prompt[0, :1], empty, 0),
@@ -118,10 +120,13 @@ def measure(bundle: Path, threads: int, rows_list: list[int]) -> list[dict]:
         for c, mine in zip(caches, own):
             c[position] = mine[0]
         values = session.run(outputs, _feeds(session, tokens, caches, PROMPT_LENGTH))
-        return {name: value[position] for name, value in zip(outputs, values)}
+        # the row's slice of every output laid out by rows (N, …); others (a weight's
+        # transpose, a shape) are not the row's
+        rows = len(tokens)
+        return {n: v[position] for n, v in zip(outputs, values) if v.ndim and len(v) == rows}
 
-    token = 1234
-    others = rng.integers(100, 30_000, size=max(rows_list))
+    token = int(rng.integers(vocab))
+    others = rng.integers(0, vocab, size=max(rows_list))
     reference = step([token, int(others[1])], 0)
     results = []
     for rows in rows_list:
@@ -133,7 +138,10 @@ def measure(bundle: Path, threads: int, rows_list: list[int]) -> list[dict]:
                 (
                     (op, name)
                     for op, name, out in watched
-                    if not np.array_equal(got[out], reference[out])
+                    if out in got
+                    and out in reference
+                    and got[out].shape == reference[out].shape
+                    and not np.array_equal(got[out], reference[out])
                 ),
                 None,
             )
@@ -158,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 3, 4, 8, 16])
     parser.add_argument("--out", type=Path, default=RESULTS / "row_invariance.json")
+    parser.add_argument(
+        "--label", default="", help="how the CPU was had, e.g. 'qemu-x86_64 -cpu Haswell'"
+    )
     args = parser.parse_args(argv)
     if args.bundle is None:
         from export.llama.flagship import flagship_bundle
@@ -168,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": platform.processor() or platform.machine(),
         "cpu_flags": cpu_flags(),
         "bundle": args.bundle.name,
+        "label": args.label,  # under emulation /proc/cpuinfo shows the host's flags, not these
     }
     print(json.dumps(header))
     print("threads rows position  max |Δ logit| vs a batch of 2  first differing node")
