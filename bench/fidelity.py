@@ -37,6 +37,7 @@ transformers' on the first chat (where an error starts, not only where it ends).
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -487,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
             "new_tokens": args.new_tokens,
             "speed_tokens": args.speed_tokens,
             "repeats": args.repeats,
+            # fewer chats or rounds than the study's: proves the harness, measures nothing
+            "smoke": args.chats < len(CHATS) or args.repeats < 3,
+            "load_average": list(os.getloadavg()),  # 1, 5, 15 minutes, when the run ended
             "skipped": skipped,
             "variants": {name: VARIANTS[name] for name in args.variants},
             "results": {
