@@ -26,9 +26,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.app_fixtures import free_port
+from tests.app_fixtures import chat_model_dir, free_port
 from ui.safe_text import literal
 
+__all__ = ["chat_model_dir"]  # a fixture, used by name
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = ROOT / "models" / "bible-lm" / "int8"
 START_S = 240  # the longest the app may take to serve its page on a loaded 2-core machine
@@ -379,3 +380,46 @@ def test_a_model_card_cannot_cover_the_page_or_fetch_anything(hostile_page):
     assert page.locator("body").is_visible()
     time.sleep(1.0)  # a request the card caused would have left by now
     assert not [u for u in requested if u.startswith(ATTACKER)], requested
+
+
+def test_an_error_pop_up_shows_what_a_link_said_as_text(chat_model_dir, tmp_path):
+    """A Chat link whose JSON schema is markup: the refusal quotes it, and Gradio's pop-up
+    (which renders HTML) shows it as the characters it is, fetching nothing."""
+    from urllib.parse import quote
+
+    from playwright.sync_api import sync_playwright
+
+    import app
+    import runtime
+    from tests.app_fixtures import serve
+    from tests.browser_fixtures import CHROMIUM, CHROMIUM_ARGS, TIMEOUT, wait_until
+    from ui import votes
+    from ui.registry import ModelRegistry
+
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (apt-get install chromium)")
+    registry = ModelRegistry({})
+    registry.add("tiny-chat", chat_model_dir, runtime.load(chat_model_dir))
+    demo = app.build(registry, votes.VoteStore(tmp_path / "votes.sqlite"))
+    url = serve(demo)
+    requested: list[str] = []
+    schema = HOSTILE_TAB  # not JSON: refused, quoted in the message
+    turns = quote('["a"]')
+    link = f"{url}?tab=chat&user_turns={turns}&json_schema={quote(schema)}&run=1"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(TIMEOUT * 1000)
+            page.on("request", lambda request: requested.append(request.url))
+            page.goto(link)
+            toast = page.locator('[data-testid="toast-body"]').first
+            shown = lambda: toast.inner_text() if toast.count() else ""  # noqa: E731
+            wait_until(lambda: "json_schema" in shown(), "the pop-up")
+            text = toast.inner_text().replace("\u200b", "")  # the message quotes 60 characters
+            assert f"got '<img src={ATTACKER}/x.png style=" in text, text
+            assert toast.locator("img").count() == 0 and toast.locator("a").count() == 0
+            assert not [u for u in requested if u.startswith(ATTACKER)], requested
+            browser.close()
+    finally:
+        demo.close()

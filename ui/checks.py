@@ -17,6 +17,7 @@ import functools
 import inspect
 import logging
 import math
+import re
 import threading
 from collections import OrderedDict
 
@@ -285,7 +286,21 @@ def _user_error(name: str, error: Exception):
             _kept_errors.move_to_end(session)
             while len(_kept_errors) > MAX_KEPT_ERRORS:
                 _kept_errors.popitem(last=False)
-    return gr.Error(message, print_exception=False)
+    return gr.Error(inert(message), print_exception=False)
+
+
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def inert(message: str) -> str:
+    """`message` with no `<` that could open an HTML tag: Gradio's pop-up renders an error's
+    message as (sanitized) HTML, which would swallow a value the message quotes
+    ("got '<img …>'"). A zero-width space after such a `<` keeps the text as it reads.
+
+    >>> inert("got '<img src=x>', must be <= 3") == "got '<\u200bimg src=x>', must be <= 3"
+    True
+    """
+    return _TAG_START.sub("<\u200b", message)
 
 
 def last_error(session: str | None) -> str:
