@@ -23,6 +23,19 @@ KEPT = ("role", "content", "tokens", "finish_reason", "earlier_replies", "time_t
         "tokens_per_second", "served_time_to_first_token_s", "served_tokens_per_second",
         "settings")  # fmt: skip
 EMPTY = {"chats": []}
+# On page load, in the browser: when it has kept chats and the page is no link, click the hidden
+# restore button (again every 0.1 s, for 10 s at most, until the button is there).
+RESTORE_ON_LOAD = f"""() => {{
+  if (new URLSearchParams(window.location.search).has('tab')) return;
+  if (!window.localStorage.getItem('{STORAGE_KEY}')) return;
+  let tries = 0;
+  const click = () => {{
+    const button = document.getElementById('chat-restore');
+    if (button) button.click();
+    else if (++tries < 100) setTimeout(click, 100);
+  }};
+  click();
+}}"""
 
 
 def new_id() -> str:
@@ -102,9 +115,10 @@ def choices(memory) -> list[tuple[str, str]]:
 
 def wire(page, names: list[str], setting_names, edits: list, show) -> None:
     """Keep the Chat tab's conversation (`page`: chat_tab._Page) in the browser after each reply
-    and Undo; on a page load that is no link, restore the latest chat; the past chats' list opens
-    one. New chat, the bin and another model (`edits`: the Undo, New chat, bin events and the
-    model's `input`) start a new entry at the next save, so the one before stays listed.
+    and Undo; on a page load that is no link, restore the latest chat (the load asks the server
+    only when this browser has kept a chat: `RESTORE_ON_LOAD`); the past chats' list opens one.
+    New chat, the bin and another model (`edits`: the Undo, New chat, bin events and the model's
+    `input`) start a new entry at the next save, so the one before stays listed.
     `show(turns, model)`: the values of `page.emptied()` that show a stored conversation."""
     page.memory = gr.BrowserState(EMPTY, storage_key=STORAGE_KEY)
     page.chat_id = gr.State(None)
@@ -150,10 +164,13 @@ def wire(page, names: list[str], setting_names, edits: list, show) -> None:
         return opened(memory, None if linked or not chats else chats[0])
 
     outputs = [*shown, *settings, page.chat_id, page.past]
-    with gr.Row(elem_classes="link-triggers"):  # hidden by CSS
+    with gr.Row(elem_classes="link-triggers"):  # hidden by CSS, so still clicked by the script
         query = gr.Textbox(show_label=False, container=False)
+        restorer = gr.Button("restore the chat", elem_id="chat-restore")
     read_query = "(memory, query) => [memory, window.location.search]"
-    Context.root_block.load(restore, [page.memory, query], outputs, js=read_query, **private)
+    restorer.click(restore, [page.memory, query], outputs, js=read_query, **private)
+    # A page load runs nothing on the server unless this browser has kept a chat.
+    Context.root_block.load(None, js=RESTORE_ON_LOAD, api_visibility="private")
     page.past.input(
         lambda memory, chat_id: opened(memory, find(memory, chat_id)),
         [page.memory, page.past],
