@@ -1,13 +1,16 @@
 """Peers that live in their own virtual environment and run in a child process: onnxruntime-genai
-(bench/ort_genai_peer.py) and OpenVINO through optimum-intel (bench/openvino_peer.py).
+(bench/ort_genai_peer.py), OpenVINO through optimum-intel (bench/openvino_peer.py) and OpenVINO
+GenAI (bench/openvino_genai_peer.py).
 
 They are never dependencies of the project: they are installed in `<work>/peers-venv` (by
 default ~/.cache/scriptorium/bench/peers-venv, made with `--system-site-packages` so that it
 reuses the project's torch and transformers to build the peers' models):
 
     python -m venv --system-site-packages ~/.cache/scriptorium/bench/peers-venv
-    ~/.cache/scriptorium/bench/peers-venv/bin/pip install \
-        onnxruntime-genai "optimum-intel[openvino]"
+    ~/.cache/scriptorium/bench/peers-venv/bin/pip install onnxruntime-genai openvino-genai \
+        "optimum-intel[openvino]" "transformers==5.5.4" "huggingface-hub<1.22"
+
+(versions and why those pins: docs/PEERS.md).
 
 `PeerProcess` starts `<venv>/bin/python -m bench.<peer module> MODEL_DIR THREADS SCRATCH` in the
 repository and talks to it one JSON line at a time: a request `{"op": NAME, **arguments}` on its
@@ -19,7 +22,8 @@ files in a scratch folder of the parent's, named in the reply (`{"npy": path}`).
                                    barred until then), as the speed runs of bench/llm.py need
     greedy(ids, max_new_tokens, stop_ids)   greedy tokens after `ids`, stopping after the first
                                    of `stop_ids` or at `max_new_tokens` (bench/fidelity.py)
-    logits(ids)                    (T, V) float32 logits of every position of `ids` (teacher-forced)
+    logits(ids)                    (T, V) float32 logits of every position of `ids` (teacher-forced;
+                                   not offered by OpenVINO GenAI)
     batch(prompts, new_tokens)     the engine's own batched greedy generation of all `prompts` at
                                    once: {"tokens": B lists, "logits": (B, new_tokens, V) npy}
     versions()                     {package: version} of what the child runs
