@@ -1,5 +1,6 @@
 """Decode speed of a GGUF LLM (default: SmolLM2-135M-Instruct, Q4_1): Scriptorium vs llama.cpp,
-transformers, optimum-onnx and CTranslate2, on the same weights, with a memory-bandwidth roofline.
+transformers, optimum-onnx, CTranslate2, onnxruntime-genai and OpenVINO, on the same weights, with
+a memory-bandwidth roofline.
 
     python -m bench.llm [--gguf FILE] [--bundle DIR] [--threads 2] [--repeats 5]
                         [--new-tokens 128] [--prompt-tokens 16 256] [--engines NAME …]
@@ -8,7 +9,10 @@ transformers, optimum-onnx and CTranslate2, on the same weights, with a memory-b
 Every engine starts from the one GGUF file: llama.cpp (llama-cpp-python) runs that very file;
 transformers dequantizes it (`from_pretrained(dir, gguf_file=…)`, saved once as an fp32
 checkpoint) and runs PyTorch eager; optimum-onnx runs its own `text-generation-with-past` export
-of that checkpoint; CTranslate2 converts the checkpoint (int8, and float32); Scriptorium runs
+of that checkpoint; CTranslate2 converts the checkpoint (int8, and float32); onnxruntime-genai
+(its model builder's int4), OpenVINO (optimum-intel's int4 export, run by `OVModelForCausalLM`) and
+OpenVINO GenAI (`LLMPipeline` on that export) quantize the checkpoint again and run in child
+processes of their own virtual environment (`VENV_PEERS`, bench/venv_peers.py); Scriptorium runs
 `--bundle`, by default the GGUF converted by export/llama/flagship.py (carried-over Q4_1 weights).
 Every engine runs with its own defaults, as its users get it: ours is `runtime.load(bundle,
 threads=…)` with nothing else set (the runtime chooses spinning and batching), and a second row,
