@@ -182,6 +182,20 @@ def slow_load(path, threads=None, delay: float = 0.05) -> SlowGenerator:
     return SlowGenerator(runtime.load(path, threads=threads), delay)
 
 
+@pytest.fixture(scope="module")
+def chat_app_url(chat_model_dir):
+    """The app with the tiny chat model alone, served on a free local port: its URL."""
+    import app
+    import runtime
+    from ui.registry import ModelRegistry
+
+    registry = ModelRegistry({})
+    registry.add("tiny-chat", chat_model_dir, runtime.load(chat_model_dir))
+    demo = app.build(registry)
+    yield serve(demo)
+    demo.close()
+
+
 def serve(demo) -> str:
     """Launch `demo` (queue and look as `python app.py` has them) on a free local port without
     blocking; return its URL. Stop it with `demo.close()`."""

@@ -9,24 +9,17 @@ import time
 
 import pytest
 
-import app
-import runtime
-from tests.app_fixtures import chat_model_dir, serve
+from tests.app_fixtures import chat_app_url, chat_model_dir
 from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
 from ui import chat_tab
-from ui.registry import ModelRegistry
 
-__all__ = ["chat_model_dir", "browser"]  # fixtures, used by name
+__all__ = ["chat_app_url", "chat_model_dir", "browser"]  # fixtures, used by name
 pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
-def url(chat_model_dir):
-    registry = ModelRegistry({})
-    registry.add("tiny-chat", chat_model_dir, runtime.load(chat_model_dir))
-    demo = app.build(registry)
-    yield serve(demo)
-    demo.close()
+def url(chat_app_url):
+    return chat_app_url
 
 
 def test_a_cut_off_reply_says_so_and_continue_asks_for_more(browser, url):
