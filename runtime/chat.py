@@ -9,8 +9,14 @@ exactly as transformers' `tokenizer.apply_chat_template(..., tokenize=False)` re
 The Jinja environment is transformers' one: `ImmutableSandboxedEnvironment` with `trim_blocks`,
 `lstrip_blocks`, loop controls (`{% break %}`), the `{% generation %}` tag, `raise_exception`,
 `tojson` (no HTML escaping, non-ASCII kept) and `strftime_now`; the template sees `messages`,
-`tools` (None), `documents` (None), `add_generation_prompt` and the tokenizer's special tokens
-(`bos_token`, `eos_token`, …).
+`tools` (the functions a reply may call, OpenAI's `[{"type": "function", "function": {…}}]`,
+as transformers passes them; None without), `documents` (None), `add_generation_prompt` and
+the tokenizer's special tokens (`bos_token`, `eos_token`, …). A conversation with tools has tool
+turns (`{"role": "tool", "content", "tool_call_id"}`) and assistant turns with `tool_calls`
+(`[{"id", "type": "function", "function": {"name", "arguments": {…}}}]`, the arguments an
+object, as templates write them with `tojson`). A template takes tools when its source names
+`tools` (`takes_tools`); it writes calls in the hermes format (runtime/tools.py) when it names
+`<tool_call>` (`tool_format`).
 
 Templates are untrusted code: a GGUF file or a downloaded folder carries them. So a template is
 never compiled or run in this process: a sandbox process (runtime/template_sandbox.py, kept warm
@@ -55,7 +61,7 @@ from .text import control_prefix
 __all__ = ["MAX_CHARS", "MAX_INT_BITS", "MAX_MEMORY", "MAX_SECONDS", "MAX_STEPS", "ChatTemplate"]
 __all__ += ["ChatMixin", "check_messages", "hf_chat_fields", "is_chat_manifest"]
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 MAX_SECONDS = 5.0  # longest render (compiling included); the sandbox process is killed then
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token")
 SPECIAL_TOKEN_NAMES += ("cls_token", "mask_token")
@@ -65,14 +71,15 @@ SPECIAL_TOKEN_NAMES += ("cls_token", "mask_token")
 
 
 def check_messages(messages) -> list[dict]:
-    """The conversation as a list of {"role", "content"} dicts; `ValueError` for anything else.
+    """The conversation as a list of {"role", "content"} dicts (plus `tool_calls` on an
+    assistant's turn, `tool_call_id` on a tool's); `ValueError` for anything else.
 
     >>> check_messages([{"role": "user", "content": "Hi"}])
     [{'role': 'user', 'content': 'Hi'}]
-    >>> check_messages([{"role": "tool", "content": "4"}])
+    >>> check_messages([{"role": "user", "content": 4}])
     Traceback (most recent call last):
     ...
-    ValueError: `messages[0]['role']` must be one of 'system', 'user', 'assistant', got 'tool'
+    ValueError: `messages[0]['content']` must be a str, got 4
     """
     if not isinstance(messages, list | tuple) or not messages:
         raise ValueError(
@@ -86,17 +93,97 @@ def check_messages(messages) -> list[dict]:
             raise ValueError(
                 f"`{where}` must be a dict with 'role' and 'content', got {_shown(message)}"
             )
-        extra = sorted(set(message) - {"role", "content"})
-        if extra:
-            raise ValueError(f"`{where}` must have only 'role' and 'content', got {extra[0]!r}")
         role, content = message.get("role"), message.get("content")
         if role not in ROLES:
             roles = ", ".join(repr(r) for r in ROLES)
             raise ValueError(f"`{where}['role']` must be one of {roles}, got {_shown(role)}")
+        own = {"assistant": "tool_calls", "tool": "tool_call_id"}.get(role)
+        extra = sorted(set(message) - {"role", "content", own})
+        if extra:
+            allowed = "'role' and 'content'" + (f" (and {own!r})" if own else "")
+            raise ValueError(f"`{where}` must have only {allowed}, got {extra[0]!r}")
         if not isinstance(content, str):
             raise ValueError(f"`{where}['content']` must be a str, got {_shown(content)}")
         checked.append({"role": role, "content": content})
+        if role == "tool" and message.get("tool_call_id") is not None:
+            if not isinstance(message["tool_call_id"], str):
+                raise ValueError(
+                    f"`{where}['tool_call_id']` must be a str, got "
+                    f"{_shown(message['tool_call_id'])}"
+                )
+            checked[-1]["tool_call_id"] = message["tool_call_id"]
+        if role == "assistant" and message.get("tool_calls"):
+            checked[-1]["tool_calls"] = [
+                _checked_call(f"{where}['tool_calls'][{i}]", call)
+                for i, call in enumerate(message["tool_calls"])
+            ]
     return checked
+
+
+def _checked_call(where: str, call) -> dict:
+    """One earlier call of an assistant's turn: {"id", "type": "function", "function": {"name",
+    "arguments": an object}}."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if (
+        not isinstance(function, dict)
+        or not isinstance(function.get("name"), str)
+        or not isinstance(function.get("arguments"), dict)
+    ):
+        raise ValueError(
+            f"`{where}` must be {{'id', 'type': 'function', 'function': {{'name': str, "
+            f"'arguments': dict}}}}, got {_shown(call)}"
+        )
+    name, arguments = function["name"], function["arguments"]
+    return {
+        "id": str(call.get("id", "")),
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+def _check_tools(tools) -> list[dict] | None:
+    """The functions a reply may call, as templates see them: None, or a non-empty list of
+    `{"type": "function", "function": {"name", …}}` dicts."""
+    if tools is None:
+        return None
+    if (
+        not isinstance(tools, list | tuple)
+        or not tools
+        or not all(
+            isinstance(t, dict)
+            and isinstance(t.get("function"), dict)
+            and isinstance(t["function"].get("name"), str)
+            for t in tools
+        )
+    ):
+        raise ValueError(
+            "`tools` must be None or a non-empty list of {'type': 'function', 'function': "
+            f"{{'name', …}}}} dicts, got {_shown(tools)}"
+        )
+    return list(tools)
+
+
+def _texts(value) -> Iterator[str]:
+    """Every string inside `value` (dicts' values, lists' items), depth first."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _texts(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _texts(item)
+
+
+def _mapped(value, change):
+    """`value` with `change` applied to every string inside it (dicts' values, lists' items)."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {key: _mapped(item, change) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mapped(item, change) for item in value]
+    return value
 
 
 def _shown(value) -> str:
@@ -132,10 +219,23 @@ class ChatTemplate:
                 raise ValueError(f"`{name}` must be a str, got {_shown(value)}")
         self._ask({"op": "compile"})
 
-    def render(self, messages, add_generation_prompt: bool = True) -> str:
-        """The conversation as the model's prompt text; `ValueError` when the messages are not
-        a conversation, the template refuses them (`raise_exception`) or it breaks a bound."""
+    @property
+    def takes_tools(self) -> bool:
+        """Whether the template renders `tools` (its source names them)."""
+        return re.search(r"\btools\b", self.source) is not None
+
+    @property
+    def tool_format(self) -> str | None:
+        """runtime/tools.py's format the template teaches for calls ("hermes" when it writes
+        `<tool_call>`), or None when it takes no tools or writes calls some other way."""
+        return "hermes" if self.takes_tools and "<tool_call>" in self.source else None
+
+    def render(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
+        """The conversation as the model's prompt text (with the functions `tools` a reply may
+        call); `ValueError` when the messages are not a conversation, the template refuses them
+        (`raise_exception`) or it breaks a bound."""
         messages = check_messages(messages)
+        tools = _check_tools(tools)
         if not isinstance(add_generation_prompt, bool):
             raise ValueError(
                 f"`add_generation_prompt` must be a bool, got {_shown(add_generation_prompt)}"
@@ -143,7 +243,7 @@ class ChatTemplate:
         variables = {
             **self.special_tokens,
             "messages": messages,
-            "tools": None,
+            "tools": tools,
             "documents": None,
             "add_generation_prompt": add_generation_prompt,
         }
@@ -262,21 +362,33 @@ class ChatMixin:
         ids = self.manifest.chat.end_of_turn_token_ids or [self.eos_token_id]
         return tuple(dict.fromkeys(int(i) for i in ids if i is not None))
 
-    def apply_chat_template(self, messages, add_generation_prompt: bool = True) -> str:
+    @property
+    def chat_tool_format(self) -> str | None:
+        """How this model's template writes tool calls: runtime/tools.py's "hermes", or None
+        (it takes no tools, or writes calls in a format this runtime does not read)."""
+        return self._chat_template.tool_format
+
+    @property
+    def chat_takes_tools(self) -> bool:
+        """Whether this model's chat template renders the `tools` it is given."""
+        return self._chat_template.takes_tools
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True, tools=None) -> str:
         """The conversation as prompt text, rendered as transformers'
-        `tokenizer.apply_chat_template(messages, tokenize=False, ...)` renders it."""
-        return self._chat_template.render(messages, add_generation_prompt)
+        `tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, ...)` renders it."""
+        return self._chat_template.render(messages, add_generation_prompt, tools)
 
-    def count_chat_tokens(self, messages, add_generation_prompt: bool = True) -> int:
+    def count_chat_tokens(self, messages, add_generation_prompt: bool = True, tools=None) -> int:
         """Tokens the conversation takes in the context (the generation prompt included)."""
-        return len(self._encode_prompt(messages, add_generation_prompt))
+        return len(self._encode_prompt(messages, add_generation_prompt, tools=tools))
 
-    def encode_chat(self, messages, controls: dict | None = None) -> list[int]:
-        """Token ids of the conversation followed by the assistant's turn opening, checked
-        against the context (the template writes its own BOS; nothing else is added). Special
-        tokens written in message text are encoded as ordinary text."""
+    def encode_chat(self, messages, controls: dict | None = None, tools=None) -> list[int]:
+        """Token ids of the conversation (with the functions `tools` a reply may call) followed
+        by the assistant's turn opening, checked against the context (the template writes its
+        own BOS; nothing else is added). Special tokens written in message text (or in the
+        tools' and earlier calls' text) are encoded as ordinary text."""
         prefix = control_prefix(self.manifest.controls, controls)
-        ids = self._encode_prompt(messages, True, prefix)
+        ids = self._encode_prompt(messages, True, prefix, tools)
         if len(ids) >= self.context_length:
             raise ValueError(
                 f"the conversation is {len(ids)} tokens; the model's context is "
@@ -298,7 +410,9 @@ class ChatMixin:
         plain.encode_special_tokens = True
         return plain
 
-    def _encode_prompt(self, messages, add_generation_prompt: bool, prefix: str = "") -> list[int]:
+    def _encode_prompt(
+        self, messages, add_generation_prompt: bool, prefix: str = "", tools=None
+    ) -> list[int]:
         """`prefix` and the rendered conversation as token ids, with the special tokens that the
         prefix and the template write parsed, and those inside message text not.
 
@@ -309,8 +423,9 @@ class ChatMixin:
         template's, and the text between them, with the replaced texts put back, is encoded with
         special-token parsing off."""
         messages = check_messages(messages)
-        text = prefix + self.apply_chat_template(messages, add_generation_prompt)
-        found = [s for s in self._special_texts if any(s in m["content"] for m in messages)]
+        text = prefix + self.apply_chat_template(messages, add_generation_prompt, tools)
+        written = list(_texts([messages, tools]))
+        found = [s for s in self._special_texts if any(s in t for t in written)]
         if not found:
             return self.tokenizer.encode(text, add_special_tokens=False).ids
         taken = set(re.findall("[\U00100000-\U0010ffff]", text))
@@ -321,11 +436,12 @@ class ChatMixin:
                 "the conversation uses every private-use character; it cannot be encoded"
             )
         hiding = re.compile("|".join(re.escape(s) for s in found))
-        masked = [
-            {**m, "content": hiding.sub(lambda hit: stand_in[hit.group()], m["content"])}
-            for m in messages
-        ]
-        masked_text = prefix + self.apply_chat_template(masked, add_generation_prompt)
+
+        def hide(text: str) -> str:
+            return hiding.sub(lambda hit: stand_in[hit.group()], text)
+
+        masked, masked_tools = _mapped([messages, tools], hide)
+        masked_text = prefix + self.apply_chat_template(masked, add_generation_prompt, masked_tools)
         original = {c: s for s, c in stand_in.items()}
         showing = re.compile("|".join(re.escape(c) for c in original))
         encoding = self.tokenizer.encode(masked_text, add_special_tokens=False)
@@ -344,23 +460,24 @@ class ChatMixin:
         piece = showing.sub(lambda hit: original[hit.group()], piece)
         return self._plain_tokenizer.encode(piece, add_special_tokens=False).ids
 
-    def _chat_events(self, messages, config, controls, alternatives, live=True):
+    def _chat_events(self, messages, config, controls, alternatives, live=True, tools=None):
         """(prompt tokens, the reply's events, step by step when `live`); every check runs
         before this returns."""
         config = self._settings(config)
         if config.num_beams > 1:
             raise ValueError(f"`num_beams` must be 1 for chat, got {config.num_beams}")
-        ids = self.encode_chat(messages, controls)
+        ids = self.encode_chat(messages, controls, tools)
         plan = self._plan([ids], config, controls)
         events = self._token_events(plan, alternatives, self.end_of_turn_token_ids, live)
         return len(ids), events
 
-    def chat(self, messages, config=None, controls=None) -> list[GenerationOutput]:
+    def chat(self, messages, config=None, controls=None, tools=None) -> list[GenerationOutput]:
         """The assistant's reply to `messages` (`num_return_sequences` of them), ending at the
-        end of its turn; `text` holds no template tokens. Raises `ValueError` for a model without
-        a chat template, a malformed conversation or one that fills the context."""
+        end of its turn; `text` holds no template tokens. `tools` go to the template (the
+        config's `tool_calls` constrains the calls). Raises `ValueError` for a model without a
+        chat template, a malformed conversation or one that fills the context."""
         prompt_tokens, events = self._chat_events(
-            messages, config, controls, alternatives=0, live=False
+            messages, config, controls, alternatives=0, live=False, tools=tools
         )
         outputs: dict[int, GenerationOutput] = {}
         for event in events:
@@ -375,7 +492,9 @@ class ChatMixin:
                 out.finish_reason = event.finish_reason
         return [outputs[i] for i in sorted(outputs)]
 
-    def stream_chat(self, messages, config=None, controls=None) -> Iterator[StreamEvent]:
+    def stream_chat(
+        self, messages, config=None, controls=None, tools=None
+    ) -> Iterator[StreamEvent]:
         """The reply token by token, as `stream` gives it (each event with its top-5
         alternatives). The checks run when this is called, before any event."""
-        return self._chat_events(messages, config, controls, alternatives=5)[1]
+        return self._chat_events(messages, config, controls, alternatives=5, tools=tools)[1]

@@ -7,7 +7,8 @@ bad setting into a `ValueError` with one template: `` `top_p` must be in (0, 1],
 here are the checks across fields and those of the settings a manifest fixes (stop strings,
 forced and suppressed tokens). Front ends (serve/, ui/) may ask for narrower ranges, never wider
 ones. A `json_schema` is checked by compiling it (runtime/structured.py), and only greedy
-decoding and sampling take one. This module does not run models or touch logits.
+decoding and sampling take one; `tool_calls` (runtime/tools.py) likewise, in place of a schema.
+This module does not run models or touch logits.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .parameters import NAMED, PARAMETERS, is_int
 from .structured import check_schema
+from .tools import ToolCalls
 
 
 def _default(name: str):
@@ -42,6 +44,9 @@ class GenerationConfig:
     num_return_sequences: int = _default("num_return_sequences")
     seed: int | None = _default("seed")
     json_schema: str | None = _default("json_schema")
+    # The function calls a chat reply may or must make (runtime/tools.py; serve/chat.py builds
+    # it from a request's `tools`); None: none.
+    tool_calls: ToolCalls | None = None
     stop: tuple[str, ...] = field(default_factory=tuple)  # stop strings, cut from the text
     # Prompts with different salts never share prefix-cache blocks (runtime/prefix_cache.py), so
     # one client cannot learn from its first token's time what another sent; None: shared.
@@ -97,6 +102,15 @@ class GenerationConfig:
                     f"row's next token, not a beam's), got one with num_beams={self.num_beams}"
                 )
             check_schema(self.json_schema)
+        if self.tool_calls is not None:
+            if not isinstance(self.tool_calls, ToolCalls):
+                raise ValueError(f"`tool_calls` must be a ToolCalls, got {self.tool_calls!r}")
+            if self.json_schema is not None or self.num_beams > 1:
+                raise ValueError(
+                    "`tool_calls` must be None with a `json_schema` or beam search, got both "
+                    f"(num_beams={self.num_beams})"
+                )
+            self.tool_calls.check()
         if self.cache_salt is not None and (
             not isinstance(self.cache_salt, str) or not self.cache_salt
         ):

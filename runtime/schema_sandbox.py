@@ -4,7 +4,8 @@ of its own, so that a schema that crashes or runs away costs only this process.
 This module runs alone in a worker process (runtime/template_pool.py starts it by its path, so it
 imports only the standard library and llguidance, nothing of ours): `serve()` reads one JSON
 request a line from stdin and writes one JSON reply a line (and `{"ready": true}` first).
-A request `{"schema": text, "seconds": s}` asks for the schema's llguidance grammar; with
+A request `{"schema": text, "seconds": s}` asks for the schema's llguidance grammar (`{"lark":
+text, …}` for a Lark grammar's: runtime/tools.py's tool calls, a schema inside); with
 `"tokenizer": key` it also builds the matcher over that tokenizer's tokens and computes its first
 mask, as a request's first step does. Its replies:
 
@@ -73,9 +74,12 @@ def compile_schema(request: dict) -> dict:
     _trim()
     before = _resident()
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(
-            request["schema"], overrides=JSON_OPTIONS
-        )
+        if "lark" in request:
+            grammar = llguidance.LLMatcher.grammar_from_lark(request["lark"])
+        else:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                request["schema"], overrides=JSON_OPTIONS
+            )
     except ValueError as error:
         return {"error": str(error)}
     problem = llguidance.LLMatcher.validate_grammar(grammar)

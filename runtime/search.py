@@ -4,7 +4,8 @@ They drive a model from `runtime.models` (start → step → select) and keep th
 sequences, scores, which rows are finished. Picking a token from scores is delegated to pure
 functions: `runtime.processors` (history-dependent) and `runtime.sampling` (filters, draws).
 This module never decodes text; stop strings are checked by the caller through `finish()`.
-With a `json_schema` in its config, a `TokenSearch` keeps each row to that schema: each step
+With a `json_schema` (or `tool_calls`, runtime/tools.py's grammar with JSON inside) in its
+config, a `TokenSearch` keeps each row to that schema: each step
 its rows' allowed tokens (runtime/structured.py, `JsonRows`) go to the argmax or the sampler,
 which choose among them only, and the chosen tokens advance the rows' matchers.
 Both loops stop with `runtime.cancel.Cancelled` between steps once their caller's cancel event
@@ -89,8 +90,8 @@ class TokenSearch:
 
     Rows end on EOS (any of them when `eos_token_id` is a tuple), after `max_steps` tokens, or
     when the caller calls `finish(row)` (stop strings). Iteration ends when every row has
-    ended; closing the iterator early stops the work at once. A config's `json_schema` needs
-    the model's `tokenizer` (its tokens are what the schema's grammar allows or not).
+    ended; closing the iterator early stops the work at once. A config's `json_schema` or
+    `tool_calls` needs the model's `tokenizer` (its tokens are what the grammar allows or not).
     """
 
     def __init__(
@@ -135,11 +136,16 @@ class TokenSearch:
             else None
         )
         self.json_rows = None
-        if config.json_schema is not None:
+        if config.json_schema is not None or config.tool_calls is not None:
             if tokenizer is None:
                 raise ValueError("`json_schema` needs the model's tokenizer, got none")
             ends = () if self._ends is None else tuple(self._ends.tolist())
-            self.json_rows = JsonRows(config.json_schema, tokenizer, ends, len(self.done))
+            text, kind = (
+                (config.json_schema, "schema")
+                if config.tool_calls is None
+                else (config.tool_calls.lark(), "lark")
+            )
+            self.json_rows = JsonRows(text, tokenizer, ends, len(self.done), kind)
 
     def finish(self, row: int) -> None:
         self.done[row] = True

@@ -48,8 +48,8 @@ from . import template_pool
 from .schema_limits import check_limits
 from .schema_sandbox import JSON_OPTIONS, LIMITS, MAX_MEMORY
 
-__all__ = ["CACHE_BYTES", "JSON_OPTIONS", "SCHEMA_SECONDS", "JsonRows", "check_schema"]
-__all__ += ["compiled", "grammar_of", "token_table"]
+__all__ = ["CACHE_BYTES", "JSON_OPTIONS", "SCHEMA_SECONDS", "JsonRows", "check_lark"]
+__all__ += ["check_schema", "compiled", "grammar_of", "token_table"]
 
 SCHEMA_SECONDS = 5.0  # longest compile of one schema, in the sandbox (killed then)
 CACHE_BYTES = 256 * 2**20  # compiled matchers kept per process, by their measured sizes
@@ -84,8 +84,10 @@ class ByteCache:
                 self.used -= dropped
 
 
-_grammars = ByteCache(GRAMMAR_BYTES)  # schema text -> grammar
-_matchers = ByteCache(CACHE_BYTES)  # (tokenizer's key, schema text) -> pristine matcher
+_grammars = ByteCache(GRAMMAR_BYTES)  # (kind, schema or Lark text) -> grammar
+_matchers = ByteCache(CACHE_BYTES)  # (tokenizer's key, kind, text) -> pristine matcher
+# What a constraint's text is, and the field a refusal of it names.
+KINDS = {"schema": "json_schema", "lark": "tool_calls"}
 
 
 def grammar_of(schema: str) -> str:
@@ -97,11 +99,16 @@ def grammar_of(schema: str) -> str:
     ...     print(str(error)[:69])
     `json_schema` must be a JSON Schema llguidance supports (Invalid type
     """
-    grammar = _grammars.get(schema)
+    return _grammar(schema, "schema")
+
+
+def _grammar(text: str, kind: str) -> str:
+    grammar = _grammars.get((kind, text))
     if grammar is None:
-        check_limits(schema)
-        grammar = _sandboxed(schema)["grammar"]
-        _grammars.put(schema, grammar, len(schema) + len(grammar))
+        if kind == "schema":
+            check_limits(text)
+        grammar = _sandboxed(text, kind=kind)["grammar"]
+        _grammars.put((kind, text), grammar, len(text) + len(grammar))
     return grammar
 
 
@@ -111,15 +118,24 @@ def check_schema(schema: str) -> None:
     grammar_of(schema)
 
 
-def _refusal(rule: str, schema: str) -> ValueError:
-    shown = schema if len(schema) <= 60 else f"{schema[:60]}… ({len(schema)} characters)"
-    return ValueError(f"`json_schema` must be {rule}, got {shown!r}")
+def check_lark(lark: str) -> None:
+    """Raise ValueError (naming `tool_calls`) unless llguidance compiles the Lark grammar
+    `lark` (in the sandbox). Its `%json` schemas must have passed `check_schema` first:
+    runtime/tools.py builds such grammars around one."""
+    _grammar(lark, "lark")
 
 
-def _sandboxed(schema: str, tokenizer: Tokenizer | None = None) -> dict:
-    """The sandbox's compile of `schema` ({"grammar", "bytes"}; over `tokenizer`'s tokens when
-    given); ValueError when llguidance refuses it, runs past the deadline or dies on it."""
-    request = {"schema": schema, "seconds": SCHEMA_SECONDS}
+def _refusal(rule: str, text: str, kind: str = "schema") -> ValueError:
+    shown = text if len(text) <= 60 else f"{text[:60]}… ({len(text)} characters)"
+    what = "a JSON Schema" if kind == "schema" else "a grammar"
+    return ValueError(f"`{KINDS[kind]}` must be {what} {rule}, got {shown!r}")
+
+
+def _sandboxed(text: str, tokenizer: Tokenizer | None = None, kind: str = "schema") -> dict:
+    """The sandbox's compile of `text`, a JSON Schema or (`kind` "lark") a Lark grammar
+    ({"grammar", "bytes"}; over `tokenizer`'s tokens when given); ValueError when llguidance
+    refuses it, runs past the deadline or dies on it."""
+    request = {kind: text, "seconds": SCHEMA_SECONDS}
     if tokenizer is not None:
         request["tokenizer"] = _tokenizer_key(tokenizer)
     workers = template_pool.pool(template_pool.SCHEMA_SANDBOX)
@@ -129,16 +145,15 @@ def _sandboxed(schema: str, tokenizer: Tokenizer | None = None) -> dict:
             request["tokenizer_json"] = tokenizer.to_str()
             reply = workers.ask(request, SCHEMA_SECONDS)
     except TimeoutError:
-        rule = f"a JSON Schema llguidance compiles within {SCHEMA_SECONDS:g} s"
-        raise _refusal(rule, schema) from None
+        raise _refusal(f"llguidance compiles within {SCHEMA_SECONDS:g} s", text, kind) from None
     except template_pool.WorkerLost as error:
         rule = (
-            f"a JSON Schema llguidance compiles without crashing or passing "
+            f"llguidance compiles without crashing or passing "
             f"{MAX_MEMORY // 2**20} MiB (its sandbox process failed: {error})"
         )
-        raise _refusal(rule, schema) from None
+        raise _refusal(rule, text, kind) from None
     if "error" in reply:
-        raise _refusal(f"a JSON Schema llguidance supports ({reply['error']})", schema)
+        raise _refusal(f"llguidance supports ({reply['error']})", text, kind)
     return reply
 
 
@@ -154,35 +169,41 @@ def token_table(tokenizer: Tokenizer) -> llguidance.LLTokenizer:
     return llguidance.LLTokenizer(tokenizer.to_str())
 
 
-def compiled(tokenizer: Tokenizer, schema: str) -> llguidance.LLMatcher:
-    """A fresh matcher of `schema` over `tokenizer`'s tokens, never advanced: rows take copies
-    (`deep_copy` shares the compiled lexer and grammar). Compiled in the sandbox first, which
-    measures its size; then here, from the sandbox's grammar."""
-    key = (_tokenizer_key(tokenizer), schema)
+def compiled(tokenizer: Tokenizer, text: str, kind: str = "schema") -> llguidance.LLMatcher:
+    """A fresh matcher of `text` (a JSON Schema, or a Lark grammar for `kind` "lark") over
+    `tokenizer`'s tokens, never advanced: rows take copies (`deep_copy` shares the compiled
+    lexer and grammar). Compiled in the sandbox first, which measures its size; then here, from
+    the sandbox's grammar."""
+    key = (_tokenizer_key(tokenizer), kind, text)
     matcher = _matchers.get(key)
     if matcher is None:
-        check_limits(schema)
-        reply = _sandboxed(schema, tokenizer)
+        if kind == "schema":
+            check_limits(text)
+        reply = _sandboxed(text, tokenizer, kind)
         limits = llguidance.LLParserLimits(**LIMITS)
         matcher = llguidance.LLMatcher(
             token_table(tokenizer), reply["grammar"], log_level=0, limits=limits
         )
         if matcher.is_error():
-            raise _refusal(f"a JSON Schema llguidance supports ({_first_line(matcher)})", schema)
+            raise _refusal(f"llguidance supports ({_first_line(matcher)})", text, kind)
         _matchers.put(key, matcher, reply["bytes"])
     return matcher
 
 
 class JsonRows:
-    """The JSON documents of N rows, each row's matcher advanced by the tokens it chose."""
+    """The JSON documents of N rows (or, for `kind` "lark", replies to a grammar with JSON
+    inside: runtime/tools.py's tool calls), each row's matcher advanced by the tokens it chose."""
 
-    def __init__(self, schema: str, tokenizer: Tokenizer, ends: tuple[int, ...], rows: int):
+    def __init__(
+        self, text: str, tokenizer: Tokenizer, ends: tuple[int, ...], rows: int, kind="schema"
+    ):
         if not ends:
             raise ValueError(
-                "`json_schema` must be None for a model without an EOS token (a finished "
-                "document must end its row), got a schema"
+                f"`{KINDS[kind]}` must be None for a model without an EOS token (a finished "
+                "reply must end its row), got one"
             )
-        pristine = compiled(tokenizer, schema)
+        self.field = KINDS[kind]
+        pristine = compiled(tokenizer, text, kind)
         self.matchers = [pristine.deep_copy() for _ in range(rows)]
         self.ends = np.unique(np.asarray(ends, dtype=np.int64))  # (E,) sorted
         table = token_table(tokenizer)
@@ -216,8 +237,8 @@ class JsonRows:
             if not matcher.consume_token(token):
                 # The rows choose among allowed tokens only: llguidance stopped (its limits).
                 raise ValueError(
-                    "`json_schema` must be a schema llguidance can follow to the end of a "
-                    f"document, got one it stopped on at row {row}: {_first_line(matcher)}"
+                    f"`{self.field}` must be one llguidance can follow to the end of a "
+                    f"reply, got one it stopped on at row {row}: {_first_line(matcher)}"
                 )
 
 

@@ -234,7 +234,7 @@ def test_hf_directory_fields_match_what_transformers_saves(tmp_path):
         ([], "`messages` must be a non-empty list"),
         ("Hello", "`messages` must be a non-empty list"),
         (["Hello"], "`messages[0]` must be a dict"),
-        ([{"role": "tool", "content": "4"}], "`messages[0]['role']` must be one of 'system', "),
+        ([{"role": "bot", "content": "4"}], "`messages[0]['role']` must be one of 'system', "),
         ([{"role": "user", "content": None}], "`messages[0]['content']` must be a str, got None"),
         ([{"role": "user"}], "`messages[0]['content']` must be a str, got None"),
         ([{"role": "user", "content": "a", "name": "x"}], "must have only 'role' and 'content'"),

@@ -207,7 +207,8 @@ def test_the_compiled_cache_is_bounded_in_bytes(monkeypatch):
     assert len(sizes) < len(schemas) and min(sizes) > 10_000
     assert cache.used == sum(sizes)
     key = structured._tokenizer_key(tokenizer)
-    assert (key, schemas[0]) not in cache.entries and (key, schemas[-1]) in cache.entries
+    assert (key, "schema", schemas[0]) not in cache.entries
+    assert (key, "schema", schemas[-1]) in cache.entries
 
 
 def test_the_byte_cache_drops_the_least_recently_used_first():

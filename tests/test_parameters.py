@@ -12,7 +12,7 @@ from runtime.parameters import MODES, PARAMETERS, from_request, request_fields
 
 FIXED_BY_MANIFEST = {"stop", "forced_bos_token_id", "forced_eos_token_id", "suppress_tokens"}
 # Config fields that never change a generation's tokens, so they are no decoding parameter.
-NOT_DECODING = {"cache_salt"}
+NOT_DECODING = {"cache_salt", "tool_calls"}
 
 
 def test_every_declared_parameter_is_a_config_field_with_its_default():
