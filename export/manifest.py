@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import string
 from pathlib import Path
 
 from runtime.bundle import sha256_of
@@ -169,9 +171,11 @@ def check_controls(controls: dict, tokenizer) -> dict:
 
 
 def graph_entry(file: str, path: Path) -> Graph:
-    """{file, inputs, outputs} with the names read from the ONNX graph, and `kv_cache`:
+    """{file, inputs, outputs} with the names read from the ONNX graph, `kv_cache`:
     "shared-buffer" when its attention is GroupQueryAttention, whose past and present may be one
-    preallocated buffer (the runtime then appends to the cache in place), else "separate"."""
+    preallocated buffer (the runtime then appends to the cache in place), else "separate"; and
+    `one_row_steps` when such a graph has 4-bit MatMulNBits with float activations (accuracy
+    level 0), whose one-row kernel is fast and sums apart from the many-row one."""
     import onnx
 
     from runtime.models import SHARED_BUFFER
@@ -183,7 +187,16 @@ def graph_entry(file: str, path: Path) -> Graph:
         inputs=tuple(node.name for node in model.graph.input),
         outputs=tuple(node.name for node in model.graph.output),
         kv_cache=SHARED_BUFFER if shared else "separate",
+        one_row_steps=True if shared and any(map(_float_4bit, model.graph.node)) else None,
     )
+
+
+def _float_4bit(node) -> bool:
+    """Whether `node` is a 4-bit MatMulNBits at accuracy level 0 (both the op's defaults)."""
+    if node.op_type != "MatMulNBits":
+        return False
+    attributes = {a.name: a.i for a in node.attribute if a.name in ("bits", "accuracy_level")}
+    return attributes.get("bits", 4) == 4 and attributes.get("accuracy_level", 0) == 0
 
 
 def file_entries(directory: Path) -> dict[str, FileEntry]:
@@ -226,7 +239,7 @@ def _fmt(value) -> str:
     >>> print(_fmt({"run": "a|b", "data": {"loss": 0.123456, "books": ["Mark", "John"]}}))
     run: a\\|b; data: (loss: 0.1235; books: Mark, John)
     """
-    return _plain(value).replace("|", "\\|")
+    return re.sub(r"(?<!\\)\|", r"\\|", _plain(value))  # a pipe `card_text` escaped stays as it is
 
 
 def _plain(value, nested: bool = False) -> str:
@@ -238,6 +251,56 @@ def _plain(value, nested: bool = False) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(_plain(item, nested=True) for item in value)
     return str(value)
+
+
+# Characters card text keeps as they are: punctuation that no Markdown or HTML construct starts.
+_CARD_PLAIN = set(",;'\"/?@%$^")
+
+
+def _one_line(value) -> str:
+    """`value` as a string with every character that is not printable (a line break, a tab, a
+    control character) written as its `\\xNN` / `\\uNNNN` escape: block markup starts at a
+    line's start, so card text from outside stays on its line."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in str(value)
+    )
+
+
+def card_text(value) -> str:
+    """`value` (text from outside: a GGUF's metadata, a file's name) as Markdown that shows it as
+    it is, on one line: every punctuation character that Markdown or HTML could read is
+    backslash-escaped, `<` and `&` become entities (a backslash before `<` would still leave
+    some renderers a tag).
+
+    >>> print(card_text('<img src=x style="position:fixed"> [Log in](http://a) | # *x*'))
+    &lt;img src\\=x style\\="position\\:fixed"\\> \\[Log in\\]\\(http\\://a\\) \\| \\# \\*x\\*
+    """
+    out = []
+    for char in _one_line(value):
+        if char == "<":
+            out.append("&lt;")
+        elif char == "&":
+            out.append("&amp;")
+        elif char in string.punctuation and char not in _CARD_PLAIN:
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def card_code(value) -> str:
+    """`value` (text from outside, e.g. a token's string) as one Markdown code span, on one line:
+    fenced by more backticks than any run inside it, so nothing in it ends the span.
+
+    >>> card_code("<|im_end|>"), card_code("a`b")
+    ('`<|im_end|>`', '`` a`b ``')
+    """
+    text = _one_line(value)
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    padded = f" {text} " if longest or text.startswith(" ") or text.endswith(" ") else text
+    return f"{fence}{padded}{fence}"
 
 
 def card_table(rows: list[tuple[str, object]]) -> list[str]:

@@ -16,11 +16,13 @@ import json
 import struct
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFValueType
+from markdown_it import MarkdownIt
 
 from export.cli import main
 from export.llama import gguf as gguf_export
@@ -307,3 +309,52 @@ def test_non_finite_peft_weights_are_refused_at_export(tmp_path):
     save_file(weights, str(tmp_path / "adapter_model.safetensors"))
     with pytest.raises(ValueError, match=r"adapter weight .*lora_A.weight' holds non-finite"):
         read_peft(tmp_path)
+
+
+# ---- metadata written into the model card as text (issue 44, item 3) --------------------------
+
+ATTACKER = "http://127.0.0.1:9"
+HOSTILE_LICENCE = (
+    f'<img src={ATTACKER}/x.png style="position:fixed;width:100vw;height:100vh"> '
+    f"[Log in]({ATTACKER}/login)\n\n"
+    '<div style="position:fixed;inset:0;z-index:9999">covered</div>\n# | `pwned`'
+)
+HOSTILE_STEM = '<img src=x onerror="alert(1)">[Log in](javascript:alert(1))`'
+
+
+class _Rendered(HTMLParser):
+    """The tags, attributes and text of rendered HTML."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_gguf_metadata_is_written_into_the_card_as_text(tmp_path):
+    path = write_tiny_gguf(
+        tmp_path / f"{HOSTILE_STEM}.gguf",
+        "llama",
+        "Q4_1",
+        metadata={"general.license": HOSTILE_LICENCE},
+    )
+    export_gguf(path, tmp_path / "bundle", parity=False)
+    card = (tmp_path / "bundle" / "README.md").read_text()
+    rendered = _Rendered()
+    rendered.feed(MarkdownIt("commonmark").enable("table").render(card))
+    # only the card's own structure: headings, its tables, paragraphs, lists, code spans
+    assert {tag for tag, _ in rendered.tags} <= {
+        "h1", "h2", "p", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "code",
+    }  # fmt: skip
+    assert not any(attrs for _, attrs in rendered.tags)
+    text = "".join(rendered.text)
+    one_line = HOSTILE_LICENCE.replace("\n", "\\n")
+    assert text.count(one_line) == 2  # the table's licence row and the Licence section, verbatim
+    assert text.count(HOSTILE_STEM) == 2  # the heading and the origin line
+    assert [tag for tag, _ in rendered.tags].count("h1") == 1  # the `# |` stayed in its line

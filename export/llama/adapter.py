@@ -35,7 +35,7 @@ import numpy as np
 from runtime.bundle import LORA_FORMAT, read_manifest, sha256_of
 from runtime.manifest import Manifest
 
-from ..manifest import CONTROL_KINDS, card_closing, card_table, seal
+from ..manifest import CONTROL_KINDS, card_closing, card_code, card_table, card_text, seal
 from .bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS, reference_greedy
 
 ADAPTER_FILE = "adapter.onnx_adapter"
@@ -348,16 +348,18 @@ def _versions() -> dict:
 
 
 def model_card(manifest: Manifest) -> str:
-    """README.md of an adapter bundle, from its manifest."""
+    """README.md of an adapter bundle, from its manifest; names, licence and description (its
+    base GGUF's metadata, a peft directory's name) written as text (`card_text`, `card_code`)."""
     spec, parity = manifest.adapter, manifest.parity
     base = spec["base"]
     lines = [
-        f"# {manifest.name}",
+        f"# {card_text(manifest.name)}",
         "",
-        manifest.export["description"],
+        card_text(manifest.export["description"]),
         "",
         f"An adapter bundle: LoRA weights only, applied by the runtime to the base model "
-        f"`{base['name']}` (GGUF `{base['file']}`, sha256 `{base['sha256']}`), which the runtime "
+        f"{card_code(base['name'])} (GGUF {card_code(base['file'])}, sha256 `{base['sha256']}`), "
+        "which the runtime "
         "finds in its converted-GGUF cache.",
         "",
         *card_table(
@@ -367,7 +369,7 @@ def model_card(manifest: Manifest) -> str:
                 ("scaling", spec["scaling"]),
                 ("modules", ", ".join(spec["targets"])),
                 ("layers", len(spec["layers"])),
-                ("licence", manifest.license or "not stated"),
+                ("licence", card_text(manifest.license) if manifest.license else "not stated"),
             ]
         ),
         "",
@@ -375,14 +377,14 @@ def model_card(manifest: Manifest) -> str:
         "",
     ]
     for control, about in manifest.controls.items():
-        values = ", ".join(f"`{v}` → `{t}`" for v, t in about["values"].items())
-        lines += [f"- **{control}** ({about['kind']}): {values}"]
+        values = ", ".join(f"{card_code(v)} → {card_code(t)}" for v, t in about["values"].items())
+        lines += [f"- **{card_text(control)}** ({card_text(about['kind'])}): {values}"]
     if not manifest.controls:
         lines += ["None."]
     if manifest.prompt_prefix:
         lines += [
             "",
-            f"Every prompt is preceded by `{manifest.prompt_prefix}` (after controls).",
+            f"Every prompt is preceded by {card_code(manifest.prompt_prefix)} (after controls).",
         ]
     lines += ["", "## Parity", ""]
     if parity:

@@ -18,7 +18,7 @@ import onnx
 
 from runtime.manifest import Manifest
 
-from ..manifest import graph_entry, seal
+from ..manifest import card_code, card_text, graph_entry, seal
 from ..quantize import batch_invariant
 from .gguf_read import GGUFModel
 
@@ -240,22 +240,24 @@ def model_card(
 ) -> str:
     """README.md of a lean Llama bundle: `origin` (where it came from), the shape (with the
     model's `query_heads`), the `weights` section's lines, parity, chat (`no_chat` when the
-    model has no template) and licence."""
+    model has no template) and licence. What came from the file (its name, licence,
+    architecture, token strings) is written as text, never as markup (`card_text`,
+    `card_code`): a GGUF's metadata is the file author's."""
     lines = [
-        f"# {manifest.name}",
+        f"# {card_text(manifest.name)}",
         "",
         origin,
         "",
         "| | |",
         "|---|---|",
-        f"| architecture | {manifest.architecture} |",
+        f"| architecture | {card_text(manifest.architecture)} |",
         f"| layers × KV heads × head size | {manifest.num_layers} × {manifest.num_heads} × "
         f"{manifest.head_size} ({query_heads} query heads) |",
         f"| hidden size | {manifest.hidden_size} |",
         f"| vocabulary | {manifest.vocab_size} |",
         f"| context length | {manifest.context_length} |",
         f"| precision | {manifest.precision} |",
-        f"| licence | {manifest.license or 'not stated'} |",
+        f"| licence | {card_text(manifest.license) if manifest.license else 'not stated'} |",
         "",
         "## Weights",
         "",
@@ -270,10 +272,11 @@ def model_card(
     ]
     chat = manifest.chat
     if chat is not None and chat.template:
-        lines += [f"End-of-turn tokens: {', '.join(f'`{t}`' for t in chat.end_of_turn_tokens)}."]
+        tokens = ", ".join(card_code(token) for token in chat.end_of_turn_tokens)
+        lines += [f"End-of-turn tokens: {tokens}."]
     else:
         lines += [no_chat]
-    lines += ["", "## Licence", "", manifest.license or "Not stated.", ""]
+    lines += ["", "## Licence", "", card_text(manifest.license) or "Not stated.", ""]
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from runtime.bundle import LORA_FORMAT, sha256_of
 from runtime.manifest import ChatSection, Manifest, SpecialTokens
 
+from ..manifest import card_code
 from .bundle import (
     llama_manifest,
     model_card,
@@ -90,7 +91,8 @@ def _card(manifest: Manifest) -> str:
     source, quant = manifest.export["gguf"], manifest.export["quantization"]
     return model_card(
         manifest,
-        origin=f"Imported from the GGUF file `{source['file']}` (sha256 `{source['sha256']}`) by "
+        origin=f"Imported from the GGUF file {card_code(source['file'])} (sha256 "
+        f"`{source['sha256']}`) by "
         "`scriptorium export gguf`, without torch or transformers.",
         query_heads=source["metadata_summary"]["query_heads"],
         weights=[
