@@ -78,6 +78,10 @@ class Graph:
     # "shared-buffer": past and present KV cache may be one preallocated buffer (lean
     # GroupQueryAttention graphs); "separate" or None: the runtime feeds the past back in
     kv_cache: str | None = _optional()
+    # True: decode steps run one row per call (runtime/models.py): the graph's one-row kernels
+    # (4-bit MatMulNBits with float activations) are its fast path and sum in another order than
+    # its many-row ones, so every row takes the one-row kernel, alone or batched
+    one_row_steps: bool | None = _optional()
 
 
 @dataclass(frozen=True)
@@ -460,7 +464,12 @@ def _graphs(raw: dict) -> dict[str, Graph]:
         kv_cache = entry.get("kv_cache")
         if kv_cache is not None and not isinstance(kv_cache, str):
             raise _kind_error(f"{where}.kv_cache", "a string", kv_cache)
-        parsed[role] = Graph(file=entry["file"], kv_cache=kv_cache, **names)
+        one_row_steps = entry.get("one_row_steps")
+        if one_row_steps is not None and not isinstance(one_row_steps, bool):
+            raise _kind_error(f"{where}.one_row_steps", "true or false", one_row_steps)
+        parsed[role] = Graph(
+            file=entry["file"], kv_cache=kv_cache, one_row_steps=one_row_steps, **names
+        )
     return parsed
 
 

@@ -61,6 +61,8 @@ class SharedCache:
         pair_lone_row: bool = False,
     ):
         self.session = session
+        self.names = (past_names, present_names)
+        self.adapter = adapter
         # A lone row's one-token calls run beside a phantom row (`_with_phantom_row`): its cache
         # lives in row 0 of two-row arrays, bound by `self._paired`.
         self._paired = None
@@ -71,6 +73,7 @@ class SharedCache:
             self._paired = SharedCache(
                 session, past_names, present_names, tuple(p[:2] for p in pool), vocab, adapter
             )
+        self._rows = None  # one SharedCache per row over its slice of `buffers` (`run_rows`)
         self.buffers = buffers  # per layer key, value: (N, H, capacity, D)
         # The arrays (R >= N, H, capacity, D) whose first N rows `buffers` are, when rows may be
         # added in place (`CausalLM.admit`); else None.
@@ -108,6 +111,33 @@ class SharedCache:
             self.binding.bind_cpu_input(name, value)
         self.session.run_with_iobinding(self.binding)
         return self._logits
+
+
+    def run_rows(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """`run` as one call per row, each on that row's slice of the buffers (no copy): every
+        row takes the graph's one-row kernels, as it does alone. Returns logits (N, S, V)."""
+        batch = feeds["input_ids"].shape[0]
+        if self._rows is None:
+            self._rows = [
+                SharedCache(
+                    self.session,
+                    *self.names,
+                    tuple(buffer[row : row + 1] for buffer in self.buffers),  # (1, H, capacity, D)
+                    self.vocab,
+                    self.adapter,
+                )
+                for row in range(batch)
+            ]
+        per_row = [
+            cache.run(
+                {
+                    name: value[row : row + 1] if value.ndim else value
+                    for name, value in feeds.items()
+                }
+            )
+            for row, cache in enumerate(self._rows)
+        ]
+        return np.concatenate(per_row)  # (N, S, V)
 
 
 def _with_phantom_row(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -246,11 +276,17 @@ class CausalLM:
         cpu_arrays = self.runner.device == "cpu" and not self.runner.io_binding
         self.shared_cache = kv_cache == SHARED_BUFFER and cpu_arrays
         self.vocab_size = manifest.vocab_size
+        # Decode steps one row per call (manifest `one_row_steps`: the graph's one-row kernels
+        # are its fast ones), so a step's rows are computed as each is alone.
+        slots = self.shared_cache and self.feeds_seqlens
+        self.one_row_steps = bool(manifest.graphs["decoder"].one_row_steps) and slots
         # Whether a lone row's one-token calls run beside a phantom row (`SharedCache`): None
-        # decides by `lone_row_differs`, on this CPU with this session's threads.
+        # decides by `lone_row_differs`, on this CPU with this session's threads. With one-row
+        # steps only a one-token prompt is such a call, and it is always paired: it must take
+        # the many-row kernels that every longer prompt takes.
         self.pairs_lone_rows = False
         if pair_lone_rows is None:
-            pair_lone_rows = self.shared_cache and self.feeds_seqlens and self.lone_row_differs()
+            pair_lone_rows = slots and (self.one_row_steps or self.lone_row_differs())
         if pair_lone_rows and not (self.shared_cache and self.feeds_seqlens):
             raise ValueError(
                 "`pair_lone_rows` must be False or None for a graph without `seqlens_k` and a "
@@ -270,9 +306,9 @@ class CausalLM:
         lone, _ = self.step(tokens[:1], self.select(state, np.array([0])))
         return not np.array_equal(lone[0], paired[0])
 
-    def _run(self, input_ids, attention_mask, positions, past, every_position=False):
-        """One graph call: logits (N, V) at the last position, or (N, T, V) at every position
-        with `every_position`, and the new past."""
+    def _run(self, input_ids, attention_mask, positions, past, every_position=False, step=False):
+        """One graph call (one per row for a `step` with `one_row_steps`): logits (N, V) at the
+        last position, or (N, T, V) at every position with `every_position`, and the new past."""
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.uses_position_ids:
             feeds["position_ids"] = positions
@@ -286,7 +322,8 @@ class CausalLM:
             feeds["seqlens_k"] = (_slots_used(attention_mask) - 1).astype(np.int32)  # (N,)
             feeds["total_sequence_length"] = np.array(attention_mask.shape[1], dtype=np.int32)
         if isinstance(past, SharedCache):
-            logits = past.run(feeds)  # (N, T or 1, V), overwritten by the next call: copied
+            run = past.run_rows if step and self.one_row_steps else past.run
+            logits = run(feeds)  # (N, T or 1, V), overwritten by the next call: copied
             return (logits.copy() if every_position else logits[:, -1, :].copy()), past
         feeds.update(zip(self.past_names, past))
         logits, *present = self.runner.run(["logits", *self.present_names], feeds)
@@ -376,6 +413,7 @@ class CausalLM:
             mask,
             state.next_position.reshape(batch, 1),  # (N, 1)
             past,
+            step=True,
         )
         return logits, CausalState(past, mask, state.next_position + 1)
 

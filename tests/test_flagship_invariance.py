@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -220,11 +221,15 @@ def flagship_shaped(tmp_path_factory) -> Path:
     return root / "bundle"
 
 
-def test_the_probe_pairs_a_graph_whose_one_row_kernel_differs(flagship_shaped):
+def test_a_graph_whose_one_row_kernel_differs_steps_one_row_at_a_time(flagship_shaped):
     plain = runtime.load(flagship_shaped, batching=False)
-    assert plain.model.pairs_lone_rows  # level 0's one-row kernel: detected on this CPU
-    unpaired = CausalLM(plain.model.runner.session, plain.manifest, pair_lone_rows=False)
-    assert unpaired.lone_row_differs()
+    # level 0's one-row kernel: the manifest says so, and only one-token prompts are paired
+    assert plain.manifest.graphs["decoder"].one_row_steps
+    assert plain.model.one_row_steps and plain.model.pairs_lone_rows
+    decoder = replace(plain.manifest.graphs["decoder"], one_row_steps=None)
+    batched_steps = replace(plain.manifest, graphs={"decoder": decoder})
+    unpaired = CausalLM(plain.model.runner.session, batched_steps, pair_lone_rows=False)
+    assert unpaired.lone_row_differs()  # why: stepped as one batch, a lone row differs
     batched = runtime.load(flagship_shaped)
     prompts = ["In the beginning God created", "The", "And he said to them"]
     _check_alone_and_beside_mates(plain, batched, prompts, np.random.default_rng(7))
