@@ -231,16 +231,23 @@ def application(args: dict):
     return build_app(specs, limits_from(args), args.get("api_key"))
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> None:
+def connect(
+    address: str | None = None, num_cpus: int | None = None, api_key: str | None = None
+) -> None:
     """Join the Ray cluster at `address`, or start a local one whose workers import this
-    checkout's packages (on a cluster, install scriptorium on every node instead)."""
+    checkout's packages (on a cluster, install scriptorium on every node instead). Ray's own
+    servers are kept to what serve/ray_guard.py allows (`api_key` on its proxy's routes)."""
     import ray
 
+    from . import ray_guard
+
     if address:
-        ray.init(address=address)
+        guard = ray_guard.environment(api_key, local=False)
+        ray.init(address=address, runtime_env={"env_vars": guard} if guard else None)
         return
     _loopback_only()
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env |= ray_guard.environment(api_key, local=True)
     # "local": always a new cluster, never one that another process started on this machine.
     # Ray starts its workers at niceness 15, so on a shared CPU the replicas would give way to
     # any other process; they run at the server's own priority, as a llama-server would. The
@@ -409,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if (warning := exposure_warning(args.host, args.api_key)) is not None:
         print(f"{parser.prog}: warning: {warning}", file=sys.stderr, flush=True)
-    connect(args.address, args.num_cpus)
+    connect(args.address, args.num_cpus, args.api_key)
     # After ray.init: its core worker installs a handler of its own that aborts the driver.
     # Ours turns SIGTERM into the same clean stop as Ctrl-C, also while deploy() still waits.
     signal.signal(signal.SIGTERM, _interrupt)

@@ -42,6 +42,7 @@ from .downloads import FILE_TYPES, Downloads
 from .errors import ERROR_RESPONSES, UNAVAILABLE, failure, refused
 from .http_app import http, key_sent, request_body, unauthorized
 from .metrics import CONTENT_TYPE, ServeMetrics
+from .ray_guard import replica_grpc_on_loopback
 from .routes import CHAT, COMPLETIONS, Route
 
 RETRIES = 1  # extra attempts of a request whose replica died before it sent anything
@@ -77,6 +78,7 @@ class Gateway:
         limits: ServeLimits = SERVE_LIMITS,
         api_key: str | None = None,
     ):
+        replica_grpc_on_loopback()
         self.models = models  # model id -> DeploymentHandle
         self.paths = {model: Path(path) for model, path in paths.items()}  # model id -> bundle
         self.limits, self.api_key = limits, api_key

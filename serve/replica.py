@@ -29,6 +29,7 @@ import runtime
 from runtime.cancel import Cancelled, cancel_when
 from runtime.engine import Engine
 
+from .ray_guard import replica_grpc_on_loopback
 from .routes import route_of
 
 
@@ -43,6 +44,7 @@ class ModelServer:
         loader: Callable = runtime.load,
         kv_budget: int | None = None,
     ):
+        replica_grpc_on_loopback()
         self.generator = loader(path, threads=threads)
         if kv_budget is not None and getattr(self.generator, "engine", None) is not None:
             # before any request: the engine's loop has not started, so a new one replaces it

@@ -24,7 +24,7 @@ import pytest
 
 import runtime
 from runtime.prefix_cache import PrefixCache
-from serve import api, chat, cli, protocol
+from serve import api, chat, cli, protocol, ray_guard
 from serve.gateway import _sse
 from tests.app_fixtures import free_port
 
@@ -250,15 +250,13 @@ def test_every_port_of_the_serve_process_tree_listens_on_loopback_only(served):
     port = int(base.rsplit(":", 1)[1])
     assert port in {p for _, p, _ in listening}  # the HTTP proxy is in the tree
     assert len(listening) >= 5  # and Ray's own ports: GCS, raylet, agents, workers
-    exposed = sorted(entry for entry in listening if not _loopback(entry[0]))
-    # Ray 2.60 starts each Serve replica's inter-deployment gRPC server on "[::]:0", hard-coded
-    # (ray/serve/_private/replica.py, `_on_initialized`): one per replica, the gateway's and
-    # the model's, and nothing else (docs/SCALING.md, "Authentication").
-    replicas = [name for _, _, name in exposed]
-    assert sorted(replicas) == [
+    # each replica's inter-deployment gRPC port too (serve/ray_guard.py)
+    assert [entry for entry in listening if not _loopback(entry[0])] == []
+    replicas = {name for _, _, name in listening if name.startswith("ray::ServeReplica")}
+    assert replicas == {
         "ray::ServeReplica:scriptorium:gateway",
         "ray::ServeReplica:scriptorium:model:int8",
-    ], exposed
+    }, listening
 
 
 @pytest.mark.parametrize("path", ["/docs", "/openapi.json", "/metrics", "/v1/models"])
@@ -270,8 +268,41 @@ def test_the_api_key_covers_every_route_but_the_health_check(served, path):
     assert httpx.get(f"{base}/health", timeout=30).json() == {"status": "ok"}
 
 
-def test_serves_own_route_table_says_only_the_prefix(served):
-    # Answered by Serve's proxy before the gateway (Ray 2.60 has no hook for a key there): it
-    # names the application and its prefix, nothing else.
+@pytest.mark.parametrize("path", ["/-/routes", "/-/anything"])
+def test_the_api_key_covers_rays_own_routes_but_its_health_check(served, path):
+    # answered by Serve's proxy before the gateway: the key check is serve/ray_guard.py's
     _, base = served
-    assert httpx.get(f"{base}/-/routes", timeout=30).json() == {"/": "scriptorium"}
+    refused = httpx.get(base + path, timeout=30)
+    assert refused.status_code == 401
+    assert strict_json(refused.text)["error"]["code"] == "invalid_api_key"
+    wrong = httpx.get(base + path, headers={"Authorization": "Bearer no"}, timeout=30)
+    assert wrong.status_code == 401
+    if path == "/-/routes":
+        headers = {"Authorization": f"Bearer {KEY}"}
+        assert httpx.get(base + path, headers=headers, timeout=30).json() == {"/": "scriptorium"}
+    assert httpx.get(f"{base}/-/healthz", timeout=30).status_code == 200
+
+
+def test_a_replica_binds_its_grpc_port_to_loopback(monkeypatch):
+    from ray.serve._private import replica as ray_replica
+
+    bound = []
+    monkeypatch.setattr(ray_replica, "add_port_to_grpc_server", lambda _, a: bound.append(a))
+    ray_guard.replica_grpc_on_loopback()  # outside a local cluster: nothing
+    assert ray_replica.add_port_to_grpc_server(None, "[::]:0") is None and bound == ["[::]:0"]
+    monkeypatch.setenv(ray_guard.REPLICA_GRPC_VARIABLE, "1")
+    ray_guard.replica_grpc_on_loopback()
+    ray_guard.replica_grpc_on_loopback()  # a second call keeps one wrapper
+    ray_replica.add_port_to_grpc_server(None, "[::]:0")
+    assert bound == ["[::]:0", "127.0.0.1:0"]
+
+
+def test_a_ray_that_binds_the_replica_port_otherwise_fails_loudly(monkeypatch):
+    from ray.serve._private import replica as ray_replica
+
+    monkeypatch.setenv(ray_guard.REPLICA_GRPC_VARIABLE, "1")
+    monkeypatch.setattr(ray_guard, "RAY_BINDS", 'add_port_to_grpc_server(self._server, "[::]:1")')
+    kept = ray_replica.add_port_to_grpc_server
+    with pytest.raises(RuntimeError, match=r"cannot keep it on 127\.0\.0\.1"):
+        ray_guard.replica_grpc_on_loopback()
+    assert ray_replica.add_port_to_grpc_server is kept
