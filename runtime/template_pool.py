@@ -11,13 +11,23 @@ by the deadline is killed, and the request refused; the clock starts when the re
 a worker that has started (starting one is not counted).
 
 Fair shares: a request starts in the fast lane (at most `MOST` at once). One still running after
-`SLOW_S` seconds is slow: it leaves the fast lane at once and goes on in the slow lane (at most
-`SLOW_MOST` at once); while that lane is full its worker is paused
-(SIGSTOP: no CPU, its clock stopped) and it waits its turn, and a spare worker is started for
-the fast lane meanwhile. So slow requests, however many and from whichever client, take at most
-`SLOW_MOST` workers' CPU, and a fast request waits about `SLOW_S` for each `MOST` requests
-queued ahead of it (plus starting a worker), not for each whole budget. Paused workers hold
-their memory (a worker's cap at most) until their turn.
+`SLOW_S` seconds is slow: it leaves the fast lane at once and goes on in the slow lane, where at
+most `SLOW_MOST` run at once and the others' workers are paused (SIGSTOP: no CPU, their clocks
+stopped). So slow requests, however many, take at most `SLOW_MOST` workers' CPU, and a spare
+worker is started for the fast lane meanwhile. Paused workers hold their memory (a worker's cap
+at most) until their turn.
+
+Both lanes are shared among clients: a request is its client's (`client(name)` around the call,
+as serve/ and ui/ do with an API key, a client address or a Gradio session; requests outside any
+such block are one client's). A fast-lane room goes to the waiting request of the client with the
+fewest fast requests running, so one client's queue does not stand before another's request. The
+slow lane is planned again whenever a request enters or leaves it and every `SLICE_S` while its
+requests run: its rooms are given one at a time to the client that holds the fewest, then to the
+one that has run there the least, each client's oldest request first, pausing a running worker
+to make room. So a client with many slow requests holds at most its share of the slow lane (all
+of it while it is alone there), and another client's slow request runs at once beside them: a
+normal request waits about `SLOW_S` for each `MOST` of its own client's requests ahead of it
+(plus starting a worker), not for another client's queue, nor for each whole budget.
 
 Workers are reused: at most `WARM` idle ones are kept, so the normal path is one round trip on a
 pipe. A worker that dies, answers out of protocol or runs out of memory is replaced by a fresh
@@ -29,6 +39,10 @@ runtime/chat.py and runtime/structured.py check and word the requests.
 from __future__ import annotations
 
 import atexit
+import collections
+import contextlib
+import contextvars
+import itertools
 import json
 import os
 import select
@@ -37,6 +51,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SANDBOX = Path(__file__).with_name("template_sandbox.py")  # chat templates
@@ -142,6 +157,45 @@ class _Worker:
 
 
 FAST, SLOW = "fast", "slow"  # the lanes (see the module docstring)
+SLICE_S = 0.1  # a slow request's wait for its reply is cut into slices: the lane is re-planned
+_CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("template_pool_client", default="")
+
+
+@contextlib.contextmanager
+def client(name: str) -> Iterator[None]:
+    """Requests asked inside this block (in this thread or task, and in threads started with a
+    copy of its context, as `asyncio.to_thread` does) are `name`'s: the lanes share their room
+    among clients (see the module docstring). Requests outside any block are one client's."""
+    token = _CLIENT.set(name)
+    try:
+        yield
+    finally:
+        _CLIENT.reset(token)
+
+
+def steps_as(name: str, items: Iterator) -> Iterator:
+    """`items`, each step taken inside `client(name)`: for a generator whose steps may run in
+    different threads or contexts (a web framework's streaming handler), where one `client`
+    block could not span its yields."""
+    while True:
+        with client(name):
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+        yield item
+
+
+class _Ticket:
+    """One request's place in the pool: its client, when it arrived, its worker and, in the slow
+    lane, whether its worker runs (or is paused) and the seconds it ran there."""
+
+    def __init__(self, client_name: str, arrived: int):
+        self.client, self.arrived = client_name, arrived
+        self.worker: _Worker | None = None
+        self.running = True  # its worker is not paused
+        self.ran = 0.0  # seconds run in the slow lane, up to `since`
+        self.since = 0.0  # when `ran` was last brought up to date (while running)
 
 
 class Pool:
@@ -150,19 +204,31 @@ class Pool:
     def __init__(self, program: Path):
         self.program = program
         self.idle: list[_Worker] = []
-        self.running = {FAST: 0, SLOW: 0}
         self.changed = threading.Condition()
+        self.arrivals = itertools.count()
+        self.waiting: list[_Ticket] = []  # fast-lane requests waiting for room, oldest first
+        self.fast: list[_Ticket] = []  # fast-lane requests running
+        self.slow: list[_Ticket] = []  # slow-lane requests, running or paused, oldest first
+        self.service: dict[str, float] = {}  # slow-lane seconds of each client with requests there
         atexit.register(self.close)
 
-    @staticmethod
-    def _most(lane: str) -> int:
-        return MOST if lane == FAST else SLOW_MOST
+    # ---- the fast lane ----
 
-    def _take(self, lane: str) -> _Worker:
+    def _next_waiting(self) -> _Ticket:
+        """The waiting request to run next: of the client with the fewest fast requests running,
+        the oldest (so one client's many requests queue behind each other, not before others)."""
+        running = collections.Counter(t.client for t in self.fast)
+        return min(self.waiting, key=lambda t: (running[t.client], t.arrived))
+
+    def _take(self, ticket: _Ticket) -> _Worker:
+        """A worker for `ticket` once the fast lane has room for it (see `_next_waiting`)."""
         with self.changed:
-            while self.running[lane] >= self._most(lane):
+            self.waiting.append(ticket)
+            while len(self.fast) >= MOST or self._next_waiting() is not ticket:
                 self.changed.wait()
-            self.running[lane] += 1
+            self.waiting.remove(ticket)
+            self.fast.append(ticket)
+            self.changed.notify_all()  # the next waiter may have room too
             while self.idle:
                 worker = self.idle.pop()
                 if worker.alive():
@@ -171,13 +237,21 @@ class Pool:
         try:
             return _Worker(self.program)
         except BaseException:
-            self._give(None, lane)
+            self._give(None, ticket)
             raise
 
-    def _give(self, worker: _Worker | None, lane: str) -> None:
+    def _give(self, worker: _Worker | None, ticket: _Ticket) -> None:
+        """`ticket` is done: its room is free, and `worker` (when alive) idles for the next."""
         extra = None
         with self.changed:
-            self.running[lane] -= 1
+            if ticket in self.fast:
+                self.fast.remove(ticket)
+            elif ticket in self.slow:
+                self._plan()  # bring the clients' service up to date first
+                self.slow.remove(ticket)
+                if not any(t.client == ticket.client for t in self.slow):
+                    del self.service[ticket.client]
+                self._plan()
             if worker is not None and worker.alive():
                 self.idle.append(worker)
                 if len(self.idle) > WARM:
@@ -186,45 +260,87 @@ class Pool:
         if extra is not None:
             extra.close()
 
-    def _drop(self, worker: _Worker, lane: str) -> None:
+    def _drop(self, worker: _Worker, ticket: _Ticket) -> None:
         worker.close(kill=True)
-        self._give(None, lane)
+        self._give(None, ticket)
 
-    def _send(self, line: bytes, lane: str) -> _Worker:
-        """A worker of `lane` that was sent `line` (an idle one that had ended: a fresh one)."""
-        worker = self._take(lane)
-        if worker.send(line):
-            return worker
-        self._drop(worker, lane)
-        worker = self._take(lane)
-        if worker.send(line):
-            return worker
-        self._drop(worker, lane)
+    def _send(self, line: bytes, ticket: _Ticket) -> _Worker:
+        """A fast-lane worker that was sent `line` (an idle one that had ended: a fresh one)."""
+        for _ in range(2):
+            worker = self._take(ticket)
+            if worker.send(line):
+                return worker
+            self._drop(worker, ticket)
         raise WorkerLost("it could not be sent the request")
 
-    def _receive(self, worker: _Worker, lane: str, deadline: float) -> dict | None:
+    def _receive(self, worker: _Worker, ticket: _Ticket, deadline: float) -> dict | None:
         """The worker's reply by `deadline`, or None (the worker still running)."""
         try:
             return worker.receive(deadline)
         except BaseException:
-            self._drop(worker, lane)
+            self._drop(worker, ticket)
             raise
 
-    def _enter_slow_lane(self, worker: _Worker) -> None:
-        """Move a running request from the fast lane to the slow one, pausing its worker while
-        the slow lane is full (the fast slot is free at once either way)."""
+    # ---- the slow lane ----
+
+    def _plan(self) -> None:
+        """Decide which slow-lane requests run (under `changed`): `SLOW_MOST` of them, given one
+        at a time to the client with the fewest given so far, then the least slow-lane time, each
+        client's oldest first; pause the others' workers, resume the chosen ones'. A client's
+        time counts while its requests run and is forgotten once it has none in the lane."""
+        now = time.monotonic()
+        for ticket in self.slow:
+            if ticket.running:
+                self.service[ticket.client] += now - ticket.since
+                ticket.ran += now - ticket.since
+                ticket.since = now
+        queues: dict[str, list[_Ticket]] = {}
+        for ticket in self.slow:
+            queues.setdefault(ticket.client, []).append(ticket)
+        given = dict.fromkeys(queues, 0)
+        chosen: set[int] = set()
+        while len(chosen) < SLOW_MOST and queues:
+            name = min(queues, key=lambda c: (given[c], self.service[c], queues[c][0].arrived))
+            chosen.add(id(queues[name].pop(0)))
+            given[name] += 1
+            if not queues[name]:
+                del queues[name]
+        for ticket in self.slow:
+            if id(ticket) in chosen and not ticket.running:
+                ticket.worker.resume()
+                ticket.running, ticket.since = True, now
+            elif id(ticket) not in chosen and ticket.running:
+                ticket.worker.pause()
+                ticket.running = False
+        self.changed.notify_all()
+
+    def _enter_slow_lane(self, ticket: _Ticket) -> None:
+        """Move a running request from the fast lane to the slow one (the fast room is free at
+        once); its worker runs on or is paused, as `_plan` decides."""
         with self.changed:
-            self.running[FAST] -= 1
-            self.changed.notify_all()
-            paused = self.running[SLOW] >= SLOW_MOST
-            if paused:
-                worker.pause()
-            while self.running[SLOW] >= SLOW_MOST:
-                self.changed.wait()
-            self.running[SLOW] += 1
-        if paused:
-            worker.resume()
+            self.fast.remove(ticket)
+            self.service.setdefault(ticket.client, 0.0)
+            ticket.running, ticket.since = True, time.monotonic()
+            self.slow.append(ticket)
+            self._plan()
         threading.Thread(target=self._spare, daemon=True).start()
+
+    def _slow_reply(self, ticket: _Ticket, seconds: float) -> dict | None:
+        """The reply of a slow-lane request that may run `seconds` more there (time paused not
+        counted), or None when it ran that long; waits in slices, re-planning the lane after
+        each, so that a client's time is weighed while its requests run."""
+        while True:
+            with self.changed:
+                self._plan()
+                while not ticket.running:
+                    self.changed.wait()
+                left = seconds - ticket.ran - (time.monotonic() - ticket.since)
+            if left <= 0:
+                return None
+            deadline = time.monotonic() + min(left, SLICE_S)
+            reply = self._receive(ticket.worker, ticket, deadline)
+            if reply is not None:
+                return reply
 
     def _spare(self) -> None:
         """Start a worker for the idle list (the slow request kept its own), if it has room."""
@@ -241,27 +357,30 @@ class Pool:
                 return
         worker.close()
 
-    def ask(self, request: dict, seconds: float) -> dict:
-        """The sandbox's reply to `request` (JSON-able); `TimeoutError` when none came within
-        `seconds` of running (time paused in the slow lane's queue is not counted),
-        `WorkerLost` when the worker ended first. See the module docstring for the lanes."""
+    def ask(self, request: dict, seconds: float, client_name: str | None = None) -> dict:
+        """The sandbox's reply to `request` (JSON-able), sent as `client_name`'s (default: the
+        `client` block's); `TimeoutError` when none came within `seconds` of running (time
+        paused in the slow lane is not counted), `WorkerLost` when the worker ended first. See
+        the module docstring for the lanes."""
         line = json.dumps(request).encode("ascii") + b"\n"
-        lane, worker = FAST, self._send(line, FAST)
+        name = _CLIENT.get() if client_name is None else client_name
+        with self.changed:
+            ticket = _Ticket(name, next(self.arrivals))
+        ticket.worker = worker = self._send(line, ticket)
         started = time.monotonic()
-        reply = self._receive(worker, lane, started + min(seconds, SLOW_S))
+        reply = self._receive(worker, ticket, started + min(seconds, SLOW_S))
         if reply is None and seconds > SLOW_S:
             ran = time.monotonic() - started
-            self._enter_slow_lane(worker)
-            lane = SLOW
-            reply = self._receive(worker, lane, time.monotonic() + seconds - ran)
+            self._enter_slow_lane(ticket)
+            reply = self._slow_reply(ticket, seconds - ran)
         if reply is None:
-            self._drop(worker, lane)
+            self._drop(worker, ticket)
             raise TimeoutError(f"no reply within {seconds:g} s")
         if reply.get("fatal"):  # it ran out of memory, and ends
             worker.close()
-            self._give(None, lane)
+            self._give(None, ticket)
         else:
-            self._give(worker, lane)
+            self._give(worker, ticket)
         return reply
 
     def close(self) -> None:

@@ -139,33 +139,56 @@ def test_a_hostile_render_never_holds_up_another():
     assert errors == [f"the chat template was stopped: it runs longer than {chat.MAX_SECONDS:g} s"]
 
 
-SLOW = (  # about 2 s of rendering: far past the fast lane's 0.25 s, within any budget below
-    "{% for i in range(40000) %}{{ (messages[0].content * 50)|upper|length }}{% endfor %}"
+SLOW = (  # about 0.5 s of rendering: far past the fast lane's 0.25 s, within any budget below
+    "{% for i in range(10000) %}{{ (messages[0].content * 50)|upper|length }}{% endfor %}"
 )
+NORMAL = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
 
 
 @pytest.mark.timeout(300)
-def test_a_normal_render_is_not_held_up_by_16_slow_ones(monkeypatch):
-    """16 slow renders at once, then a normal one: the normal one finishes first (before, it
-    waited for 4 rounds of 4 slow renders), and every slow one still renders in full, its
-    time paused in the slow lane's queue not charged to its budget."""
+def test_one_clients_16_slow_renders_hold_up_no_other_client(monkeypatch):
+    """Client "a" sends 16 slow renders at once; then client "b" a normal one and a slow one.
+    The normal one finishes first (before the slow lane, it waited for 4 rounds of 4 slow
+    renders; before per-client shares, for a's queue in the fast lane); b's slow one runs at
+    once beside a's, which hold at most their share of the slow lane, so it finishes before
+    most of them (before per-client shares, after all 16); and every slow render still
+    renders in full, its time paused in the slow lane not charged to its budget."""
     monkeypatch.setattr(chat, "MAX_SECONDS", 60.0)  # the slow renders must finish, not time out
-    slow = ChatTemplate(SLOW)
-    normal = ChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    slow, normal = ChatTemplate(SLOW), ChatTemplate(NORMAL)
     finished = []
 
     def run(template, name):
-        try:
-            finished.append((name, template.render(HI)))
-        except ValueError as error:
-            finished.append((name, str(error)))
+        with template_pool.client(name[0]):
+            try:
+                finished.append((name, template.render(HI)))
+            except ValueError as error:
+                finished.append((name, str(error)))
 
-    threads = [threading.Thread(target=run, args=(slow, "slow"), daemon=True) for _ in range(16)]
+    threads = [threading.Thread(target=run, args=(slow, "a"), daemon=True) for _ in range(16)]
     for thread in threads:
         thread.start()
-    time.sleep(0.2)  # the slow ones are queued or rendering
-    run(normal, "normal")
+    time.sleep(0.2)  # a's renders are queued or rendering
+    run(normal, "b normal")
+    threads.append(threading.Thread(target=run, args=(slow, "b slow"), daemon=True))
+    threads[-1].start()
     for thread in threads:
         thread.join(timeout=240)
-    assert finished[0] == ("normal", "<user>Hi")
-    assert finished[1:] == [("slow", "100" * 40000)] * 16
+    names = [name for name, _ in finished]
+    assert names[0] == "b normal" and finished[0][1] == "<user>Hi"
+    assert names.index("b slow") <= 8, names
+    assert sorted(finished[1:]) == [("a", "100" * 10000)] * 16 + [("b slow", "100" * 10000)]
+
+
+@pytest.mark.timeout(60)
+def test_a_client_is_named_for_each_step_of_a_stream():
+    """`steps_as` names the client for every step of a generator, each step in a fresh context
+    (as a web framework's worker threads take them), and not after it."""
+    import contextvars
+
+    def seen():
+        for _ in range(3):
+            yield template_pool._CLIENT.get()
+
+    steps = template_pool.steps_as("visitor", seen())
+    assert [contextvars.copy_context().run(next, steps) for _ in range(3)] == ["visitor"] * 3
+    assert template_pool._CLIENT.get() == ""
