@@ -30,6 +30,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response, StreamingRes
 from ray import serve
 from tokenizers import Tokenizer
 
+from runtime import template_pool
 from runtime.bundle import read_manifest
 from runtime.chat import is_chat_manifest
 from runtime.manifest import Manifest
@@ -63,6 +64,12 @@ def _sse(body: dict) -> str:
     to parse every event, so a non-finite number is a bug that ends the stream with an error
     event, as the JSONResponse of an unstreamed answer would be a 500)."""
     return f"data: {json.dumps(body, ensure_ascii=False, allow_nan=False)}\n\n"
+
+
+def _client_of(raw: Request) -> str:
+    """Whose request this is, for the template pool's fair shares (runtime/template_pool.py):
+    its client's address. Not the API key: `--api-key` is one key, shared by every client."""
+    return raw.client.host if raw.client is not None else ""
 
 
 # `serve.ingress` copies the FastAPI app when the class is defined: the routes' helpers must
@@ -300,22 +307,24 @@ class Gateway:
         if (denied := self._unauthorized(raw)) is not None:
             return denied
         arrived, model = time.perf_counter(), None
+        client = _client_of(raw)
         try:
             body = await self._json_body(raw)
             # Parsing checks a JSON schema (limits, then a sandboxed compile: up to its 5 s
             # deadline), so it runs on a worker thread, never on the loop serving others.
-            request = await asyncio.to_thread(route.parse, body, self.limits)
+            with template_pool.client(client):
+                request = await asyncio.to_thread(route.parse, body, self.limits)
             model = request.model
             self._check_model(model)
             if route.needs_chat_template and not self._model_object(model)["chat"]:
                 raise not_a_chat_model(model)
             handle = self.models[model]
             if request.stream:
-                return await self._stream(handle, request, route, arrived)
+                return await self._stream(handle, request, route, arrived, client)
             with self.metrics.running_request(model):
                 for attempt in range(RETRIES + 1):
                     try:
-                        result = await handle.complete.remote(request)
+                        result = await handle.complete.remote(request, client)
                         break
                     except UNAVAILABLE:
                         if attempt == RETRIES:
@@ -327,14 +336,16 @@ class Gateway:
         self.metrics.add_usage(model, result["usage"])
         return route.response(route.new_id(), model, result)
 
-    async def _stream(self, handle, request, route: Route, arrived: float) -> StreamingResponse:
+    async def _stream(
+        self, handle, request, route: Route, arrived: float, client: str
+    ) -> StreamingResponse:
         """Wait for the replica's first item (so refused input still gets a 400), then stream
         server-sent events. The stream's timer (serve/metrics.py) counts it as waiting until
         its first token, then as running, and takes its tokens' times and its usage."""
         timer = self.metrics.stream(request.model, arrived)
         try:
             for attempt in range(RETRIES + 1):
-                responses = handle.options(stream=True).stream.remote(request)
+                responses = handle.options(stream=True).stream.remote(request, client)
                 try:
                     first = await responses.__anext__()
                     break

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import runtime
+from runtime import template_pool
 from runtime.cancel import Cancelled, cancel_when
 from runtime.engine import Engine
 
@@ -77,10 +78,11 @@ class ModelServer:
                 "queried_positions": prefixes.queried_positions if prefixes is not None else 0,
             }
 
-    async def complete(self, request) -> dict:
+    async def complete(self, request, client: str = "") -> dict:
         """The route's result for `request` ({"choices", "usage"}), or {"error": message} for
-        a setting or prompt the runtime refuses."""
-        return await self._run(self._complete, request)
+        a setting or prompt the runtime refuses; its templates are `client`'s in the template
+        pool (runtime/template_pool.py)."""
+        return await self._run(self._complete, request, client=client)
 
     def _complete(self, request) -> dict:
         try:
@@ -88,23 +90,24 @@ class ModelServer:
         except ValueError as error:
             return {"error": str(error)}
 
-    async def stream(self, request) -> AsyncIterator[dict]:
+    async def stream(self, request, client: str = "") -> AsyncIterator[dict]:
         """The route's items for `request` ({"choice": …} …, then {"usage": …}), or
         {"error": message} (and nothing after it) when the runtime refuses a setting or
-        prompt."""
+        prompt; its templates are `client`'s in the template pool."""
+        items = route_of(request).stream(self.generator, request)
         try:
-            async for item in self._in_thread(route_of(request).stream(self.generator, request)):
+            async for item in self._in_thread(items, client):
                 yield item
         except ValueError as error:
             yield {"error": str(error)}
 
-    async def _run(self, work: Callable, *args):
-        """`work(*args)` in the pool, inside a cancel scope that is set when this request is
-        cancelled (its client has gone): the generation then stops at its next step."""
+    async def _run(self, work: Callable, *args, client: str = ""):
+        """`work(*args)` in the pool as `client`'s, inside a cancel scope that is set when this
+        request is cancelled (its client has gone): the generation then stops at its next step."""
         stop = threading.Event()
 
         def scoped():
-            with cancel_when(stop):
+            with cancel_when(stop), template_pool.client(client):
                 return work(*args)
 
         with self._lock:
@@ -123,15 +126,16 @@ class ModelServer:
                 self.running -= 1
                 self.cancelled += cancelled
 
-    async def _in_thread(self, items: Iterator) -> AsyncIterator:
-        """Run a (blocking) iterator of the route's items in the pool; stop and close it when
-        cancelled."""
+    async def _in_thread(self, items: Iterator, client: str = "") -> AsyncIterator:
+        """Run a (blocking) iterator of the route's items in the pool as `client`'s; stop and
+        close it when cancelled."""
         loop, queue, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
         done = object()
 
         def produce():
             try:
-                with cancel_when(stop):  # beam search, which streams only at its end, stops too
+                # beam search, which streams only at its end, stops too
+                with cancel_when(stop), template_pool.client(client):
                     if stop.is_set():  # cancelled while waiting for a free slot
                         return
                     for item in items:

@@ -306,3 +306,40 @@ def test_a_ray_that_binds_the_replica_port_otherwise_fails_loudly(monkeypatch):
     with pytest.raises(RuntimeError, match=r"cannot keep it on 127\.0\.0\.1"):
         ray_guard.replica_grpc_on_loopback()
     assert ray_replica.add_port_to_grpc_server is kept
+
+
+# ---- whose templates: the template pool's client in serve (issue 44, item 2) -------------------
+
+
+def test_a_request_runs_its_templates_as_its_clients(monkeypatch):
+    """The gateway names a request's client by its address; the replica runs the route's work,
+    answered or streamed, inside that client's block of the template pool, where every chat
+    template and schema is compiled and rendered (tests/test_hostile_templates.py holds the
+    pool to its shares)."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from runtime import template_pool
+    from serve import gateway, replica
+
+    raw = Request({"type": "http", "client": ("10.1.2.3", 5555), "headers": []})
+    assert gateway._client_of(raw) == "10.1.2.3"
+
+    class Route:
+        def complete(self, generator, request):
+            return {"client": template_pool._CLIENT.get()}
+
+        def stream(self, generator, request):
+            yield {"client": template_pool._CLIENT.get()}
+
+    monkeypatch.setattr(replica, "route_of", lambda request: Route())
+    server = replica.ModelServer("unused", 1, 2, loader=lambda path, threads: object())
+
+    async def both():
+        answered = await server.complete(None, "10.1.2.3")
+        streamed = [item async for item in server.stream(None, "10.1.2.3")]
+        return answered, streamed
+
+    assert asyncio.run(both()) == ({"client": "10.1.2.3"}, [{"client": "10.1.2.3"}])
+    assert template_pool._CLIENT.get() == ""
