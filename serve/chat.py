@@ -11,15 +11,20 @@ Three parts, each testable without a server, laid out as serve/api.py lays out c
   chat reply reads (runtime/parameters.py's; completions' without beam search). Messages have
   a role (system, user, assistant; "developer" is OpenAI's newer name for system) and text
   content (a string, or a list of text parts, joined by newlines), at most
-  `limits.max_prompt_chars` characters in all; `name` is accepted and not shown to the model.
-  `response_format` (JSON mode, or JSON to a schema) is completions' (serve/api.py). Tools,
-  penalties and `logit_bias` are refused unless at the value that means "off".
+  `limits.max_prompt_chars` characters in all (the tools' JSON included); `name` is accepted and
+  not shown to the model. `response_format` (JSON mode, or JSON to a schema) is completions'
+  (serve/api.py). `tools`, `tool_choice` and `parallel_tool_calls`, tool messages and earlier
+  calls are serve/tools.py's. Penalties and `logit_bias` are refused unless at the value that
+  means "off".
 - the replica's work: `complete(gen, request)` and `stream(gen, request)` run `gen.chat` /
-  `gen.stream_chat` (serve/replica.py runs them, as it runs completions', in its thread pool).
+  `gen.stream_chat` (serve/replica.py runs them, as it runs completions', in its thread pool),
+  with the tools and their calls' grammar for the model's template (`tools.constraint`).
 - the response: OpenAI's `chat.completion` object, or `chat.completion.chunk` server-sent events
   (`chunk`): per choice a first `delta` with the role, then content deltas, the finish reason on
   the last; with `stream_options.include_usage` a last chunk with `usage` and no choices; then
-  `data: [DONE]`. `logprobs: true` (+ `top_logprobs` ≤ 5) gives `choices[].logprobs.content[]`,
+  `data: [DONE]`. A reply that calls functions has `message.tool_calls` and finish reason
+  "tool_calls"; streamed, `delta.tool_calls` (serve/tools.py). `logprobs: true` (+
+  `top_logprobs` ≤ 5) gives `choices[].logprobs.content[]`,
   each with token, logprob, UTF-8 bytes and the top alternatives; the end-of-turn token is not
   listed (it is not in the text). Each choice also carries a `scriptorium` object, as
   completions do: the token ids (end of turn included), their log-probabilities, the runtime's
@@ -32,6 +37,7 @@ serves /v1/completions).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,7 +50,7 @@ import runtime
 from runtime.chat import check_messages
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
 
-from . import api
+from . import api, tools
 from .protocol import ChatBody, RequestError, finite_logprob, logprob_of, parse_body
 
 UNTIL_CONTEXT = 1 << 30  # max_new_tokens when the request sets no limit: the context caps it
@@ -52,6 +58,7 @@ UNTIL_CONTEXT = 1 << 30  # max_new_tokens when the request sets no limit: the co
 RUNTIME_NAMES = {
     **api.RUNTIME_NAMES,
     "max_new_tokens": "max_completion_tokens",
+    "tool_calls": "tools",
 }
 
 
@@ -61,8 +68,9 @@ RUNTIME_NAMES = {
 @dataclass(frozen=True)
 class ChatRequest:
     model: str  # model id as listed by GET /v1/models
-    messages: tuple[dict, ...]  # {"role", "content"} as the runtime takes them
+    messages: tuple[dict, ...]  # {"role", "content", …} as the runtime takes them
     config: runtime.GenerationConfig  # validated settings
+    tools: tools.ToolRequest | None = None  # the functions a reply may or must call
     controls: dict = field(default_factory=dict)  # control tokens, e.g. {"section": "gospels"}
     top_logprobs: int | None = None  # None: no logprobs; k: each token's logprob and the top k
     stream: bool = False  # answer with server-sent events
@@ -91,16 +99,11 @@ def parse_chat(raw: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS) -> C
             f"`top_logprobs` must come with `logprobs` true, got {body.top_logprobs} without",
             param="top_logprobs",
         )
-    messages = tuple(
-        {
-            "role": "system" if m.role == "developer" else m.role,
-            "content": m.content
-            if isinstance(m.content, str)
-            else "\n".join(p.text for p in m.content),
-        }
-        for m in body.messages
-    )
+    messages = tuple(tools.chat_messages(body.messages))
+    offered = tools.parse_tools(body)
     characters = sum(len(m["content"]) for m in messages)
+    if body.tools:
+        characters += len(json.dumps([tool.model_dump() for tool in body.tools]))
     if characters > limits.max_prompt_chars:
         raise RequestError(
             f"`messages` must be at most {limits.max_prompt_chars} characters in all, "
@@ -126,6 +129,7 @@ def parse_chat(raw: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS) -> C
         model=body.model,
         messages=messages,
         config=config,
+        tools=offered,
         controls={k: v for k, v in (body.controls or {}).items() if v is not None},
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         stream=bool(body.stream),
@@ -221,14 +225,24 @@ def complete(gen, request: ChatRequest) -> dict:
         return _complete(gen, request)
 
 
-def _complete(gen, request: ChatRequest) -> dict:
+def _prepared(gen, request: ChatRequest) -> tuple[list[dict], list | None, object, str | None]:
+    """(the conversation, the tools for the template, the config, the calls' format) for
+    `gen`: the request's own when it offers no tools."""
     messages = list(request.messages)
+    if request.tools is None:
+        return messages, None, request.config, None
+    messages, template_tools, calls = tools.constraint(gen, messages, request.tools)
+    return messages, template_tools, request.config.replace(tool_calls=calls), calls.format
+
+
+def _complete(gen, request: ChatRequest) -> dict:
+    messages, offered, config, call_format = _prepared(gen, request)
     if request.top_logprobs is None:
-        outputs = gen.chat(messages, request.config, request.controls)
+        outputs = gen.chat(messages, config, request.controls, offered)
         alternatives = [[] for _ in outputs]
     else:  # the alternatives come with the stream's events
-        prompt_tokens = len(gen.encode_chat(messages, request.controls))
-        events = gen.stream_chat(messages, request.config, request.controls)
+        prompt_tokens = len(gen.encode_chat(messages, request.controls, offered))
+        events = gen.stream_chat(messages, config, request.controls, offered)
         rows = api.collect(events, request.config.num_return_sequences, prompt_tokens)
         outputs, alternatives = [output for output, _ in rows], [alts for _, alts in rows]
     choices = []
@@ -239,12 +253,16 @@ def _complete(gen, request: ChatRequest) -> dict:
                 gen, output.token_ids, output.logprobs, alts, request.top_logprobs
             )
             logprobs = {"content": content, "refusal": None}
+        message = {"role": "assistant", "content": output.text, "refusal": None}
+        finish_reason = api.openai_finish_reason(output.finish_reason)
+        if call_format is not None:
+            message, finish_reason = tools.reply_message(output.text, finish_reason, call_format)
         choices.append(
             {
                 "index": index,
-                "message": {"role": "assistant", "content": output.text, "refusal": None},
+                "message": message,
                 "logprobs": logprobs,
-                "finish_reason": api.openai_finish_reason(output.finish_reason),
+                "finish_reason": finish_reason,
                 "scriptorium": _choice_extras(
                     output.token_ids, output.logprobs, output.finish_reason
                 ),
@@ -264,15 +282,22 @@ def stream(gen, request: ChatRequest) -> Iterator[dict]:
 
 
 def _stream(gen, request: ChatRequest) -> Iterator[dict]:
-    messages = list(request.messages)
-    events = gen.stream_chat(messages, request.config, request.controls)
-    prompt_tokens = len(gen.encode_chat(messages, request.controls))
+    messages, offered, config, call_format = _prepared(gen, request)
+    events = gen.stream_chat(messages, config, request.controls, offered)
+    prompt_tokens = len(gen.encode_chat(messages, request.controls, offered))
     completion_tokens = 0
     started: set[int] = set()
+    calls: dict[int, tools.CallDeltas] = {}  # per choice, when the reply may call functions
     try:
         for event in events:
             completion_tokens += 1
-            delta = {"content": event.text}
+            finish_reason = api.openai_finish_reason(event.finish_reason)
+            if call_format is None:
+                delta = {"content": event.text}
+            else:
+                reading = calls.setdefault(event.index, tools.CallDeltas(call_format))
+                delta = reading.feed(event.text, finished=finish_reason is not None)
+                finish_reason = reading.finish_reason(finish_reason)
             if event.index not in started:  # a choice's first chunk names the role
                 started.add(event.index)
                 delta = {"role": "assistant", **delta}
@@ -291,7 +316,7 @@ def _stream(gen, request: ChatRequest) -> Iterator[dict]:
                     "index": event.index,
                     "delta": delta,
                     "logprobs": logprobs,
-                    "finish_reason": api.openai_finish_reason(event.finish_reason),
+                    "finish_reason": finish_reason,
                     "scriptorium": _choice_extras(
                         [event.token_id], [event.logprob], event.finish_reason, event.alternatives
                     ),

@@ -54,6 +54,8 @@ from runtime.request_caps import (
     MAX_NAME_CHARS,
     MAX_STOP_CHARS,
     MAX_STOP_STRINGS,
+    MAX_TOOL_CALLS,
+    MAX_TOOLS,
     SERVE_APP_RANGES,
 )
 
@@ -230,17 +232,73 @@ class TextPart(Body):
     text: str = must("a string", default=...)
 
 
+FUNCTION_NAME_RULE = "a string of 1 to 64 letters, digits, underscores or dashes"
+FunctionName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+
+
+class CalledFunction(Body):
+    endpoint: typing.ClassVar[str] = "tool_calls[].function"
+    name: FunctionName = must(FUNCTION_NAME_RULE, default=...)
+    arguments: str = must("a string of a JSON object (the call's arguments)", default=...)
+
+
+class ToolCall(Body):
+    """An earlier call, in an assistant message (as the server returned it)."""
+
+    endpoint: typing.ClassVar[str] = "tool_calls[]"
+    id: Name = must(f"a string of 1 to {MAX_NAME_CHARS} characters", default=...)
+    type: Literal["function"] = must('"function"', default=...)
+    function: CalledFunction = must('an object like {"name": …, "arguments": "{…}"}', default=...)
+
+
 class Message(Body):
     endpoint: typing.ClassVar[str] = "message"
-    role: Literal["system", "developer", "user", "assistant"] = must(
-        "one of 'system', 'developer', 'user', 'assistant'", default=...
+    role: Literal["system", "developer", "user", "assistant", "tool"] = must(
+        "one of 'system', 'developer', 'user', 'assistant', 'tool'", default=...
     )
-    content: str | list[TextPart] = must(
-        'a string or a list of {"type": "text", "text": …} parts', default=...
+    content: str | list[TextPart] | None = must(
+        'a string or a list of {"type": "text", "text": …} parts (null: an assistant message '
+        "with tool_calls)",
+        default=...,
     )
     name: Name | None = must(
         f"a string of 1 to {MAX_NAME_CHARS} characters (accepted, not shown to the model)"
     )
+    tool_calls: Annotated[list[ToolCall], Field(max_length=MAX_TOOL_CALLS)] | None = must(
+        f"a list of at most {MAX_TOOL_CALLS} calls, in an assistant message only"
+    )
+    tool_call_id: Name | None = must(
+        f"a string of 1 to {MAX_NAME_CHARS} characters (the call answered), in a tool message only"
+    )
+
+
+class FunctionDefinition(Body):
+    endpoint: typing.ClassVar[str] = "tools[].function"
+    name: FunctionName = must(FUNCTION_NAME_RULE, default=...)
+    description: str | None = must("a string (shown to the model through its chat template)")
+    parameters: dict | None = must(
+        'a JSON Schema of type "object" llguidance supports (absent: no arguments)'
+    )
+    strict: bool | None = must("true, false or null (the schema is always enforced)")
+
+
+class Tool(Body):
+    endpoint: typing.ClassVar[str] = "tools[]"
+    type: Literal["function"] = must('"function"', default=...)
+    function: FunctionDefinition = must(
+        'an object like {"name": …, "description": …, "parameters": {…}}', default=...
+    )
+
+
+class ChosenFunction(Body):
+    endpoint: typing.ClassVar[str] = "tool_choice.function"
+    name: FunctionName = must(FUNCTION_NAME_RULE + ", one of `tools`", default=...)
+
+
+class NamedToolChoice(Body):
+    endpoint: typing.ClassVar[str] = "tool_choice"
+    type: Literal["function"] = must('"function"', default=...)
+    function: ChosenFunction = must('an object like {"name": …}', default=...)
 
 
 class _ChatFields(GenerationBody):
@@ -254,9 +312,15 @@ class _ChatFields(GenerationBody):
     top_logprobs: int | None = must(
         f"an int in [0, {MAX_LOGPROBS}], with logprobs true", ge=0, le=MAX_LOGPROBS
     )
-    tools: list | None = unsupported("null or empty (tools are not supported)", [])
-    tool_choice: str | None = unsupported('"none" or null (tools are not supported)', "none")
-    parallel_tool_calls: bool | None = must("true, false or null (tools are not supported)")
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = must(
+        f'a list of at most {MAX_TOOLS} {{"type": "function", "function": {{…}}}} tools'
+    )
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = must(
+        '"none", "auto", "required" or {"type": "function", "function": {"name": …}}'
+    )
+    parallel_tool_calls: bool | None = must(
+        "true, false or null (true, the default: a reply may make several calls)"
+    )
     store: bool | None = unsupported("false or null (nothing is stored)", False)
     metadata: (
         Annotated[
@@ -558,17 +622,29 @@ class ChatChoiceExtras(BaseModel):
     alternatives: list[tuple[str, float]] | None = None
 
 
+class ReturnedFunction(BaseModel):
+    name: str
+    arguments: str = Field(description="the arguments, JSON text valid to the function's schema")
+
+
+class ReturnedToolCall(BaseModel):
+    id: str
+    type: Literal["function"]
+    function: ReturnedFunction
+
+
 class ChatMessage(BaseModel):
     role: Literal["assistant"]
-    content: str
+    content: str | None
     refusal: None = None
+    tool_calls: list[ReturnedToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int
     message: ChatMessage
     logprobs: ChatLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
     scriptorium: ChatChoiceExtras
 
 
