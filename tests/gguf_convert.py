@@ -7,12 +7,13 @@ the sdist downloaded once by pip (sources only, no build) into
 `~/.cache/scriptorium/llama-cpp-python/<version>/` and unpacked there; None when it cannot be had
 (the tests then skip, saying so). `make_checkpoint(out_dir, model_type, **fields)` saves a tiny
 model of any decoder family transformers has, beside tests/gguf_models.py's byte-level BPE
-tokenizer and ChatML template; `convert(checkpoint, out, outtype)` runs the converter on it in
-a subprocess with its own vendored `gguf-py`. The converter names a BPE pre-tokenizer by hashing
-a sample text's tokens against a table of published tokenizers; a tokenizer trained here is in no
-table, so the driver names it `gpt2` (GPT-2's regex, what our tokenizer's ByteLevel splits by);
-and families whose converter reads a SentencePiece `tokenizer.model` (gemma, gemma2) have the
-byte-level vocabulary written the `gpt2` way instead (our checkpoints have no tokenizer.model).
+tokenizer and ChatML template; `convert(source, checkpoint, {outtype: out})` runs the converter
+on it in one subprocess with its own vendored `gguf-py`. The converter names a BPE pre-tokenizer by
+hashing a sample text's tokens against a table of published tokenizers; a tokenizer trained here
+is in no table, so the driver names it `gpt2` (GPT-2's regex, what our tokenizer's ByteLevel splits
+by); and families whose converter reads a SentencePiece `tokenizer.model` (gemma, gemma2, phi3) have
+the byte-level vocabulary written the `gpt2` way instead (our checkpoints have no tokenizer.model;
+phi3's is the branch Phi-4's GPT2Tokenizer takes).
 """
 
 from __future__ import annotations
@@ -28,14 +29,18 @@ from tests.gguf_models import CHAT_TEMPLATE, CORPUS, SPECIALS
 VERSION = "0.3.36"  # bench/serve_peers.py's PEER_VERSION
 DRIVER = """
 import runpy, sys
-source = sys.argv[1]
+source, checkpoint, *outputs = sys.argv[1:]
 sys.path[:0] = [source, source + "/gguf-py"]
 import conversion.base
 model = conversion.base.TextModel
 model.get_vocab_base_pre = lambda self, tokenizer: "gpt2"
 model._set_vocab_sentencepiece = model._set_vocab_gpt2
-sys.argv = ["convert_hf_to_gguf.py", *sys.argv[2:]]
-runpy.run_path(source + "/convert_hf_to_gguf.py", run_name="__main__")
+import conversion.phi  # Phi-4's GPT2Tokenizer branch (Phi-3's reads a tokenizer.model)
+conversion.phi.Phi3MiniModel.set_vocab = model._set_vocab_gpt2
+for output in outputs:  # one process for every type: torch is imported once
+    outtype, out = output.split("=", 1)
+    sys.argv = ["convert_hf_to_gguf.py", checkpoint, "--outfile", out, "--outtype", outtype]
+    runpy.run_path(source + "/convert_hf_to_gguf.py", run_name="__main__")
 """
 
 
@@ -60,19 +65,19 @@ def llama_cpp_source() -> Path | None:
     return source if (source / "convert_hf_to_gguf.py").is_file() else None
 
 
-def convert(source: Path, checkpoint: Path, out: Path, outtype: str) -> Path:
-    """`checkpoint` as a GGUF file `out` of `outtype` ("f32", "q8_0", …); RuntimeError with the
-    converter's last lines when it fails."""
+def convert(source: Path, checkpoint: Path, outputs: dict[str, Path]) -> dict[str, Path]:
+    """`checkpoint` as GGUF files, {outtype ("f32", "q8_0", …): path}, in one converter process;
+    RuntimeError with the converter's last lines when it fails."""
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(source), str(checkpoint), "--outfile", str(out)]
-        + ["--outtype", outtype],
+        [sys.executable, "-c", DRIVER, str(source), str(checkpoint)]
+        + [f"{outtype}={path}" for outtype, path in outputs.items()],
         capture_output=True,
         text=True,
         env={**os.environ, "NO_LOCAL_GGUF": "1"},  # the driver puts gguf-py on the path itself
     )
     if done.returncode != 0:
         raise RuntimeError(f"convert_hf_to_gguf failed:\n{done.stderr[-3000:]}")
-    return out
+    return outputs
 
 
 def tokenizer():
@@ -101,23 +106,22 @@ def make_checkpoint(out_dir: Path, model_type: str, seed: int = 0, **fields) -> 
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
     tok = tokenizer()
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=tok.get_vocab_size(),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=64,
-        rms_norm_eps=1e-6,
-        initializer_range=0.08,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        **fields,
-    )
+    shape = {
+        "vocab_size": tok.get_vocab_size(),
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "max_position_embeddings": 64,
+        "rms_norm_eps": 1e-6,
+        "initializer_range": 0.08,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+    }
+    config = AutoConfig.for_model(model_type, **{**shape, **fields})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():

@@ -29,6 +29,7 @@ transformers = pytest.importorskip("transformers")
 
 PROMPTS = ["In the beginning God created the heaven", "The capital of France is"]
 NEW_TOKENS = 12
+OUTTYPES = ("f32", "q8_0")
 FAMILIES = {  # name -> (model_type, config fields)
     "qwen3": ("qwen3", {}),
     "qwen3-tied": ("qwen3", {"tie_word_embeddings": True}),
@@ -36,6 +37,38 @@ FAMILIES = {  # name -> (model_type, config fields)
     # llama.cpp scales queries by 1/sqrt(head size) (Gemma 2 2B / 9B); a window shorter than
     # the prompts, so that the sliding layers' window is exercised
     "gemma2": ("gemma2", {"query_pre_attn_scalar": 32, "sliding_window": 4}),
+    # 6 layers: llama.cpp's pattern (the GGUF has none) makes layer 5 global, 0-4 sliding,
+    # each kind with its own rotary base
+    "gemma3": (
+        "gemma3_text",
+        {"query_pre_attn_scalar": 32, "sliding_window": 4, "num_hidden_layers": 6},
+    ),
+    # Phi-4-mini's form: partial rotary, LongRoPE (short factors and attention factor within
+    # the original context, which the prompts and continuations stay inside)
+    "phi3": (
+        "phi3",
+        {
+            "partial_rotary_factor": 0.5,
+            "max_position_embeddings": 128,
+            "original_max_position_embeddings": 64,
+            "rope_scaling": {
+                "type": "longrope",
+                "long_factor": [1.0 + 0.5 * i for i in range(8)],
+                "short_factor": [1.0 + 0.2 * i for i in range(8)],
+            },
+        },
+    ),
+    "granite": (
+        "granite",
+        {
+            "embedding_multiplier": 2.0,
+            "residual_multiplier": 0.5,
+            "attention_multiplier": 0.1,
+            "logits_scaling": 4.0,
+        },
+    ),
+    "olmo2": ("olmo2", {}),
+    "smollm3": ("smollm3", {"num_hidden_layers": 4}),  # layer 3 without rotary
 }
 
 
@@ -49,7 +82,8 @@ def source():
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory, source):
-    """(family, outtype) -> (checkpoint, GGUF file, bundle, transformers model, HF tokenizer)."""
+    """(family, outtype) -> (checkpoint, GGUF file, bundle, transformers model, HF tokenizer);
+    each family converted once, to every outtype together."""
     cache = {}
 
     def make(family: str, outtype: str):
@@ -57,16 +91,16 @@ def converted(tmp_path_factory, source):
             root = tmp_path_factory.mktemp(family)
             model_type, fields = FAMILIES[family]
             checkpoint = make_checkpoint(root / "checkpoint", model_type, **fields)
+            files = convert(source, checkpoint, {t: root / f"{t}.gguf" for t in OUTTYPES})
             model = transformers.AutoModelForCausalLM.from_pretrained(
                 checkpoint, dtype=torch.float32
             ).eval()
             tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-            cache[family] = (root, checkpoint, model, tokenizer)
-        root, checkpoint, model, tokenizer = cache[family]
-        gguf_path = convert(source, checkpoint, root / f"{outtype}.gguf", outtype)
+            cache[family] = (root, checkpoint, files, model, tokenizer)
+        root, checkpoint, files, model, tokenizer = cache[family]
         bundle = root / outtype
-        export_gguf(gguf_path, bundle, accuracy_level=0, parity=False)
-        return checkpoint, gguf_path, bundle, model, tokenizer
+        export_gguf(files[outtype], bundle, accuracy_level=0, parity=False)
+        return checkpoint, files[outtype], bundle, model, tokenizer
 
     return make
 
@@ -87,7 +121,7 @@ def _transformers(model, ids: list[int]) -> tuple[np.ndarray, list[int]]:
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_f32_file_matches_transformers(converted, family):
     checkpoint, gguf_path, bundle, model, tokenizer = converted(family, "f32")
-    assert read_gguf(gguf_path).architecture == FAMILIES[family][0]
+    assert read_gguf(gguf_path).architecture == FAMILIES[family][0].removesuffix("_text")
     session, gguf_model = parity_session(bundle / "model.onnx"), read_gguf(gguf_path)
     generator = load(bundle, threads=1)
     config = GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)

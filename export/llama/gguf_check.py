@@ -270,10 +270,12 @@ def check_hyperparameters(fields: dict, arch: str) -> dict:
         )
     head_size = _integer(fields, p + "attention.key_length", 2, MAX_WIDTH, hidden // heads)
     rotary = fields.get(p + "rope.dimension_count", head_size)
-    if rotary != head_size or head_size % 2:
+    # a partial rotary (phi3) as GroupQueryAttention takes it: half of it a multiple of 8
+    partial = isinstance(rotary, int) and 0 < rotary < head_size and rotary % 16 == 0
+    if head_size % 2 or not (rotary == head_size or partial):
         raise GGUFError(
-            f"`{p}rope.dimension_count` must equal the head size {head_size} (an even number), "
-            f"got {rotary!r}"
+            f"`{p}rope.dimension_count` must equal the head size {head_size} (an even number) or "
+            f"be a smaller multiple of 16, got {rotary!r}"
         )
     return {
         "layers": _integer(fields, p + "block_count", 1, MAX_LAYERS),
@@ -282,6 +284,7 @@ def check_hyperparameters(fields: dict, arch: str) -> dict:
         "heads": heads,
         "kv_heads": kv_heads,
         "head_size": head_size,
+        "rotary_dim": rotary,
         "context": _integer(fields, p + "context_length", 1, MAX_CONTEXT),
         "rms_eps": check_positive(fields, p + "attention.layer_norm_rms_epsilon"),
         "rope_base": check_positive(fields, p + "rope.freq_base", 10000.0),
@@ -305,19 +308,27 @@ def check_tensors(tensors: dict, arch: str, hp: dict, block_count_key: str) -> N
         "ffn_up.weight": [d, ff],
         "ffn_down.weight": [ff, d],
     }
-    if arch == "qwen3":  # RMS norms over each head's query and key, before rotary
+    if arch in ("qwen3", "gemma3"):  # RMS norms over each head's query and key, before rotary
         layer.update(
             {"attn_q_norm.weight": [hp["head_size"]], "attn_k_norm.weight": [hp["head_size"]]}
         )
-    if arch == "gemma2":  # RMSNorms of the attention's and the MLP's outputs
+    if arch in ("gemma2", "gemma3", "olmo2"):  # RMSNorms of the attention's and MLP's outputs
         layer.update({"post_attention_norm.weight": [d], "post_ffw_norm.weight": [d]})
+    if arch == "olmo2":  # no norms before attention and MLP; q and k normed across heads
+        del layer["attn_norm.weight"], layer["ffn_norm.weight"]
+        layer.update({"attn_q_norm.weight": [q], "attn_k_norm.weight": [kv]})
+    if arch == "phi3":  # q|k|v and gate|up stored fused
+        for name in ("attn_q", "attn_k", "attn_v", "ffn_gate"):
+            del layer[f"{name}.weight"]
+        layer.update({"attn_qkv.weight": [d, q + 2 * kv], "ffn_up.weight": [d, 2 * ff]})
     optional = {"attn_q.bias": [q], "attn_k.bias": [kv], "attn_v.bias": [kv]}
     rows = int(vocab[1]) if len(vocab) == 2 else None
     expected = {"token_embd.weight": [d, rows], "output_norm.weight": [d]}
     if "output.weight" in tensors:
         expected["output.weight"] = [d, rows]
-    if "rope_freqs.weight" in tensors:
-        expected["rope_freqs.weight"] = [hp["head_size"] // 2]
+    for name in ("rope_freqs", "rope_factors_long", "rope_factors_short"):
+        if f"{name}.weight" in tensors:
+            expected[f"{name}.weight"] = [hp["rotary_dim"] // 2]
     for i in range(hp["layers"]):
         for name, shape in layer.items():
             if f"blk.{i}.{name}" not in tensors:

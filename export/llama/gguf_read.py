@@ -21,9 +21,11 @@ A float zero point would make Q4_1 exact too, but onnxruntime runs that case on 
 (docs/GGUF.md, "Quantization: carried over"); the offset is instead applied by the graph as
 per-block sums of the input times a small [K/32, N] matrix (export/llama/graph.py).
 
-Covers the `llama`, `qwen2`, `qwen3`, `gemma` and `gemma2` architectures (anything else raises
-`ValueError` naming them and docs/GGUF.md's table). It does not build graphs or tokenizers
-(export/llama/graph.py, export/llama/gguf_tokenizer.py).
+Covers the architectures in `ARCHITECTURES` (anything else raises `ValueError` naming them and
+docs/GGUF.md's table), reading what llama.cpp reads for each, with llama.cpp's defaults for what
+its converter leaves out of the file (gemma3's sliding pattern, smollm3's layers without
+rotary). It does not build graphs or tokenizers (export/llama/graph.py,
+export/llama/gguf_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -42,13 +44,21 @@ from .gguf_check import (
     prescan,
 )
 
+# docs/GGUF.md, "Supported architectures"; `serve --models` and the Models tab list them
 ARCHITECTURES = (
     "llama",
     "qwen2",
     "qwen3",
     "gemma",
     "gemma2",
-)  # docs/GGUF.md, "Supported architectures"
+    "gemma3",
+    "phi3",
+    "granite",
+    "olmo2",
+    "smollm3",
+)
+GEMMA3_PATTERN = 6  # llama.cpp's default: every 6th layer global, the others sliding
+SMOLLM3_NO_ROPE_STEP = 4  # llama.cpp's (and transformers' default): every 4th layer without rotary
 BLOCK = 32  # weights per MatMulNBits block (and per GGUF block of the carried-over types)
 CARRIED = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")  # quantized types mapped onto MatMulNBits as they are
 FLOATS = ("F32", "F16", "BF16")
@@ -220,8 +230,23 @@ class GGUFModel:
     tokenizer: dict  # tokenizer.ggml.* fields and the chat template
     tensors: dict = field(repr=False)  # name -> gguf.ReaderTensor
     attention_softcap: float = 0.0  # attention scores c·tanh(s / c) (gemma2; 0 = none)
-    final_softcap: float = 0.0  # logits c·tanh(l / c) (gemma2; 0 = none)
+    final_softcap: float = 0.0  # logits c·tanh(l / c) (gemma2, gemma3; 0 = none)
     sliding_window: int = 0  # keys each query of a sliding layer sees, itself included (0 = all)
+    sliding_layers: tuple = ()  # per layer: whether it slides (gemma2, gemma3)
+    rope_base_local: float = 0.0  # the sliding layers' rotary base (gemma3; 0 = rope_base)
+    rope_layers: tuple = ()  # per layer: whether it rotates (smollm3; () = every layer)
+    rotary_dim: int = 0  # rotated dimensions of each head (phi3's partial rotary; 0 = all)
+    rope_attn_factor: float = 1.0  # cos and sin times this (phi3's LongRoPE)
+    embedding_scale: float = 0.0  # embeddings times this (gemma: sqrt(hidden); granite; 0 = none)
+    residual_scale: float = 0.0  # attention and MLP outputs times this (granite; 0 = none)
+    attention_scale: float = 0.0  # scores times this (granite, gemma3 27B; 0 = 1/sqrt(head))
+    logit_scale: float = 0.0  # logits divided by this (granite; 0 = none)
+
+    def slides(self, layer: int) -> bool:
+        return bool(self.sliding_layers) and self.sliding_layers[layer]
+
+    def rotates(self, layer: int) -> bool:
+        return not self.rope_layers or self.rope_layers[layer]
 
     def norm(self, name: str) -> np.ndarray:
         from gguf import quants
@@ -284,8 +309,10 @@ def _model(path: Path, arch: str, fields: dict, tensors: dict) -> GGUFModel:
     if scaling == "linear":
         rope_scale = check_positive(fields, f"{arch}.rope.scaling.factor", 1.0)
     factors = None
-    if "rope_freqs.weight" in tensors:
-        factors = np.asarray(tensors["rope_freqs.weight"].data, dtype=np.float32).reshape(-1)
+    # llama3's per-frequency divisors, or phi3's LongRoPE short factors (see _family)
+    for name in ("rope_freqs.weight", "rope_factors_short.weight"):
+        if name in tensors:
+            factors = np.asarray(tensors[name].data, dtype=np.float32).reshape(-1)
     metadata = {
         name: value
         for name, value in fields.items()
@@ -297,22 +324,63 @@ def _model(path: Path, arch: str, fields: dict, tensors: dict) -> GGUFModel:
         if name.startswith("tokenizer.") and name != "tokenizer.chat_template"
     }
     tokenizer["chat_template"] = fields.get("tokenizer.chat_template")
-    gemma2 = {}
-    if arch == "gemma2":  # soft-capping everywhere; even layers see a sliding window of keys
-        gemma2 = {
-            "attention_softcap": check_positive(fields, f"{arch}.attn_logit_softcapping"),
-            "final_softcap": check_positive(fields, f"{arch}.final_logit_softcapping"),
-            "sliding_window": int(check_positive(fields, f"{arch}.attention.sliding_window")),
-        }
     return GGUFModel(
         path=path,
         architecture=arch,
         metadata=metadata,
-        **hp,
         vocab=vocab,
         rope_scale=rope_scale,
         rope_factors=factors,
         tokenizer=tokenizer,
         tensors=tensors,
-        **gemma2,
+        **{**hp, **_family(arch, fields, tensors, hp)},
     )
+
+
+def _family(arch: str, fields: dict, tensors: dict, hp: dict) -> dict:
+    """The fields of GGUFModel that only some architectures set, as llama.cpp reads them, and
+    those of `hp` they change (context, rotary_dim)."""
+    p, layers = f"{arch}.", hp["layers"]
+    extra = {}
+    if arch in ("gemma", "gemma2", "gemma3"):  # rounded to float32 as transformers does
+        extra["embedding_scale"] = float(np.float32(np.sqrt(hp["hidden"])))
+    if arch == "gemma2":  # soft-capping everywhere; even layers see a sliding window of keys
+        extra.update(
+            attention_softcap=check_positive(fields, p + "attn_logit_softcapping"),
+            final_softcap=check_positive(fields, p + "final_logit_softcapping"),
+            sliding_window=int(check_positive(fields, p + "attention.sliding_window")),
+            sliding_layers=tuple(i % 2 == 0 for i in range(layers)),
+        )
+    if arch == "gemma3":
+        if fields.get(p + "final_logit_softcapping") is not None:
+            extra["final_softcap"] = check_positive(fields, p + "final_logit_softcapping")
+        window = fields.get(p + "attention.sliding_window", 0)
+        if window:  # sliding layers, with their own rotary base, but every 6th layer
+            extra.update(
+                sliding_window=int(check_positive(fields, p + "attention.sliding_window")),
+                sliding_layers=tuple(
+                    i % GEMMA3_PATTERN < GEMMA3_PATTERN - 1 for i in range(layers)
+                ),
+                rope_base_local=check_positive(fields, p + "rope.freq_base_swa", 10000.0),
+            )
+        if layers == 62:  # Gemma 3 27B scales queries by the width per head (as llama.cpp)
+            extra["attention_scale"] = float(1 / np.sqrt(hp["hidden"] / hp["heads"]))
+    if arch == "smollm3":
+        extra["rope_layers"] = tuple((i + 1) % SMOLLM3_NO_ROPE_STEP != 0 for i in range(layers))
+    if arch == "granite":
+        extra.update(
+            embedding_scale=check_positive(fields, p + "embedding_scale", 1.0),
+            residual_scale=check_positive(fields, p + "residual_scale", 1.0),
+            attention_scale=check_positive(fields, p + "attention.scale", hp["head_size"] ** -0.5),
+            logit_scale=check_positive(fields, p + "logit_scale", 1.0),
+        )
+    if arch == "phi3" and "rope_factors_short.weight" in tensors:
+        # LongRoPE: the short factors, which transformers uses while a sequence fits the
+        # original context (the long ones past it), so the bundle's context is that one
+        extra["rope_attn_factor"] = check_positive(fields, p + "rope.scaling.attn_factor", 1.0)
+        original = fields.get(p + "rope.scaling.original_context_length")
+        if isinstance(original, int) and 0 < original < hp["context"]:
+            extra["context"] = original
+    if hp["rotary_dim"] == hp["head_size"]:
+        extra["rotary_dim"] = 0
+    return extra

@@ -1,5 +1,6 @@
-"""A lean ONNX decoder graph for the Llama family (llama, qwen2, qwen3, gemma, gemma2), built from
-a GGUF file's weights.
+"""A lean ONNX decoder graph for the Llama family (export/llama/gguf_read.py's ARCHITECTURES:
+llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, olmo2, smollm3), built from a GGUF
+file's weights.
 
 `build_llama_graph(model, path)` writes the graph with the input and output names the runtime
 already feeds for export's lean GPT-2 graph (docs/bundle.md), plus the two inputs that
@@ -23,27 +24,36 @@ Nodes, using onnxruntime's contrib ops:
 
     embeddings   Gather from the token table; a quantized table is gathered as its codes and
                  dequantized in the graph (a few elementwise nodes over B·S rows), so a tied LM
-                 head and the embedding share one stored copy of the blocks; gemma: times
-                 sqrt(hidden) (its (1 + w) norms arrive from llama.cpp's converter as weights)
+                 head and the embedding share one stored copy of the blocks; gemma*: times
+                 sqrt(hidden) (their (1 + w) norms arrive from llama.cpp's converter as
+                 weights), granite: times its embedding scale
     per layer    SimplifiedLayerNormalization (RMSNorm) on layer 0, then
-                 q|k|v projection (one MatMulNBits or MatMul, + bias for qwen2)
-                 qwen3: Split, RMSNorm over each query and key head (Reshape to heads)
+                 q|k|v projection (one MatMulNBits or MatMul, + bias for qwen2; phi3 stores it
+                     fused)
+                 qwen3, gemma3: Split, RMSNorm over each query and key head (Reshape to heads);
+                     olmo2: RMSNorm over all query and all key heads together
                  GroupQueryAttention(do_rotary, cos/sin caches, seqlens_k,
                      total_sequence_length, padding bias) -> attn, present key, present value
-                 gemma2: GroupQueryAttention's softcap, and local_window_size on even layers
-                 o projection (gemma2: RMSNorm post_attention_norm)
+                     gemma2: softcap; gemma2, gemma3: local_window_size on the sliding layers,
+                     gemma3's with their own rotary caches (local base); phi3: partial rotary
+                     (narrower caches) and LongRoPE's short factors and attention factor in the
+                     caches; smollm3: no rotary on every 4th layer; granite: its scale
+                 o projection (gemma2, gemma3, olmo2: RMSNorm post_attention_norm; granite:
+                     times the residual scale)
                  -> SkipSimplifiedLayerNormalization(+ residual; ffn_norm)
-                 gate|up projection -> Split -> gate·Sigmoid(gate)·up (SwiGLU; gemma:
+                 gate|up projection -> Split -> gate·Sigmoid(gate)·up (SwiGLU; gemma*:
                      FastGelu(gate)·up, GELU's tanh form) -> down projection
                  -> SkipSimplifiedLayerNormalization(+ residual; next attn_norm, or output_norm)
+                 olmo2 has no norm before attention and MLP: plain Adds to the residual
     LM head      Slice(last logits_to_keep positions) -> projection by the output (or token) table
-                 (gemma2: then cap·Tanh(logits / cap))
+                 (granite: then / logit scale; gemma2, gemma3: then cap·Tanh(logits / cap))
 
 A projection of 32-weight blocks with a per-block offset (Q4_1, Q4_K; export/llama/gguf_read.py)
 adds to MatMulNBits' output the block sums of its input times an [K/32, N] offset matrix: Reshape +
 ReduceSum once per input (shared by q|k|v and by gate|up) and one small MatMul + Add. llama.cpp
-stores llama's q and k rows permuted for its adjacent-pair rotary embedding, so llama graphs use
-GroupQueryAttention's interleaved rotary on the weights as stored; qwen2 uses the half-split form.
+stores the q and k rows of llama, granite and smollm3 permuted for its adjacent-pair rotary
+embedding, so their graphs use GroupQueryAttention's interleaved rotary on the weights as stored;
+the others use the half-split form.
 
 With a `lora_path` a second graph is written beside the first, sharing its weights file
 (`model.onnx.data`): the same graph where every projection has a LoRA *slot* (docs/GGUF.md,
@@ -74,13 +84,16 @@ from .gguf_read import BLOCK, DEFAULT_ZERO, FLOATS, GGUFModel, Linear, concat
 
 OPSET = 17
 ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations (measured: docs/GGUF.md)
-GEMMA = ("gemma", "gemma2")  # embeddings times sqrt(hidden), GeGLU
+GELU_MLP = ("gemma", "gemma2", "gemma3")  # GeGLU (GELU's tanh form) rather than SwiGLU
+# llama.cpp's converter permutes q and k rows for its adjacent-pair rotary (rope type NORM)
+INTERLEAVED_ROTARY = ("llama", "granite", "smollm3")
 EXTERNAL_DATA_BYTES = 1_500_000_000  # above this, weights go to model.onnx.data
 # GGUF tensor name -> the Hugging Face (peft target) module it holds
 HF_MODULES = {
     "attn_q": "q_proj",
     "attn_k": "k_proj",
     "attn_v": "v_proj",
+    "attn_qkv": "qkv_proj",  # phi3's fused q|k|v
     "attn_output": "o_proj",
     "ffn_gate": "gate_proj",
     "ffn_up": "up_proj",
@@ -286,17 +299,22 @@ class LlamaGraph(GraphBuilder):
         onnx.save(lora, str(lora_path))
 
 
-def rotary_caches(model: GGUFModel) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin (context, head_size / 2), float32, computed as transformers does (float32
-    inverse frequencies times float32 positions)."""
-    dim = model.head_size
+def rotary_caches(model: GGUFModel, local: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin (context, rotated dimensions / 2), float32, computed as transformers does
+    (float32 inverse frequencies times float32 positions); `local`: the sliding layers' own
+    (gemma3: their own base, no scaling)."""
+    dim = model.rotary_dim or model.head_size
+    base, scale = (model.rope_base_local, 1.0) if local else (model.rope_base, model.rope_scale)
     exponents = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
-    inv_freq = (1.0 / (np.float32(model.rope_base) ** exponents)).astype(np.float32)
+    inv_freq = (1.0 / (np.float32(base) ** exponents)).astype(np.float32)
     if model.rope_factors is not None:
         inv_freq = (inv_freq / model.rope_factors).astype(np.float32)
-    positions = np.arange(model.context, dtype=np.float32) / np.float32(model.rope_scale)
+    positions = np.arange(model.context, dtype=np.float32) / np.float32(scale)
     angles = np.outer(positions, inv_freq).astype(np.float32)  # (context, D/2)
-    return np.cos(angles), np.sin(angles)
+    factor = np.float32(model.rope_attn_factor)  # phi3's LongRoPE: q and k both scaled
+    return (np.cos(angles) * factor).astype(np.float32), (np.sin(angles) * factor).astype(
+        np.float32
+    )
 
 
 def _io(model: GGUFModel) -> tuple[list, list]:
@@ -354,37 +372,19 @@ def build_llama_graph(
     weights = _Weights(model, fp32)
     table = weights.linear("token_embd.weight")
     x = g.embed(table, "input_ids")
-    if model.architecture in GEMMA:  # embeddings times sqrt(hidden), rounded to float32
-        scale = g.const("embedding_scale", np.float32(np.sqrt(model.hidden)), np.float32)
+    if model.embedding_scale:  # gemma: sqrt(hidden) rounded to float32; granite
+        scale = g.const("embedding_scale", model.embedding_scale, np.float32)
         (x,) = g.node("Mul", [x, scale], ["x_scaled"])
     cos, sin = rotary_caches(model)
-    rotary = g.array("cos_cache", cos), g.array("sin_cache", sin)
+    rotary = {False: (g.array("cos_cache", cos), g.array("sin_cache", sin))}
+    if model.rope_base_local:
+        cos, sin = rotary_caches(model, local=True)
+        rotary[True] = g.array("cos_cache_local", cos), g.array("sin_cache_local", sin)
     bias = _padding_bias(g)
-    (normed,) = g.node(
-        "SimplifiedLayerNormalization",
-        [x, g.array("blk.0.attn_norm", model.norm("blk.0.attn_norm.weight"))],
-        ["h0.attn_in"],
-        axis=-1,
-        epsilon=model.rms_eps,
-    )
-    residual = x
-    for i in range(model.layers):
-        p = f"blk.{i}."
-        attn_out = _post_norm(g, model, _attention(g, weights, i, normed, rotary, bias), p)
-        normed, residual = _skip_rms_norm(
-            g, model, attn_out, residual, p + "ffn_norm", (p + "ffn_in", p + "residual_mid")
-        )
-        down = _post_norm(g, model, _mlp(g, weights, i, normed), p, "post_ffw_norm")
-        # The residual stream's next norm: the next layer's attn_norm, or output_norm.
-        last = i == model.layers - 1
-        normed, residual = _skip_rms_norm(
-            g,
-            model,
-            down,
-            residual,
-            "output_norm" if last else f"blk.{i + 1}.attn_norm",
-            ("final", "") if last else (f"blk.{i + 1}.attn_in", p + "residual"),
-        )
+    if model.architecture == "olmo2":
+        normed = _olmo2_layers(g, weights, x, rotary, bias)
+    else:
+        normed = _pre_norm_layers(g, weights, x, rotary, bias)
     _lm_head(g, weights, normed, table)
     inputs, outputs = _io(model)
     g.save_model(path, inputs, outputs, lora_path)
@@ -398,6 +398,73 @@ def build_llama_graph(
         "tied_embeddings": "output.weight" not in model.tensors,
         "lora_slots": g.slots,
     }
+
+
+def _pre_norm_layers(g: LlamaGraph, weights: _Weights, x: str, rotary: dict, bias: str) -> str:
+    """The layers with a norm before attention and before the MLP (every family but olmo2):
+    the output-normed last hidden state."""
+    model = weights.model
+    (normed,) = g.node(
+        "SimplifiedLayerNormalization",
+        [x, g.array("blk.0.attn_norm", model.norm("blk.0.attn_norm.weight"))],
+        ["h0.attn_in"],
+        axis=-1,
+        epsilon=model.rms_eps,
+    )
+    residual = x
+    for i in range(model.layers):
+        p = f"blk.{i}."
+        attn_out = _post_norm(g, model, _attention(g, weights, i, normed, rotary, bias), p)
+        normed, residual = _skip_rms_norm(
+            g,
+            model,
+            _scaled(g, model, attn_out, p + "attn_scaled"),
+            residual,
+            p + "ffn_norm",
+            (p + "ffn_in", p + "residual_mid"),
+        )
+        down = _post_norm(g, model, _mlp(g, weights, i, normed), p, "post_ffw_norm")
+        # The residual stream's next norm: the next layer's attn_norm, or output_norm.
+        last = i == model.layers - 1
+        normed, residual = _skip_rms_norm(
+            g,
+            model,
+            _scaled(g, model, down, p + "mlp_scaled"),
+            residual,
+            "output_norm" if last else f"blk.{i + 1}.attn_norm",
+            ("final", "") if last else (f"blk.{i + 1}.attn_in", p + "residual"),
+        )
+    return normed
+
+
+def _olmo2_layers(g: LlamaGraph, weights: _Weights, x: str, rotary: dict, bias: str) -> str:
+    """olmo2's layers: attention and MLP read the residual stream itself and their outputs are
+    normed before they join it, h += norm(attn(h)), h += norm(mlp(h))."""
+    model = weights.model
+    for i in range(model.layers):
+        p = f"blk.{i}."
+        attn_out = _post_norm(g, model, _attention(g, weights, i, x, rotary, bias), p)
+        (x,) = g.node("Add", [x, attn_out], [p + "residual_mid"])
+        down = _post_norm(g, model, _mlp(g, weights, i, x), p, "post_ffw_norm")
+        (x,) = g.node("Add", [x, down], [p + "residual"])
+    (normed,) = g.node(
+        "SimplifiedLayerNormalization",
+        [x, g.array("output_norm", model.norm("output_norm.weight"))],
+        ["final"],
+        axis=-1,
+        epsilon=model.rms_eps,
+    )
+    return normed
+
+
+def _scaled(g: LlamaGraph, model: GGUFModel, x: str, name: str) -> str:
+    """x times granite's residual scale (as `name`) before it joins the residual stream, else
+    x."""
+    if not model.residual_scale:
+        return x
+    scale = g.const(name + ".factor", model.residual_scale, np.float32)
+    (y,) = g.node("Mul", [x, scale], [name])
+    return y
 
 
 @dataclass
@@ -439,7 +506,7 @@ def _project(
             bias = g.array(f"{prefix}{letters}_bias", np.concatenate(biases))
             (y,) = g.node("Add", [y, bias], [f"{prefix}{letters}_b"])
         if g.lora:  # e.g. "blk.3.attn_q.weight" + … -> slot "lora.3.q_proj+k_proj+v_proj"
-            modules = [HF_MODULES[m.split(".")[2]] for m in members]
+            modules = [_hf_module(weights.model, m) for m in members]
             slot = f"lora.{members[0].split('.')[1]}.{'+'.join(modules)}"
             rows = [[m, piece.n] for m, piece in zip(modules, pieces)]
             y = g.slot(x, y, slot, lin.k, rows)
@@ -447,27 +514,37 @@ def _project(
     return outs[0] if fused is not None else outs
 
 
+def _hf_module(model: GGUFModel, name: str) -> str:
+    """The Hugging Face module a GGUF tensor holds ("blk.3.attn_q.weight" -> "q_proj")."""
+    kind = name.split(".")[2]
+    if model.architecture == "phi3" and kind == "ffn_up":  # phi3's fused gate|up
+        return "gate_up_proj"
+    return HF_MODULES[kind]
+
+
 def _attention(
-    g: LlamaGraph, weights: _Weights, i: int, normed: str, rotary: tuple[str, str], bias: str
+    g: LlamaGraph, weights: _Weights, i: int, normed: str, rotary: dict, bias: str
 ) -> str:
     """Layer i's rotary self-attention over its cache, through the o projection. `rotary`: the
-    cos and sin caches; `bias`: the padding bias (B, 1, S, T)."""
+    cos and sin caches by whether the layer slides; `bias`: the padding bias (B, 1, S, T)."""
     model, p = weights.model, f"blk.{i}."
-    qkv = _project(
-        g, weights, normed, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"], p
-    )
+    names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+    if p + "attn_qkv.weight" in model.tensors:  # phi3: stored fused
+        names = [p + "attn_qkv.weight"]
+    qkv = _project(g, weights, normed, names, p)
     qkv = [qkv] if isinstance(qkv, str) else qkv
     query, key, value = (qkv[0], "", "") if len(qkv) == 1 else qkv
-    if p + "attn_q_norm.weight" in model.tensors:  # qwen3: norms per head, before rotary
+    if p + "attn_q_norm.weight" in model.tensors:  # norms of q and k, before rotary
         if len(qkv) == 1:
             sizes = [model.heads * model.head_size] + [model.kv_heads * model.head_size] * 2
             split = g.const(p + "qkv_split", sizes, np.int64)
             query, key, value = g.node(
                 "Split", [query, split], [p + "q", p + "k", p + "v"], axis=-1
             )
-        query = _head_norm(g, model, query, p + "attn_q_norm", model.heads)
-        key = _head_norm(g, model, key, p + "attn_k_norm", model.kv_heads)
-    cos, sin = rotary
+        query = _qk_norm(g, model, query, p + "attn_q_norm", model.heads)
+        key = _qk_norm(g, model, key, p + "attn_k_norm", model.kv_heads)
+    slides, rotates = model.slides(i), model.rotates(i)
+    cos, sin = rotary[slides and model.rope_base_local > 0] if rotates else ("", "")
     attn, _, _ = g.node(
         "GroupQueryAttention",
         [
@@ -486,12 +563,14 @@ def _attention(
         [f"{p}attn", f"present.{i}.key", f"present.{i}.value"],
         num_heads=model.heads,
         kv_num_heads=model.kv_heads,
-        do_rotary=1,
-        rotary_interleaved=1 if model.architecture == "llama" else 0,
+        do_rotary=int(rotates),  # smollm3: every 4th layer without
+        rotary_interleaved=int(model.architecture in INTERLEAVED_ROTARY),
         softcap=model.attention_softcap,
-        # gemma2's even layers: the same count as transformers' `sliding_window` (measured:
-        # one less differs from transformers past the window, tests/test_gguf_families.py)
-        local_window_size=model.sliding_window if model.sliding_window and i % 2 == 0 else -1,
+        # the sliding layers (gemma2's even ones, gemma3's all but every 6th): the same count
+        # as transformers' `sliding_window` (measured: one less differs from transformers past
+        # the window, tests/test_gguf_families.py)
+        local_window_size=model.sliding_window if slides else -1,
+        **({"scale": model.attention_scale} if model.attention_scale else {}),
     )
     return _project(g, weights, attn, [p + "attn_output.weight"], p + "attn_out")
 
@@ -510,10 +589,20 @@ def _post_norm(g: LlamaGraph, model: GGUFModel, x: str, p: str, norm="post_atten
     return y
 
 
-def _head_norm(g: LlamaGraph, model: GGUFModel, x: str, norm: str, heads: int) -> str:
-    """RMSNorm `norm` (a GGUF tensor name without `.weight`, one weight per head dimension) over
-    each of the `heads` heads of x (B, S, heads·D) separately."""
+def _qk_norm(g: LlamaGraph, model: GGUFModel, x: str, norm: str, heads: int) -> str:
+    """RMSNorm `norm` (a GGUF tensor name without `.weight`) of x (B, S, heads·D): over each head
+    separately when it has one weight per head dimension (qwen3, gemma3), else over all heads
+    together (olmo2)."""
     d = model.head_size
+    if model.tensors[norm + ".weight"].shape[0] != d:
+        (y,) = g.node(
+            "SimplifiedLayerNormalization",
+            [x, g.array(norm, model.norm(norm + ".weight"))],
+            [f"{norm}.out"],
+            axis=-1,
+            epsilon=model.rms_eps,
+        )
+        return y
     (per_head,) = g.node(
         "Reshape", [x, g.const(f"{norm}.heads", [0, 0, heads, d], np.int64)], [f"{norm}.in"]
     )  # (B, S, heads, D)
@@ -534,15 +623,16 @@ def _mlp(g: LlamaGraph, weights: _Weights, i: int, normed: str) -> str:
     """Layer i's gated MLP: down(act(gate(x)) · up(x)), act SiLU (SwiGLU) or, for gemma, GELU
     with tanh (GeGLU)."""
     p = f"blk.{i}."
-    gate_up = _project(
-        g, weights, normed, [p + "ffn_gate.weight", p + "ffn_up.weight"], p + "gate_up"
-    )
+    names = [p + "ffn_gate.weight", p + "ffn_up.weight"]
+    if names[0] not in weights.model.tensors:  # phi3: gate|up stored fused in ffn_up
+        names = names[1:]
+    gate_up = _project(g, weights, normed, names, p + "gate_up")
     if isinstance(gate_up, str):
         split = g.const(p + "split", [weights.model.intermediate] * 2, np.int64)
         gate, up = g.node("Split", [gate_up, split], [p + "gate", p + "up"], axis=-1)
     else:
         gate, up = gate_up
-    if weights.model.architecture in GEMMA:  # GELU, tanh approximation (GeGLU)
+    if weights.model.architecture in GELU_MLP:  # GELU, tanh approximation (GeGLU)
         (act,) = g.node("FastGelu", [gate], [p + "gelu"])
     else:
         (sig,) = g.node("Sigmoid", [gate], [p + "gate_sigmoid"])
@@ -573,13 +663,15 @@ def _lm_head(g: LlamaGraph, weights: _Weights, normed: str, table: Linear) -> No
     (start,) = g.node("Unsqueeze", [start, g.const("axes_0", [0], np.int64)], ["kept_start_1"])
     end, axis = g.const("end_of_sequence", [2**63 - 1], np.int64), g.const("axes_1", [1], np.int64)
     (kept,) = g.node("Slice", [normed, start, end, axis], ["final_kept"])  # (B, k, d)
-    cap = weights.model.final_softcap
-    name = "logits_uncapped" if cap else "logits"
+    cap, divisor = weights.model.final_softcap, weights.model.logit_scale
+    name = "logits_raw" if cap or divisor else "logits"
     if "output.weight" in weights.model.tensors:
         g.linear(kept, weights.linear("output.weight"), name, head=True)
     else:
         g.tied_head(kept, table, weights.model.hidden, name)
-    if cap:  # gemma2: cap·tanh(logits / cap)
+    if divisor:  # granite: logits / logit_scale
+        g.node("Div", [name, g.const("logit_scale", divisor, np.float32)], ["logits"])
+    if cap:  # gemma2, gemma3: cap·tanh(logits / cap)
         (y,) = g.node("Div", [name, g.const("final_softcap", cap, np.float32)], ["logits_scaled"])
         (y,) = g.node("Tanh", [y], ["logits_tanh"])
         g.node("Mul", [y, "final_softcap"], ["logits"])
