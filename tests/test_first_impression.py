@@ -284,3 +284,61 @@ def test_a_page_load_without_a_link_runs_nothing(browser, served):
     time.sleep(3)
     context.close()
     assert [url for url in calls if "/run/" in url or "/queue/join" in url] == []
+
+
+# The page's first HTML, and how soon a visitor sees and can use the chat, from navigation start.
+# The issue's targets (first paint <= 1 s, Chat usable <= 3 s, HTML <= 300 KB) are for a quiet
+# host; docs/APP.md ("How fast the page opens") has the measurements and the script. These bounds
+# hold on CI's 2-core machine with the suite running beside (measured here at load 7-11: paint
+# 0.5-2.3 s, usable 2.0-5.8 s), and fail when the page grows back (cards in the page: 1.09 MB).
+HTML_BYTES = 800_000
+FIRST_PAINT_S = 6.0
+CHAT_USABLE_S = 15.0
+# performance.now() when the message box and Send can be used (run in the page).
+CHAT_USABLE = """() => new Promise((resolve) => {
+  const ready = () => {
+    const box = document.querySelector("#chat-message textarea");
+    const send = document.querySelector("#chat-send");
+    return [box, send].every((el) => el && el.getClientRects().length && !el.disabled);
+  };
+  const check = () => (ready() ? resolve(performance.now()) : requestAnimationFrame(check));
+  check();
+})"""
+FIRST_PAINT = """() => new Promise((resolve) => new PerformanceObserver(
+  (list) => resolve(list.getEntriesByName("first-contentful-paint")[0]?.startTime ?? 0)
+).observe({ type: "paint", buffered: true }))"""
+
+
+def test_the_page_is_light_and_the_chat_usable_soon(browser, served):
+    from urllib.request import urlopen
+
+    with urlopen(served) as response:
+        html = response.read()
+    assert len(html) <= HTML_BYTES, f"the page's HTML is {len(html)} bytes"
+    assert b"data:image" not in html, "a model card (its inlined plots) is sent with the page"
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    page = context.new_page()
+    page.goto(served, wait_until="commit")
+    usable_ms = page.evaluate(CHAT_USABLE)
+    paint_ms = page.evaluate(FIRST_PAINT)
+    context.close()
+    assert 0 < paint_ms <= FIRST_PAINT_S * 1000, f"first paint at {paint_ms:.0f} ms"
+    assert usable_ms <= CHAT_USABLE_S * 1000, f"the chat usable at {usable_ms:.0f} ms"
+
+
+def test_a_model_card_arrives_when_opened_and_follows_the_model(browser, served):
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.goto(served)
+    page.get_by_role("tab", name="Generate", exact=True).click()
+    panel = page.get_by_role("tabpanel")  # the one shown
+    picker = page.locator("#generate-model input")
+    picker.fill("bible-lm (int8)")  # with a chat model installed, the tab opens on it
+    picker.press("Enter")
+    panel.get_by_text("Model card", exact=True).click()
+    panel.locator(".prose h1", has_text="bible-lm").wait_for()
+    picker.fill("translator (int8)")
+    picker.press("Enter")
+    panel.locator(".prose h1", has_text="translator").wait_for()
+    context.close()

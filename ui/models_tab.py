@@ -240,14 +240,15 @@ def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -
     """The tab; `problems`: files other than models that the app could not use ({name: why}),
     listed with the registry's."""
     names = registry.names
-    with gr.Tab("Models", id="models"):
+    with gr.Tab("Models", id="models") as tab:
         listed = problems_markdown({**registry.problems, **(problems or {})})
         if listed:
             gr.Markdown(listed, elem_classes="notice", elem_id="models-problems")
         model = widgets.model_picker(names, value=default_model(registry))
         with gr.Row():
             with gr.Column(scale=3):
-                card = gr.Markdown(registry.card(model.value) if names else NO_MODELS)
+                # sent when the tab opens, not with the page (a card weighs up to 190 KB)
+                card = gr.Markdown("" if names else NO_MODELS)
             with gr.Column(scale=2):
                 table = gr.Dataframe(
                     facts(registry.manifest(model.value)) if names else None,
@@ -275,4 +276,6 @@ def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -
             return model_list(registry)
 
         model.change(model_info, model, [card, table, parity], api_name="model_info")
+        if names:
+            tab.select(registry.card, model, card, queue=False, api_visibility="private")
         gr.api(list_models, api_name="list_models")

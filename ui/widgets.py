@@ -163,16 +163,20 @@ def model_picker(
 
 
 def model_card(registry, picker: gr.Dropdown) -> None:
-    """A closed accordion under `picker` with the chosen model's card."""
-    with gr.Accordion("Model card", open=False):
-        card = gr.Markdown(registry.card(picker.value) if picker.value else "")
-    picker.change(
-        lambda name: registry.card(name) if name else "",
-        picker,
-        card,
-        queue=False,
-        api_visibility="private",
-    )
+    """A closed accordion under `picker` with the chosen model's card. The card is sent when the
+    accordion opens (and again when the model changes while it is open), not with the page: a
+    card with its inlined plots weighs up to 190 KB, and the page's first load carried them all."""
+    opened = gr.State(False)
+    with gr.Accordion("Model card", open=False) as box:
+        card = gr.Markdown("")
+
+    def shown(name: str | None, is_open: bool) -> str:
+        return registry.card(name) if name and is_open else ""
+
+    private = {"queue": False, "api_visibility": "private"}
+    box.expand(lambda name: (shown(name, True), True), picker, [card, opened], **private)
+    box.collapse(lambda: False, None, opened, **private)
+    picker.change(shown, [picker, opened], card, **private)
 
 
 def setting(name: str, **shown) -> gr.Slider | gr.Number:
