@@ -23,9 +23,10 @@ TITLE = "# Scriptorium\nTransformer text generators, exported to ONNX, served wi
 FLAGSHIP = "the flagship"  # its entry among the models the app could not use
 
 
-def build(registry: ModelRegistry, store=None):
+def build(registry: ModelRegistry, store=None, private_prefix_cache: bool | None = None):
     """The app's page for `registry`'s models; `store`: the arena's ui.votes.VoteStore (default:
-    the one at `votes.default_path()`, opened and checked now)."""
+    the one at `votes.default_path()`, opened and checked now); `private_prefix_cache`: salt each
+    visitor's prefix cache (ui/visitor.py; None: `$SCRIPTORIUM_PRIVATE_PREFIX_CACHE`)."""
     import gradio as gr
 
     from ui import (
@@ -41,10 +42,12 @@ def build(registry: ModelRegistry, store=None):
         rewrite_tab,
         style,
         translate_tab,
+        visitor,
         votes,
         widgets,
     )
 
+    visitor.configure(private_prefix_cache)
     store = store or votes.VoteStore()
     problems = {**registry.problems}
     if store.problem:
@@ -131,6 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--share", action="store_true", help="create a public share link")
     parser.add_argument(
+        "--private-prefix-cache",
+        action="store_true",
+        default=None,
+        help="keep each visitor's prefix cache apart (default: $SCRIPTORIUM_PRIVATE_PREFIX_CACHE=1 "
+        "turns it on; docs/APP.md)",
+    )
+    parser.add_argument(
         "--no-batching",
         dest="batching",
         action="store_false",
@@ -177,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for name, why in unusable.items():
             registry.skip(name, why)
-    demo = build(registry).queue(**queue_settings())
+    demo = build(registry, private_prefix_cache=args.private_prefix_cache).queue(**queue_settings())
     demo.launch(
         server_name=args.host,
         server_port=args.port,

@@ -18,16 +18,17 @@ worker is started for the fast lane meanwhile. Paused workers hold their memory 
 at most) until their turn.
 
 Both lanes are shared among clients: a request is its client's (`client(name)` around the call,
-as serve/ and ui/ do with an API key, a client address or a Gradio session; requests outside any
-such block are one client's). A fast-lane room goes to the waiting request of the client with the
-fewest fast requests running, so one client's queue does not stand before another's request. The
-slow lane is planned again whenever a request enters or leaves it and every `SLICE_S` while its
-requests run: its rooms are given one at a time to the client that holds the fewest, then to the
-one that has run there the least, each client's oldest request first, pausing a running worker
-to make room. So a client with many slow requests holds at most its share of the slow lane (all
-of it while it is alone there), and another client's slow request runs at once beside them: a
-normal request waits about `SLOW_S` for each `MOST` of its own client's requests ahead of it
-(plus starting a worker), not for another client's queue, nor for each whole budget.
+as serve/ does with a client's address; the app names its Gradio session with `name_clients_by`;
+requests named by neither are one client's). A fast-lane room goes to the waiting request of the
+client with the fewest fast requests running, so one client's queue does not stand before
+another's request. The slow lane is planned again whenever a request enters or leaves it and
+every `SLICE_S` while its requests run: its rooms are given one at a time to the client that holds
+the fewest, then to the one that has run there the least, each client's oldest request first,
+pausing a running worker to make room. So a client with many slow requests holds at most its
+share of the slow lane (all of it while it is alone there), and another client's slow request
+runs at once beside them: a normal request waits about `SLOW_S` for each `MOST` of its own
+client's requests ahead of it (plus starting a worker), not for another client's queue, nor for
+each whole budget.
 
 Workers are reused: at most `WARM` idle ones are kept, so the normal path is one round trip on a
 pipe. A worker that dies, answers out of protocol or runs out of memory is replaced by a fresh
@@ -51,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 SANDBOX = Path(__file__).with_name("template_sandbox.py")  # chat templates
@@ -158,14 +159,25 @@ class _Worker:
 
 FAST, SLOW = "fast", "slow"  # the lanes (see the module docstring)
 SLICE_S = 0.1  # a slow request's wait for its reply is cut into slices: the lane is re-planned
-_CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("template_pool_client", default="")
+_CLIENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "template_pool_client", default=None
+)
+_default_client: Callable[[], str] = str  # names the client outside any `client` block: ""
+
+
+def name_clients_by(resolver: Callable[[], str]) -> None:
+    """Name the client of a request asked outside any `client` block by `resolver()` (the app:
+    the Gradio session of the event being run, ui/visitor.py)."""
+    global _default_client
+    _default_client = resolver
 
 
 @contextlib.contextmanager
 def client(name: str) -> Iterator[None]:
     """Requests asked inside this block (in this thread or task, and in threads started with a
     copy of its context, as `asyncio.to_thread` does) are `name`'s: the lanes share their room
-    among clients (see the module docstring). Requests outside any block are one client's."""
+    among clients (see the module docstring). Outside any block, `name_clients_by`'s resolver
+    names the client (by default, all such requests are one client's, "")."""
     token = _CLIENT.set(name)
     try:
         yield
@@ -363,7 +375,8 @@ class Pool:
         paused in the slow lane is not counted), `WorkerLost` when the worker ended first. See
         the module docstring for the lanes."""
         line = json.dumps(request).encode("ascii") + b"\n"
-        name = _CLIENT.get() if client_name is None else client_name
+        name = client_name if client_name is not None else _CLIENT.get()
+        name = name if name is not None else _default_client()
         with self.changed:
             ticket = _Ticket(name, next(self.arrivals))
         ticket.worker = worker = self._send(line, ticket)

@@ -423,3 +423,47 @@ def test_an_error_pop_up_shows_what_a_link_said_as_text(chat_model_dir, tmp_path
             browser.close()
     finally:
         demo.close()
+
+
+# ---- each visitor's prefix cache apart (issue 44, item 7) --------------------------------------
+
+
+def test_a_private_prefix_cache_keeps_each_visitors_prompts_apart(tmp_path):
+    """Two sessions send the same long system prompt through `/chat`. Without the setting the
+    second finds the first's blocks in the prefix cache (the side channel: it answers sooner);
+    with it, only a session's own earlier prompts are found."""
+    from gradio_client import Client
+
+    import app
+    import runtime
+    from export.llama.gguf import export_gguf
+    from tests.app_fixtures import serve
+    from tests.gguf_models import write_tiny_gguf
+    from ui import visitor, votes
+    from ui.registry import ModelRegistry
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", "Q4_1")
+    export_gguf(gguf, tmp_path / "tiny", parity=False)
+    gen = runtime.load(tmp_path / "tiny")
+    cache = gen.engine.prefix_cache
+    registry = ModelRegistry({})
+    registry.add("tiny-chat", tmp_path / "tiny", gen)
+    settings = ["greedy", 2, 1.0, 0, 1.0, 0.0, 1.0, 0, 0]  # chat_tab.SETTINGS' order
+    demo = app.build(registry, votes.VoteStore(tmp_path / "votes.sqlite"), False)
+    url = serve(demo)
+    found = {}
+    try:
+        first, second = Client(url, verbose=False), Client(url, verbose=False)
+        for private in (False, True):
+            visitor.configure(private)  # what `app.build` does with the setting
+            system = f"{'private' if private else 'shared'} rules: " + "be kind and brief. " * 4
+            found[private] = []
+            for client in (first, second, first):
+                before = cache.hits
+                client.predict("tiny-chat", system, ["Hi"], *settings, "", api_name="/chat")
+                found[private].append(cache.hits - before)
+    finally:
+        visitor.configure(False)
+        demo.close()
+    assert found[False] == [0, 1, 1]  # the second session found the first's system prompt
+    assert found[True] == [0, 0, 1]  # only the first session's own second request did

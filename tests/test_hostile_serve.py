@@ -342,4 +342,4 @@ def test_a_request_runs_its_templates_as_its_clients(monkeypatch):
         return answered, streamed
 
     assert asyncio.run(both()) == ({"client": "10.1.2.3"}, [{"client": "10.1.2.3"}])
-    assert template_pool._CLIENT.get() == ""
+    assert template_pool._CLIENT.get() is None

@@ -191,4 +191,4 @@ def test_a_client_is_named_for_each_step_of_a_stream():
 
     steps = template_pool.steps_as("visitor", seen())
     assert [contextvars.copy_context().run(next, steps) for _ in range(3)] == ["visitor"] * 3
-    assert template_pool._CLIENT.get() == ""
+    assert template_pool._CLIENT.get() is None

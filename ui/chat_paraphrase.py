@@ -22,7 +22,7 @@ from sacrebleu.metrics import CHRF
 
 import runtime
 
-from . import checks
+from . import checks, visitor
 
 PROMPT = "Paraphrase this sentence. Reply with the paraphrase only.\n\n{sentence}"
 SHOWN = 4  # candidates per method
@@ -66,7 +66,7 @@ def chat_candidates(gen, sentence: str, count: int, seed: int | None) -> list[st
         seed=seed,
     )
     asked = [{"role": "user", "content": PROMPT.format(sentence=sentence)}]
-    return [out.text.strip() for out in gen.chat(asked, config)]
+    return [out.text.strip() for out in gen.chat(asked, visitor.salted(config))]
 
 
 def rows(paraphraser, source: str, method: str, texts: list[str]) -> list[list]:

@@ -26,6 +26,8 @@ from runtime.budget import check_sequences
 from runtime.parameters import PARAMETERS, Parameter
 from runtime.request_caps import LIMITS
 
+from . import visitor
+
 CONCURRENCY_ID = "models"  # every event that runs a model shares one concurrency limit
 
 
@@ -216,7 +218,8 @@ def decoding(*args, **kwargs) -> runtime.GenerationConfig:
     out the sampling settings for greedy). Each is checked against the app's range (`setting`);
     greedy gives one sequence, sampling draws `samples` sequences and beam search returns
     `samples` of its best hypotheses. The runtime's own refusals name the settings as the
-    endpoints do.
+    endpoints do. With the private prefix cache on, the config has the visitor's `cache_salt`
+    (ui/visitor.py).
     """
     bound = DECODING_SIGNATURE.bind(*args, **kwargs)
     bound.apply_defaults()
@@ -235,7 +238,7 @@ def decoding(*args, **kwargs) -> runtime.GenerationConfig:
             f"same), got {config[count.name]}"
         )
     try:
-        return runtime.GenerationConfig(**config).validate()
+        return visitor.salted(runtime.GenerationConfig(**config).validate())
     except ValueError as error:
         raise ValueError(in_app_words(str(error))) from None
 

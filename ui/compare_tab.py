@@ -23,7 +23,7 @@ import gradio as gr
 import runtime
 from runtime.parameters import ADAPTER_PRESET, PRESETS
 
-from . import checks, downloads, expectations, links, metrics, study_section, widgets
+from . import checks, downloads, expectations, links, metrics, study_section, visitor, widgets
 from .generate_tab import memorisation, samples_of, shown_text
 from .streaming import StreamCollector
 
@@ -57,14 +57,16 @@ METRIC_HEADERS = [
 
 
 def preset_config(preset: str, max_new_tokens: int, samples: int, seed: int):
-    """The GenerationConfig of a preset; samples are capped where the preset cannot give more."""
+    """The GenerationConfig of a preset; samples are capped where the preset cannot give more;
+    with the private prefix cache on, it has the visitor's `cache_salt` (ui/visitor.py)."""
     checks.choice("preset", preset, PRESETS)
     fields = dict(PRESETS[preset])
     if fields.get("do_sample"):
         fields["num_return_sequences"] = samples
     elif fields.get("num_beams", 1) > 1:
         fields["num_return_sequences"] = min(samples, fields["num_beams"])
-    return runtime.GenerationConfig(max_new_tokens=max_new_tokens, seed=seed, **fields).validate()
+    config = runtime.GenerationConfig(max_new_tokens=max_new_tokens, seed=seed, **fields)
+    return visitor.salted(config.validate())
 
 
 def metric_row(

@@ -49,8 +49,14 @@ def completion_body(model, prompt, config: runtime.GenerationConfig, controls=No
         **request_fields(config),
         "stop": list(config.stop) or None,
         "controls": controls or {},
+        **_salt(config),
         **extra,
     }
+
+
+def _salt(config: runtime.GenerationConfig) -> dict:
+    """The request's `cache_salt` field, when the config has one (ui/visitor.py)."""
+    return {"cache_salt": config.cache_salt} if config.cache_salt is not None else {}
 
 
 def chat_body(model, messages, config: runtime.GenerationConfig, controls=None, **extra):
@@ -64,6 +70,7 @@ def chat_body(model, messages, config: runtime.GenerationConfig, controls=None, 
         **fields,
         "stop": list(config.stop) or None,
         "controls": controls or {},
+        **_salt(config),
         **extra,
     }
 
