@@ -102,12 +102,27 @@ def test_app_and_server_roots_list_the_flagship_and_gguf_files_by_name(
     monkeypatch.setattr(flagship, "fetch_gguf", lambda known: tiny_gguf)
     roots = flagship.model_roots([REPO / "models", other])
     names = [name for name, _, _ in find_bundles(roots)]
-    assert names[:2] == ["tiny-llama.Q4_1", "other.F32"]
+    assert names[:3] == ["tiny-llama.Q4_1", "tiny-llama.Q4_1-faithful", "other.F32"]
     assert "bible-lm (int8)" in names
     registry = ModelRegistry.discover(roots)
     assert "tiny-llama.Q4_1" in registry.causal_lms()
     assert flagship.model_roots([REPO / "models"], flagship=False) == [REPO / "models"]
-    assert len(conversions) == 2
+    assert len(conversions) == 3
+
+
+def test_the_faithful_conversion_has_float_activations_and_steps_one_row_at_a_time(
+    tiny_gguf, conversions, monkeypatch
+):
+    monkeypatch.setattr(flagship, "fetch_gguf", lambda known: tiny_gguf)
+    bundle = flagship.faithful_flagship_bundle()
+    assert bundle.name == "tiny-llama.Q4_1-faithful"
+    manifest = read_manifest(bundle)
+    assert manifest.export["quantization"]["accuracy_level"] == 0
+    assert manifest.export["quantization"]["head_accuracy_level"] == 4
+    assert manifest.graphs["decoder"].one_row_steps and manifest.lora is None
+    assert flagship.faithful_flagship_bundle() == bundle and len(conversions) == 1
+    shipped = read_manifest(flagship.flagship_bundle())
+    assert shipped.graphs["decoder"].one_row_steps is None  # level 4: batched steps
 
 
 def test_missing_gguf_is_a_clear_error(tmp_path):

@@ -146,6 +146,7 @@ class ModelRegistry:
         providers: list[str] | None = None,
         batching: bool | None = None,
         spinning: bool | None = None,
+        kv_budget: int | None = None,
     ):
         # onnxruntime execution providers every model is loaded with (None: runtime.load's default)
         self.providers = providers
@@ -155,6 +156,9 @@ class ModelRegistry:
         # runtime.load's `spinning`: None spins the sessions that an engine loop alone calls,
         # False none (docs/RUNTIME.md, "Spinning")
         self.spinning = spinning
+        # runtime.load's `kv_budget`: bytes of KV cache each engine's batch and prefix cache
+        # hold together (the app's --kv-budget; None: runtime/engine.py's default)
+        self.kv_budget = kv_budget
         self.paths: dict[str, Path] = {}  # display name -> bundle directory
         self.problems: dict[str, str] = {}  # display name (or file) -> why it is not offered
         self._manifests: dict[str, Manifest] = {}
@@ -173,10 +177,15 @@ class ModelRegistry:
 
     @classmethod
     def discover(
-        cls, roots, providers=None, batching: bool | None = None, spinning: bool | None = None
+        cls,
+        roots,
+        providers=None,
+        batching: bool | None = None,
+        spinning: bool | None = None,
+        kv_budget: int | None = None,
     ) -> ModelRegistry:
         paths = {name: path for name, _, path in find_bundles(roots)}
-        return cls(paths, providers, batching, spinning)
+        return cls(paths, providers, batching, spinning, kv_budget)
 
     def skip(self, name: str, why: str) -> None:
         """Leave `name` out, listed in `problems` with `why` (one line), and log that line."""
@@ -238,9 +247,18 @@ class ModelRegistry:
         return [n for n in self.generators() if self.manifest(n).task == "causal-lm"]
 
     def chat_models(self) -> list[str]:
-        """Chat models, the base models before fine-tunes (adapters) so that tabs open on one."""
+        """Chat models, the base models before fine-tunes (adapters) so that tabs open on one,
+        and conversions with float activations first among them: the flagship's faithful
+        conversion agrees with the original model far more often (docs/GGUF.md)."""
+
+        def rank(name):
+            manifest = self.manifest(name)
+            quantization = manifest.export.get("quantization")
+            level = quantization.get("accuracy_level") if isinstance(quantization, dict) else None
+            return (manifest.adapter is not None, level != 0)
+
         found = self._ordered(n for n in self.names if is_chat_manifest(self.manifest(n)))
-        return sorted(found, key=lambda name: self.manifest(name).adapter is not None)
+        return sorted(found, key=rank)
 
     def masked_lms(self) -> list[str]:
         def size(name):
@@ -329,6 +347,7 @@ class ModelRegistry:
             providers=self.providers,
             batching=self.batching,
             spinning=self.spinning,
+            kv_budget=self.kv_budget,
         )
 
     def _embedding_matrix(self, name: str, gen) -> np.ndarray:

@@ -8,8 +8,9 @@ per-user cache.
 by export/llama/fetch.py) with export/llama/gguf.py (numpy, gguf and onnx: no torch) into
 `<cache>/gguf/<sha256 of the GGUF>/<name>/` once (`<name>`: the file name without `.gguf`) and
 returns that bundle on every later call; `flagship_bundle` first looks in the cache under the
-flagship's known sha256, so a converted flagship needs no GGUF at all. `checkpoint_bundle` does
-the same for a Hugging Face Llama / Qwen2 checkpoint folder from the Hub
+flagship's known sha256, so a converted flagship needs no GGUF at all, and
+`faithful_flagship_bundle` keeps its faithful conversion (float activations) beside it.
+`checkpoint_bundle` does the same for a Hugging Face Llama / Qwen2 checkpoint folder from the Hub
 (export/llama/hf_checkpoint.py, int8), keyed by the Hub commit. `<cache>` is `$SCRIPTORIUM_CACHE`,
 by default `~/.cache/scriptorium`.
 
@@ -45,6 +46,7 @@ from runtime.manifest import Manifest
 from .fetch import FLAGSHIP, FetchError, fetch_gguf, hub_path
 
 log = logging.getLogger(__name__)
+FAITHFUL = "-faithful"  # the faithful conversion's folder and name: the flagship's, and this
 MISSING_FLAGSHIP = (
     "SmolLM2-135M-Instruct is not here yet: run `scriptorium fetch smollm2` (or set "
     "$SCRIPTORIUM_FLAGSHIP_GGUF to its GGUF file) and restart"
@@ -150,6 +152,28 @@ def flagship_bundle() -> Path:
     return ensure_bundle(fetch_gguf(FLAGSHIP))
 
 
+def faithful_flagship_bundle() -> Path:
+    """The flagship converted with float activations in its 4-bit layers (`accuracy_level=0`,
+    the Q8_0 head at 4): the conversion that agrees with transformers more often than llama.cpp
+    does, for a slower decode (docs/GGUF.md, "The flagship's fidelity study"); Chat opens on it.
+    Kept in `<cache>/gguf/<sha256>-faithful/<name>-faithful/`, converted once like the
+    flagship; adapters run on the flagship itself, so it has no LoRA slot graph."""
+    folder = cache_root() / f"{FLAGSHIP.sha256}{FAITHFUL}"
+    if bundle := _cached_bundle(folder, lora=False):
+        return bundle
+    source = fetch_gguf(FLAGSHIP)
+    name = source.name.removesuffix(".gguf") + FAITHFUL
+
+    def convert(out_dir: Path) -> None:
+        from export.llama.gguf import export_gguf
+
+        export_gguf(
+            source, out_dir, accuracy_level=0, head_accuracy_level=4, name=name, lora_slots=False
+        )
+
+    return _convert_once(folder, name, convert, f"{source.name} (faithful)", lora=False)
+
+
 def checkpoint_bundle(folder: str | Path) -> Path:
     """The int8 bundle of a Hugging Face Llama / Qwen2 checkpoint folder downloaded from the Hub
     (`<hub cache>/models--org--repo/snapshots/<commit>`), converted once into
@@ -181,13 +205,15 @@ def ships_flagship(root: Path) -> bool:
 
 
 def model_roots(paths=(), flagship: bool = True) -> list[Path]:
-    """Model directories for the app and the server: the flagship's cache folder when `flagship`
-    is set and it can be had (else one line in the log, `MISSING_FLAGSHIP`), then `paths` with
+    """Model directories for the app and the server: the flagship's cache folders (its shipped
+    and its faithful conversion) when `flagship` is set and it can be had (else one line in the
+    log, `MISSING_FLAGSHIP`), then `paths` with
     each `.gguf` file and `hf://` model replaced by its converted bundle's cache folder."""
     converted = []
     if flagship:
         try:
             converted.append(flagship_bundle().parent)
+            converted.append(faithful_flagship_bundle().parent)
         except (FetchError, OSError, ValueError) as error:
             log.warning("%s (%s)", MISSING_FLAGSHIP, error)
     others = []
