@@ -42,24 +42,63 @@ NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": Fal
 
 def call_schema(functions: list[dict]) -> str:
     """The JSON Schema (text) of one call to any of `functions` ({"name", "parameters"} each;
-    no `parameters`: no arguments), name first, as the templates write calls.
+    no `parameters`: no arguments), name first, as the templates write calls. A `parameters`
+    with local `$ref`s (pydantic's nested models: `#/$defs/…`) moves whole into the root's
+    `$defs` under the function's name, its `$ref`s pointing there.
 
     >>> json.loads(call_schema([{"name": "now"}]))["properties"]["name"]
     {'const': 'now'}
+    >>> nested = {"type": "object", "properties": {"at": {"$ref": "#/$defs/Place"}},
+    ...           "$defs": {"Place": {"type": "string"}}}
+    >>> schema = json.loads(call_schema([{"name": "go", "parameters": nested}]))
+    >>> schema["properties"]["arguments"], schema["$defs"]["go"]["properties"]["at"]
+    ({'$ref': '#/$defs/go'}, {'$ref': '#/$defs/go/$defs/Place'})
     """
-    calls = [
-        {
-            "type": "object",
-            "properties": {
-                "name": {"const": function["name"]},
-                "arguments": function.get("parameters") or NO_PARAMETERS,
-            },
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
+    calls, moved = [], {}
+    for function in functions:
+        name, arguments = function["name"], function.get("parameters") or NO_PARAMETERS
+        if _has_ref(arguments):
+            moved[name] = _refs_under(arguments, f"#/$defs/{name}")
+            arguments = {"$ref": f"#/$defs/{name}"}
+        calls.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": name}, "arguments": arguments},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return json.dumps({**schema, "$defs": moved} if moved else schema)
+
+
+DATA_KEYWORDS = ("const", "enum", "default", "examples")  # values that are data, not schemas
+
+
+def _has_ref(schema) -> bool:
+    if isinstance(schema, dict):
+        return any(
+            (key == "$ref" and isinstance(value, str))
+            or (key not in DATA_KEYWORDS and _has_ref(value))
+            for key, value in schema.items()
+        )
+    return isinstance(schema, list) and any(_has_ref(item) for item in schema)
+
+
+def _refs_under(schema, root: str):
+    """`schema` with each local `$ref` ("#…") pointing under `root` ("#/$defs/name…")."""
+    if isinstance(schema, dict):
+        return {
+            key: root + value[1:]
+            if key == "$ref" and isinstance(value, str) and value.startswith("#")
+            else value
+            if key in DATA_KEYWORDS
+            else _refs_under(value, root)
+            for key, value in schema.items()
         }
-        for function in functions
-    ]
-    return json.dumps(calls[0] if len(calls) == 1 else {"anyOf": calls})
+    if isinstance(schema, list):
+        return [_refs_under(item, root) for item in schema]
+    return schema
 
 
 @dataclass(frozen=True)

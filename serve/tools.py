@@ -4,7 +4,9 @@ the reply's calls turned into OpenAI's `tool_calls` (whole, or streamed as delta
 
 - the request (`parse_tools`, at the gateway, before anything runs): each tool's `parameters`
   must be a JSON Schema of type "object" that keeps runtime/schema_limits.py's limits and that
-  llguidance compiles (in the schema sandbox); names are unique; a named `tool_choice` names one
+  llguidance compiles (in the schema sandbox), and so must the schema of a call to any of them
+  (`runtime.tools.call_schema`: 128 large schemas may pass alone and not together); names are
+  unique; a named `tool_choice` names one
   of the tools; `tool_choice` needs `tools`, and `response_format` does not go with them.
   `tool_choice` "none" (or no tools) is a plain chat: the tools are not shown to the model.
 - the model's side (`constraint`, in the replica): a template that writes hermes calls
@@ -37,7 +39,7 @@ from .protocol import RequestError
 @dataclass(frozen=True)
 class ToolRequest:
     tools: tuple[dict, ...]  # OpenAI's tool objects, as the chat template sees them
-    callable: tuple[dict, ...]  # {"name", "parameters"} of the functions a reply may call
+    functions: tuple[dict, ...]  # {"name", "parameters"} of the functions a reply may call
     required: bool  # "required" or a named function: the reply is calls only
     parallel: bool  # parallel_tool_calls: several calls may follow one another
 
@@ -80,13 +82,19 @@ def parse_tools(body) -> ToolRequest | None:
             )
         chosen = [choice.function.name]
     tools = tuple(tool.model_dump(exclude_none=True) for tool in body.tools)
+    functions = tuple(
+        {"name": t["function"]["name"], "parameters": t["function"].get("parameters")}
+        for t in tools
+        if t["function"]["name"] in chosen
+    )
+    try:  # the schema of a call to any of them, as the replica will constrain it
+        check_schema(call_schema(list(functions)))
+    except ValueError as error:
+        message = str(error).replace("`json_schema`", "`tools` (a call to any of them)")
+        raise RequestError(message, param="tools") from None
     return ToolRequest(
         tools=tools,
-        callable=tuple(
-            {"name": t["function"]["name"], "parameters": t["function"].get("parameters")}
-            for t in tools
-            if t["function"]["name"] in chosen
-        ),
+        functions=functions,
         required=choice not in (None, "auto"),
         parallel=body.parallel_tool_calls is not False,
     )
@@ -180,7 +188,7 @@ def constraint(
 ) -> tuple[list[dict], list | None, ToolCalls]:
     """(the conversation, the tools for the template, the `ToolCalls`) for `gen`'s template;
     ValueError naming `tools` when the template cannot take them as asked."""
-    schema = call_schema(list(tools.callable))
+    schema = call_schema(list(tools.functions))
     if gen.chat_tool_format == "hermes":
         calls = ToolCalls("hermes", schema, tools.required, tools.parallel)
         return messages, list(tools.tools), calls

@@ -213,7 +213,7 @@ def test_tool_choice_none_is_a_plain_chat_and_the_default_is_auto():
     named = parse_chat(
         {"model": "m", "messages": ASK, "tools": [WEATHER, TIME], "tool_choice": NAMED}
     )
-    assert [f["name"] for f in named.tools.callable] == ["get_weather"] and named.tools.required
+    assert [f["name"] for f in named.tools.functions] == ["get_weather"] and named.tools.required
 
 
 # ---- the model, in process -------------------------------------------------------------------
@@ -287,6 +287,40 @@ def test_the_grammar_allows_text_or_calls_to_the_schema(tiny):
     assert not _accepts(tokenizer, required, "In the beginning")
     assert _accepts(tokenizer, bare, '{"name": "get_time", "arguments": {"zone": "CET"}}')
     assert not _accepts(tokenizer, bare, '{"arguments": {"zone": "CET"}, "name": "get_time"}')
+
+
+def test_nested_models_move_to_the_root_and_the_call_schema_keeps_the_limits(tiny):
+    from pydantic import BaseModel, Field
+
+    class Place(BaseModel):
+        city: str = Field(max_length=10)
+
+    class Trip(BaseModel):
+        start: Place
+        stops: list[Place] = Field(max_length=2)
+
+    trip = {"name": "plan", "parameters": Trip.model_json_schema()}  # `#/$defs/Place` inside
+    body = {"model": "m", "messages": ASK, "tool_choice": "required"}
+    request = parse_chat({**body, "tools": [{"type": "function", "function": trip}]})
+    calls = ToolCalls("hermes", call_schema(list(request.tools.functions)), True, False)
+    arguments = {"start": {"city": "Rome"}, "stops": [{"city": "Pisa"}]}
+    call = {"name": "plan", "arguments": arguments}
+    assert _accepts(tiny.tokenizer, calls, f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
+    call["arguments"]["start"] = {"town": "Rome"}
+    assert not _accepts(tiny.tokenizer, calls, f"<tool_call>\n{json.dumps(call)}\n</tool_call>")
+
+    def many_refs(name: str) -> dict:  # 600 `$ref`s: within the limit alone, not two together
+        properties = {f"p{i}": {"$ref": "#/$defs/n"} for i in range(600)}
+        parameters = {"type": "object", "properties": properties}
+        parameters["$defs"] = {"n": {"type": "integer"}}
+        return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+    with pytest.raises(RequestError) as refused:
+        parse_chat({**body, "tools": [many_refs("a"), many_refs("b")]})
+    assert refused.value.param == "tools"
+    assert "`tools` (a call to any of them) must be a schema of at most 1,000 `$ref`s" in str(
+        refused.value
+    )
 
 
 # ---- served ----------------------------------------------------------------------------------
