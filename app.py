@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import runtime
+from runtime.engine import parse_kv_budget
 from ui.registry import ModelRegistry, reason
 
 HERE = Path(__file__).resolve().parent
@@ -154,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         help="no onnxruntime thread spins between operators (default: the sessions that an "
         "engine loop alone calls do; docs/RUNTIME.md, Spinning)",
     )
+    parser.add_argument(
+        "--kv-budget",
+        default=None,
+        help="KV cache of each batching model's batch and prefix cache, bytes or with K, M, G "
+        "(default 2G; docs/APP.md)",
+    )
     # None: Gradio's default (127.0.0.1:7860) unless GRADIO_SERVER_NAME/PORT say otherwise, as
     # on a Hugging Face Space, which sets GRADIO_SERVER_NAME=0.0.0.0.
     parser.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
@@ -167,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.max_body_bytes < 1:
         parser.error(f"`--max-body-bytes` must be >= 1, got {args.max_body_bytes}")
+    try:
+        kv_budget = parse_kv_budget(args.kv_budget)
+    except ValueError as error:
+        parser.error(str(error))
     server.private_temp_dir()
     sys.stderr = server.BoundedLines(sys.stderr)
     if args.backend:
@@ -184,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             providers,
             batching=None if args.batching else False,
             spinning=None if args.spinning else False,
+            kv_budget=kv_budget,
         )
         for name, why in unusable.items():
             registry.skip(name, why)

@@ -46,9 +46,13 @@ admitted only while the batch's worst case fits: every request running to its `m
 requests can make the batch's cache exceed the budget as they generate (the engine's own
 accounting: `cache_positions`, and its high-water mark `peak_cache_positions`). A request that
 could not fit alone is refused with a ValueError before it waits. Requests held back for rows
-or memory keep their order: later ones never overtake them. docs/SCALING.md ("Budgets") states
-the figures per model, and what the allocator adds on top (a step's old and new cache, shared
-buffers' spare room).
+or memory keep their order: later ones never overtake them. The prefix cache lives inside the
+same budget: it holds at most what the batch's worst case leaves (and at most
+`prefix_cache_bytes`), and gives its least recently used blocks back as the batch grows, as
+vLLM's cached blocks give way to running requests. Shared-buffer pools have spare rows and
+slots for requests to join in place, but the kernel backs only the pages the rows write, and
+the rows a batch leaves are handed back (runtime/models.py, `_cache_zeros`). docs/SCALING.md
+("Budgets") states the figures per model.
 
 A request's output does not depend on its batch-mates, bit for bit: nothing a row's tokens are
 chosen from is shared with another request (no shared generator, no shared filters), a
@@ -88,6 +92,24 @@ from .text import RowTexts
 _DONE = object()  # a request's last item in its caller's inbox
 PAD_ALIGN = 4  # left padding of a joining row is a multiple of this many positions (`Engine`)
 MAX_CACHE_BYTES = 2 * 2**30  # default KV-cache budget of one engine's batch (docs/SCALING.md)
+
+
+def parse_kv_budget(text: str | None) -> int | None:
+    """A `--kv-budget` value in bytes: an integer of bytes, or of KiB, MiB, GiB with a K, M or G
+    suffix (1024-based); None stays None (the default budget).
+
+    >>> parse_kv_budget("2G"), parse_kv_budget("512M"), parse_kv_budget("4096")
+    (2147483648, 536870912, 4096)
+    """
+    if text is None:
+        return None
+    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}.get(unit)
+    if scale is None or not digits.isdigit() or int(digits) < 1:
+        raise ValueError(
+            f"`--kv-budget` must be a positive size in bytes, or with K, M or G, got {text!r}"
+        )
+    return int(digits) * scale
 
 
 def cache_bytes_per_position(model) -> int:
@@ -174,8 +196,12 @@ class Engine:
         # rows × positions the batch's cache may hold; further requests wait to be admitted
         self.max_cache_positions = max_cache_bytes // self.bytes_per_position
         # Keys and values of prompts prefilled before, for prompts that start the same way
-        # (runtime/prefix_cache.py); None with a budget of 0.
-        self.prefix_cache = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes else None
+        # (runtime/prefix_cache.py), at most `prefix_cache_bytes` and never more than the batch
+        # leaves of `max_cache_bytes` (`_share_budget`); None with a budget of 0.
+        self.prefix_cache_bytes = prefix_cache_bytes
+        self.prefix_cache = (
+            PrefixCache(min(prefix_cache_bytes, max_cache_bytes)) if prefix_cache_bytes else None
+        )
         self._waiting: deque[_Request] = deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -268,23 +294,40 @@ class Engine:
                     blocked = blocked or not fits
                     waiting.append(request)
             self._waiting = waiting
+        self._share_budget(batch)
         return new
 
     def _fits(self, requests: list[_Request]) -> bool:
         """Whether a batch of `requests` stays within `max_cache_positions` until they all end,
-        should none end early. k steps from now a request still in the batch holds its rows at
-        prompt + index + k positions (it stays while k <= its steps left, max_steps - index),
+        should none end early (`_worst_case`)."""
+        return self._worst_case(requests) <= self.max_cache_positions
+
+    def _worst_case(self, requests: list[_Request]) -> int:
+        """The most rows × positions the batch's cache of `requests` may hold before they all
+        end, should none end early. k steps from now a request still in the batch holds its rows
+        at prompt + index + k positions (it stays while k <= its steps left, max_steps - index),
         and the batch's cache is every row as wide as the longest; its most is at the last step
         of one of the requests (the batch widens between those steps and never narrows)."""
+        if not requests:
+            return 0
         rows = np.array([r.rows for r in requests])  # (R,)
-        if rows.sum() * max(r.width for r in requests) <= self.max_cache_positions:
-            return True  # every row at the widest reach fits: no need to look closer
+        widest = int(rows.sum()) * max(r.width for r in requests)
+        if widest <= self.max_cache_positions:
+            return widest  # every row at the widest reach fits: no need to look closer
         now = np.array([r.plan.input_ids.shape[1] + r.index for r in requests])  # (R,)
         left = np.array([r.width for r in requests]) - now  # (R,) steps each has left
         order = np.argsort(-left, kind="stable")  # the longest-lived first
         # at the last step of the j-th longest-lived: the first j + 1 requests are in the batch
         held = np.cumsum(rows[order]) * (np.maximum.accumulate(now[order]) + left[order])
-        return int(held.max()) <= self.max_cache_positions
+        return int(held.max())
+
+    def _share_budget(self, requests: list[_Request]) -> None:
+        """Keep the prefix cache within what the batch of `requests` may still need of the
+        budget (`_worst_case`), dropping its least recently used blocks when the batch grows."""
+        if self.prefix_cache is not None:
+            reserved = self._worst_case(requests) * self.bytes_per_position
+            room = max(0, self.max_cache_bytes - reserved)
+            self.prefix_cache.resize(min(self.prefix_cache_bytes, room))
 
     def _prefill(self, requests: list[_Request], prefix=None):
         """The first logits (rows, V) and cache of requests whose prompts have the same length,

@@ -34,7 +34,7 @@ from tokenizers import Tokenizer
 from .adapters import Adapter
 from .chat import ChatMixin
 from .config import GenerationConfig
-from .engine import Engine, uses_engine
+from .engine import MAX_CACHE_BYTES, Engine, uses_engine
 from .manifest import Manifest
 from .memorisation import Memorisation, memorised
 from .models import CausalLM, Seq2SeqLM
@@ -77,6 +77,7 @@ class Generator(ChatMixin, ScoringMixin):
         spinning=None,
         batching=None,
         adapter_directory: Path | None = None,
+        kv_budget: int | None = None,
     ):
         self.directory = directory  # the bundle, or an adapter's base bundle
         self.adapter_directory = adapter_directory  # the adapter bundle, or None
@@ -124,7 +125,9 @@ class Generator(ChatMixin, ScoringMixin):
         self._ngram_index: np.ndarray | None = None  # loaded on the first `memorised` call
         # With batching, greedy and sampled generations of a causal LM run in one engine loop
         # (runtime/engine.py) that batches concurrent calls step by step.
-        self.engine = Engine(self) if batched else None
+        self.engine = (
+            Engine(self, max_cache_bytes=kv_budget or MAX_CACHE_BYTES) if batched else None
+        )
 
     @property
     def name(self) -> str:

@@ -32,6 +32,7 @@ def load(
     spinning: bool | None = None,
     batching: bool | None = None,
     base: str | os.PathLike | None = None,
+    kv_budget: int | None = None,
 ) -> Generator | HierarchicalGenerator | MaskedLM | WordVectors:
     """Open a bundle (or an optimum-onnx export directory) and create its inference sessions.
 
@@ -56,6 +57,9 @@ def load(
     concurrent calls step by step (runtime/engine.py); each call's output is what it would be
     alone. None (default): on exactly for causal LMs whose manifest says `batch_invariant`; True:
     on, `ValueError` for a graph that is not batch-invariant (dynamic int8); False: off.
+    `kv_budget` is the bytes of KV cache that engine's batch and its prefix cache may hold
+    together (default `runtime.engine.MAX_CACHE_BYTES`; the app's and `scriptorium serve`'s
+    `--kv-budget`).
 
     An adapter bundle (LoRA, docs/bundle.md "Adapter bundles") runs on its base: the bundle
     converted from the GGUF whose sha256 it names, found in the converted-GGUF cache, or `base`
@@ -86,6 +90,7 @@ def load(
         io_binding=io_binding,
         spinning=spinning,
         batching=batching,
+        kv_budget=kv_budget,
     )
 
 

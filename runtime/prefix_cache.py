@@ -131,6 +131,12 @@ class PrefixCache:
                     self._blocks[parent].children += 1
             parent = key
 
+    def resize(self, max_bytes: int) -> None:
+        """Hold at most `max_bytes` from now on, dropping blocks as `store` would to get there
+        (runtime/engine.py shrinks it as its batch needs more of their shared budget)."""
+        self.max_bytes = max_bytes
+        self._make_room(0, keep=None)
+
     def _make_room(self, size: int, keep: bytes | None) -> bool:
         """Drop least recently used blocks without continuations until `size` more bytes fit;
         never `keep` (the block the new one continues). False when they cannot fit."""

@@ -27,6 +27,8 @@ import threading
 from pathlib import Path
 
 from export.llama.flagship import FetchError, model_roots
+from export.llama.gguf_read import supported_gguf
+from runtime.engine import parse_kv_budget
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tokenized text generators. Masked LMs, word vectors and the character-level paraphraser have
@@ -119,24 +121,6 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def parse_size(text: str | None) -> int | None:
-    """A byte count from `--kv-budget`: an integer of bytes, or of KiB, MiB, GiB with a K, M or
-    G suffix (1024-based).
-
-    >>> parse_size("2G"), parse_size("512M"), parse_size("4096"), parse_size(None)
-    (2147483648, 536870912, 4096, None)
-    """
-    if text is None:
-        return None
-    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
-    scale = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}.get(unit)
-    if scale is None or not digits.isdigit() or int(digits) < 1:
-        raise ValueError(
-            f"`--kv-budget` must be a positive size in bytes, or with K, M or G, got {text!r}"
-        )
-    return int(digits) * scale
-
-
 def parse_autoscale(text: str | None) -> tuple[int, int] | None:
     """ "MIN:MAX" -> (MIN, MAX).
 
@@ -224,7 +208,7 @@ def application(args: dict):
         int(args.get("max_ongoing", 64)),
     )
     specs = batching_specs(specs, bool(args.get("batching", True)))
-    specs = budget_specs(specs, parse_size(args.get("kv_budget")))
+    specs = budget_specs(specs, parse_kv_budget(args.get("kv_budget")))
     specs, said = fit_cpus(specs, cluster_cpus())
     if said:
         print(said)
@@ -329,7 +313,10 @@ def batches(path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scriptorium serve", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--models", action="append", default=None, help="model directory or GGUF (repeatable)"
+        "--models",
+        action="append",
+        default=None,
+        help=f"model directory or GGUF (repeatable); {supported_gguf()}",
     )
     parser.add_argument("--replicas", type=int, default=1, help="replicas per model")
     parser.add_argument(
@@ -372,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kv-budget",
         default=None,
-        help="KV cache per replica's batch, in bytes or with K, M, G (default 2G)",
+        help="KV cache of a replica's batch and prefix cache, bytes or with K, M, G (default 2G)",
     )
     parser.add_argument(
         "--no-batching",
@@ -389,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"`--{name.replace('_', '-')}` must be >= 1, got {getattr(args, name)}")
     try:
         autoscale = parse_autoscale(args.autoscale)
-        kv_budget = parse_size(args.kv_budget)
+        kv_budget = parse_kv_budget(args.kv_budget)
     except ValueError as error:
         parser.error(str(error))
     try:

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import runtime
+from runtime.engine import parse_kv_budget
 from serve import cli
 from serve.deployments import ModelSpec
 from tests.app_fixtures import free_port
@@ -41,7 +42,7 @@ def server(ray_cluster, flagship_dir) -> str:
         ModelSpec("bible", str(BUNDLE), threads=1, cpus=0.5),
         ModelSpec("smollm2", str(flagship_dir), threads=1, cpus=0.5),
     ]
-    specs = cli.budget_specs(cli.batching_specs(specs), cli.parse_size("4M"))
+    specs = cli.budget_specs(cli.batching_specs(specs), parse_kv_budget("4M"))
     cli.deploy(specs, "127.0.0.1", port, api_key=KEY)
     return f"http://127.0.0.1:{port}"
 
