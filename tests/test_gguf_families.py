@@ -14,6 +14,8 @@ Skips, saying why, when the llama-cpp-python sdist that holds the converter cann
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -154,3 +156,31 @@ def test_q8_0_file_is_close_to_transformers(converted, family):
         total += len(sequence)
     print(f"{family} q8_0: teacher-forced top-1 agreement {agree}/{total}")
     assert agree >= 0.9 * total
+
+
+def test_supported_list_is_shown_where_users_look(tmp_path, capsys):
+    """One line from gguf_read's tables, in `serve --models`' help, the Models tab and a refusal;
+    docs/GGUF.md's table has a row per architecture."""
+    import gradio as gr
+
+    from export.llama.gguf_read import ARCHITECTURES, CARRIED, supported_gguf
+    from serve.cli import main as serve_main
+    from tests.gguf_models import write_tiny_gguf
+    from ui import models_tab
+    from ui.registry import ModelRegistry
+
+    line = supported_gguf()
+    assert all(name in line for name in ARCHITECTURES + CARRIED)
+    with pytest.raises(SystemExit):
+        serve_main(["--help"])
+    assert " ".join(line.split()) in " ".join(capsys.readouterr().out.split())
+    with gr.Blocks() as demo:
+        models_tab.build(ModelRegistry({}), tmp_path)
+    shown = [getattr(block, "value", "") or "" for block in demo.blocks.values()]
+    assert any(line in str(text) for text in shown)
+    refused = write_tiny_gguf(tmp_path / "q8k.gguf", "llama", "Q8_K")
+    with pytest.raises(ValueError, match="Q8_K") as error:
+        export_gguf(refused, tmp_path / "bundle", parity=False)
+    assert line in str(error.value)
+    table = (Path(__file__).resolve().parents[1] / "docs" / "GGUF.md").read_text()
+    assert all(f"| `{name}` |" in table for name in ARCHITECTURES)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from export.llama.gguf_read import supported_gguf
 from runtime.manifest import Manifest
 
 from . import checks, widgets
@@ -262,6 +263,7 @@ def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -
                     registry.manifest(model.value).parity if names else None,
                     label="Parity report (ONNX vs PyTorch)",
                 )
+        gr.Markdown(f"GGUF files load too (`--models FILE.gguf`): {supported_gguf()}.")
         gr.Markdown("### Benchmarks")
         gr.Markdown(benchmark_summary(results_dir), elem_id="benchmark-summary")
 

@@ -37,8 +37,12 @@ from .bundle import (
 )
 from .gguf_read import GGUFModel, read_gguf
 from .gguf_tokenizer import build_tokenizer
-from .graph import ACCURACY_LEVEL, build_llama_graph
+from .graph import ACCURACY_LEVEL, build_llama_graph, parameter_count
 
+# The parity report's fp32 reference graph is built only up to this size of float32 weights
+# (Qwen2.5-0.5B's 2 GB): onnxruntime holds all of it, which for a 1.7B model would be 6.8 GB
+# beside the bundle (docs/GGUF.md, "Converter memory").
+REFERENCE_BYTES = 2_100_000_000
 LORA_GRAPH = "model_lora.onnx"  # the decoder with LoRA slots, for adapter bundles
 # Tokens that end a chat turn when a chat template uses them (besides the GGUF's eos / eot ids).
 TURN_ENDS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "</s>", "<end_of_turn>")
@@ -129,7 +133,8 @@ def export_gguf(
     """Write the bundle of `gguf_path` to `out_dir`; returns its manifest. `fp32` dequantizes
     every weight; `accuracy_level` is MatMulNBits' (0 float activations, 4 int8), and
     `head_accuracy_level` the LM head's (None: the same); `parity=False`
-    skips the parity report (and the fp32 reference graph it builds); `lora_slots` also writes
+    skips the parity report (and the fp32 reference graph it builds, which it leaves out for
+    models over REFERENCE_BYTES of float32 weights); `lora_slots` also writes
     model_lora.onnx, the decoder with a zero-rank LoRA slot on every projection that adapter
     bundles fill (export/llama/adapter.py), sharing model.onnx's weights file."""
     if accuracy_level not in (0, 1, 2, 3, 4):
@@ -155,10 +160,16 @@ def export_gguf(
     if parity:
         with tempfile.TemporaryDirectory() as scratch:
             reference = None
-            if not fp32:
+            small = 4 * parameter_count(model) <= REFERENCE_BYTES
+            if not fp32 and small:
                 reference = Path(scratch) / "reference.onnx"
                 build_llama_graph(model, reference, fp32=True)
             report = parity_report(out_dir / "model.onnx", reference, model, tokenizer)
+            if not fp32 and not small:
+                report["reference"] = (
+                    "the graph's own full-sequence pass; no fp32 reference graph, whose float32 "
+                    f"weights would take over {REFERENCE_BYTES / 1e9:.1f} GB of memory"
+                )
     fields = model.tokenizer
     special = SpecialTokens(
         bos_token_id=_token_id(fields, "bos_token_id"),

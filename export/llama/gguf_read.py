@@ -62,6 +62,19 @@ SMOLLM3_NO_ROPE_STEP = 4  # llama.cpp's (and transformers' default): every 4th l
 BLOCK = 32  # weights per MatMulNBits block (and per GGUF block of the carried-over types)
 CARRIED = ("Q4_0", "Q4_1", "Q4_K", "Q8_0")  # quantized types mapped onto MatMulNBits as they are
 FLOATS = ("F32", "F16", "BF16")
+SUPPORTED_DOC = 'docs/GGUF.md, "Supported architectures"'
+
+
+def supported_gguf() -> str:
+    """One line naming the architectures and weight types the importer loads, from the tables
+    above (the refusals, `serve --models`' help and the Models tab all show it)."""
+    return (
+        f"GGUF architectures {', '.join(ARCHITECTURES)}; weights {', '.join(CARRIED)} carried "
+        f"over, {', '.join(FLOATS)} as float, other types the gguf package reads (Q5_*, Q6_K, "
+        f"IQ*, …) re-quantized to Q8_0 ({SUPPORTED_DOC})"
+    )
+
+
 DEFAULT_ZERO = {4: 8, 8: 128}  # MatMulNBits' zero point when none is given
 
 
@@ -200,7 +213,8 @@ def linear_from_tensor(tensor, fp32: bool = False) -> Linear:
         weight = quants.dequantize(tensor.data, tensor.tensor_type).reshape(n, k)
     except NotImplementedError:
         raise ValueError(
-            f"tensor {tensor.name!r} has GGUF type {kind}, which the gguf package cannot dequantize"
+            f"tensor {tensor.name!r} has GGUF type {kind}, which the gguf package cannot "
+            f"dequantize; supported: {supported_gguf()}"
         ) from None
     blocks = quants.quantize(weight.astype(np.float32), GGMLQuantizationType.Q8_0)
     linear = linear_from_blocks("Q8_0", blocks, n, k)
@@ -285,8 +299,8 @@ def read_gguf(path: str | Path) -> GGUFModel:
     arch = fields.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise GGUFError(
-            f"GGUF architecture must be one of {', '.join(ARCHITECTURES)} (docs/GGUF.md, "
-            f'"Supported architectures"), got {arch!r}'
+            f"GGUF architecture must be one of {', '.join(ARCHITECTURES)} ({SUPPORTED_DOC}), "
+            f"got {arch!r}"
         )
     tensors = {t.name: t for t in reader.tensors}
     try:

@@ -72,6 +72,7 @@ external data (`model.onnx.data`).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,7 +88,9 @@ ACCURACY_LEVEL = 4  # MatMulNBits computes with int8 activations (measured: docs
 GELU_MLP = ("gemma", "gemma2", "gemma3")  # GeGLU (GELU's tanh form) rather than SwiGLU
 # llama.cpp's converter permutes q and k rows for its adjacent-pair rotary (rope type NORM)
 INTERLEAVED_ROTARY = ("llama", "granite", "smollm3")
-EXTERNAL_DATA_BYTES = 1_500_000_000  # above this, weights go to model.onnx.data
+EXTERNAL_DATA_BYTES = 1_500_000_000  # above this (float32 size), weights go to model.onnx.data
+INLINE_BYTES = 1024  # smaller arrays stay in the graph file (onnx.save's default threshold)
+PAGE = 4096  # external tensors start on a page, so that onnxruntime can map them
 # GGUF tensor name -> the Hugging Face (peft target) module it holds
 HF_MODULES = {
     "attn_q": "q_proj",
@@ -105,9 +108,17 @@ class LlamaGraph(GraphBuilder):
     """GraphBuilder over numpy arrays, with the projection forms of `Linear`."""
 
     def __init__(
-        self, accuracy_level: int, lora: bool = False, head_accuracy_level: int | None = None
+        self,
+        accuracy_level: int,
+        lora: bool = False,
+        head_accuracy_level: int | None = None,
+        data_file=None,
+        data_location: str = "",
     ):
         super().__init__({})
+        # an open binary file that each weight is written to as soon as it is made (named
+        # `data_location` beside the graph), so that no more than one weight is held at a time
+        self.data_file, self.data_location = data_file, data_location
         self.accuracy_level = accuracy_level
         # the LM head's own level (None: `accuracy_level`), see build_llama_graph
         self.head_accuracy_level = (
@@ -146,7 +157,21 @@ class LlamaGraph(GraphBuilder):
     def array(self, name: str, value: np.ndarray) -> str:
         value = np.ascontiguousarray(value)
         self.weight_bytes += value.nbytes
-        self.initializers.append(numpy_helper.from_array(value, name))
+        if self.data_file is None or value.nbytes < INLINE_BYTES:
+            self.initializers.append(numpy_helper.from_array(value, name))
+            return name
+        offset = -self.data_file.tell() % PAGE
+        self.data_file.write(b"\0" * offset)
+        offset = self.data_file.tell()
+        self.data_file.write(memoryview(value).cast("B"))
+        tensor = TensorProto(
+            name=name, dims=value.shape, data_type=helper.np_dtype_to_tensor_dtype(value.dtype)
+        )
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, entry in (("location", self.data_location), ("offset", offset)):
+            tensor.external_data.add(key=key, value=str(entry))
+        tensor.external_data.add(key="length", value=str(value.nbytes))
+        self.initializers.append(tensor)
         return name
 
     def _sums(self, x: str, k: int) -> str:
@@ -280,22 +305,12 @@ class LlamaGraph(GraphBuilder):
             plain_nodes.append(node)
         weights = [t for t in self.initializers if t.name not in slot_weights]
         plain = self._model(plain_nodes, inputs, outputs, weights)
-        external = lora_path is not None or self.weight_bytes > EXTERNAL_DATA_BYTES
-        location = path.name + ".data"
-        onnx.save(
-            plain,
-            str(path),
-            save_as_external_data=external,
-            all_tensors_to_one_file=True,
-            location=location,
-        )
+        # streamed weights are in the data file already; the graph holds references to them
+        onnx.save(plain, str(path))
         if lora_path is None:
             return
-        # onnx.save moved the weights of `plain` out to the data file and left references
-        # (location, offset, length) in its tensors: the slot graph reuses those references.
-        stored = {t.name: t for t in plain.graph.initializer}
-        tensors = [stored.get(t.name, t) for t in self.initializers]
-        lora = self._model(self.nodes, inputs + self.slot_inputs, outputs, tensors)
+        # the same references (location, offset, length) into the one data file
+        lora = self._model(self.nodes, inputs + self.slot_inputs, outputs, self.initializers)
         onnx.save(lora, str(lora_path))
 
 
@@ -366,8 +381,27 @@ def build_llama_graph(
     zero-rank LoRA slot on every projection is written there too, sharing the weights file.
     Returns a report: node count, accuracy levels, per GGUF tensor type how its projections were
     stored, and the LoRA slots."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    external = lora_path is not None or 4 * parameter_count(model) > EXTERNAL_DATA_BYTES
+    location = path.name + ".data"
+    with open(path.parent / location, "wb") if external else contextlib.nullcontext() as data:
+        report = _build(model, path, fp32, accuracy_level, lora_path, head_accuracy_level, data)
+    return report
+
+
+def parameter_count(model: GGUFModel) -> int:
+    """The model's weight count (GGUF tensors, or a checkpoint's numpy arrays)."""
+    return sum(int(np.prod([int(d) for d in t.shape])) for t in model.tensors.values())
+
+
+def _build(model, path, fp32, accuracy_level, lora_path, head_accuracy_level, data) -> dict:
     g = LlamaGraph(
-        accuracy_level, lora=lora_path is not None, head_accuracy_level=head_accuracy_level
+        accuracy_level,
+        lora=lora_path is not None,
+        head_accuracy_level=head_accuracy_level,
+        data_file=data,
+        data_location=path.name + ".data",
     )
     weights = _Weights(model, fp32)
     table = weights.linear("token_embd.weight")
