@@ -303,6 +303,10 @@ def runners(args, paths: dict[str, Path], texts, prompts) -> dict:
             out[(engine, f"{precision}, no spinning")] = scriptorium_runner(
                 args.bundle, args.threads, texts, spinning=False
             )
+            if args.faithful_bundle:
+                out[(engine, "faithful (Chat's default)")] = scriptorium_runner(
+                    args.faithful_bundle, args.threads, texts
+                )
         elif engine == "llama.cpp":
             out[(engine, gguf_type(args.gguf))] = llama_cpp_runner(
                 args.gguf, args.threads, prompts, args.new_tokens
@@ -450,17 +454,20 @@ def bundle_precision(bundle: Path) -> str:
 
 def check_and_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse fewer than 2 `--new-tokens`; fill in `args.gguf` (the flagship's by default,
-    export/llama/fetch.py) and `args.bundle` (that GGUF converted once, from the per-user cache)."""
+    export/llama/fetch.py), `args.bundle` (that GGUF converted once, from the per-user cache) and,
+    for the flagship, `args.faithful_bundle` (its faithful conversion, Chat's default)."""
     if args.new_tokens < 2:
         parser.error(f"`--new-tokens` must be at least 2, got {args.new_tokens}")
     from export.llama import flagship
-    from export.llama.fetch import FetchError, fetch_gguf
+    from export.llama.fetch import FLAGSHIP, FetchError, fetch_gguf
 
     try:
         args.gguf = args.gguf or fetch_gguf()
     except FetchError as error:
         parser.error(f"no GGUF: {error}; or pass --gguf FILE")
+    flagship_default = args.bundle is None and sha256_of(args.gguf) == FLAGSHIP.sha256
     args.bundle = args.bundle or flagship.ensure_bundle(args.gguf)
+    args.faithful_bundle = flagship.faithful_flagship_bundle() if flagship_default else None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
