@@ -5,7 +5,8 @@ has the training 8-gram index, the final stats add the memorisation meter (seed 
 of the output's word 8-grams found in the training text and the longest copied span. Stop
 cancels the event; Gradio then closes the event's generator, whose `finally` closes the runtime
 stream, which ends the decoding loop and frees the CPU. Examples are the prompts seed 002 gave
-its Bible models.
+its Bible models. The stats' time to first token and tokens/s count from the visitor's click,
+the queue included, with the server's own figures beside where they differ (ui/click_speed.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import time
 from dataclasses import dataclass
 
 import gradio as gr
+from gradio.context import Context
 
-from . import checks, downloads, examples, expectations, links, widgets
+from . import checks, click_speed, downloads, examples, expectations, links, widgets
 from .streaming import SAMPLE_SEPARATOR, StreamCollector, legend_html, stats_html
 
 UPDATE_EVERY = 0.04  # seconds between UI updates while streaming (the last one always goes out)
@@ -134,7 +136,9 @@ def _inputs(registry, manifests: dict, names: list[str]) -> _Inputs:
     decoding = widgets.decoding_inputs(**own)
     decoding.follow(model, registry)
     with gr.Row():
-        run = gr.Button("Generate", variant="primary", interactive=bool(names))
+        run = gr.Button(
+            "Generate", variant="primary", interactive=bool(names), elem_id="generate-run"
+        )
         stop = gr.Button("Stop", variant="stop")
     links.shareable(
         "generate",
@@ -201,6 +205,7 @@ def _wire(registry, inputs: _Inputs, outputs: _Outputs) -> None:
         concurrency_id=checks.CONCURRENCY_ID,
     )
     inputs.stop.click(None, cancels=[event, submitted], js=MARK_STOPPED)
+    Context.root_block.load(None, js=click_speed.GENERATE, api_visibility="private")
     stale = {outputs.output: "", outputs.tokens: legend_html()}
     stale |= {outputs.stats: stats_html(_empty_stats()), outputs.result: None}
     # the last run's file is not this run's

@@ -204,9 +204,19 @@ def stats_html(stats: dict) -> str:
                     '<div class="copied">longest span copied from the training text '
                     f"({meter['span_words']} words): <mark>{span}</mark></div>"
                 )
+    # the server's own figures, which ui/click_speed.py's script shows beside its own from the click
+    stream = {
+        "time to first token": stats["time_to_first_token_s"],
+        "tokens / s": stats["tokens_per_second"],
+    }
+
+    def value_cell(label: str, value: str) -> str:
+        figure = stream.get(label)
+        data = "" if figure is None else f' data-stream="{figure:.6g}"'
+        return f'<div class="stat-value"{data}>{html.escape(value)}</div>'
+
     body = "".join(
-        f'<div class="stat"><div class="stat-value">{html.escape(value)}</div>'
-        f'<div class="stat-label">{label}</div></div>'
+        f'<div class="stat">{value_cell(label, value)}<div class="stat-label">{label}</div></div>'
         for label, value in cards
     )
     return f'<div class="stats">{body}</div>{copied}'
