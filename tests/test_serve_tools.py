@@ -323,6 +323,38 @@ def test_nested_models_move_to_the_root_and_the_call_schema_keeps_the_limits(tin
     )
 
 
+@pytest.mark.parametrize("piece", [1, 3, 7])
+def test_streamed_deltas_join_to_the_whole_reply(piece):
+    """A hermes reply fed in pieces of `piece` characters: the content deltas join to the text
+    before the calls, each call's first delta has its id and name, its argument deltas join to
+    its arguments; a `<tool_` that never becomes a call comes out as text at the end."""
+    from serve.tools import CallDeltas, reply_message
+
+    first = '{"name": "get_time", "arguments": {"zone": "UTC"}}'
+    second = (
+        '{"name": "get_weather", "arguments": {"city": "a\\"}b", "unit": "celsius", "days": 2}}'
+    )
+    text = f"Let me see.\n<tool_call>\n{first}\n</tool_call>\n<tool_call>\n{second}\n</tool_call>"
+    for reply, calls in ((text, [first, second]), ("Almost <tool_", [])):
+        reading, deltas = CallDeltas("hermes"), []
+        pieces = [reply[i : i + piece] for i in range(0, len(reply), piece)]
+        for index, part in enumerate(pieces):
+            deltas.append(reading.feed(part, finished=index == len(pieces) - 1))
+        content = "".join(d.get("content", "") for d in deltas)
+        updates = [u for d in deltas for u in d.get("tool_calls", [])]
+        message, finish_reason = reply_message(reply, "stop", "hermes")
+        assert content == (message["content"] or "")
+        assert reading.finish_reason("stop") == finish_reason
+        for index, call in enumerate(calls):
+            own = [u for u in updates if u["index"] == index]
+            assert own[0]["id"].startswith("call_") and all("id" not in u for u in own[1:])
+            assert own[0]["function"]["name"] == json.loads(call)["name"]
+            arguments = "".join(u["function"]["arguments"] for u in own)
+            assert arguments == message["tool_calls"][index]["function"]["arguments"]
+            assert json.loads(arguments) == json.loads(call)["arguments"]
+    assert finish_reason == "stop" and message["content"] == "Almost <tool_"
+
+
 # ---- served ----------------------------------------------------------------------------------
 
 
