@@ -24,6 +24,7 @@ BENCHMARKS = {
     "fidelity": "bench.fidelity",
     "grammar-libs": "bench.grammar_libs",
     "row-invariance": "bench.row_invariance",
+    "gguf-memory": "bench.gguf_memory",
 }
 
 
