@@ -355,6 +355,34 @@ def test_streamed_deltas_join_to_the_whole_reply(piece):
     assert finish_reason == "stop" and message["content"] == "Almost <tool_"
 
 
+@pytest.mark.parametrize("format, takes_tools", [("hermes", True), (None, True), (None, False)])
+def test_each_template_gets_its_format(format, takes_tools):
+    """Hermes templates get the tools and their own format; others, forced, one bare JSON call
+    (the tools shown by a template that renders them, else described in the system message);
+    "auto" on those is refused naming `tools`."""
+    from types import SimpleNamespace
+
+    from serve.tools import constraint
+
+    gen = SimpleNamespace(chat_tool_format=format, chat_takes_tools=takes_tools)
+    body = {"model": "m", "messages": ASK, "tools": [WEATHER, TIME]}
+    forced = parse_chat({**body, "tool_choice": "required"})
+    messages, tools, calls = constraint(gen, list(forced.messages), forced.tools)
+    assert calls.format == (format or "json") and calls.required
+    assert tools == ([WEATHER, TIME] if takes_tools else None)
+    if takes_tools:
+        assert messages == ASK
+    else:
+        assert messages[0]["role"] == "system" and '"name": "get_time"' in messages[0]["content"]
+        assert messages[1:] == ASK
+    auto = parse_chat(body)
+    if format is None:
+        with pytest.raises(ValueError, match='`tools` must come with `tool_choice` "required"'):
+            constraint(gen, list(auto.messages), auto.tools)
+    else:
+        assert not constraint(gen, list(auto.messages), auto.tools)[2].required
+
+
 # ---- served ----------------------------------------------------------------------------------
 
 
