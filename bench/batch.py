@@ -1,16 +1,17 @@
 """Continuous batching: aggregate throughput and latency with batching on and off.
 
     python -m bench.batch [--streams 1 4 16 32] [--requests-per-stream 2] [--max-tokens 32]
-                          [--bundles bible-lm/int8 bible-lm/fp32 smollm2] [--threads 2]
-                          [--rounds 1] [--out FILE]
+                          [--bundles bible-lm/int8 bible-lm/fp32 smollm2 smollm2-faithful]
+                          [--threads 2] [--rounds 1] [--out FILE]
 
 S concurrent streams each send `--requests-per-stream` generations one after the other (a
 prompt from a fixed list, sampling at temperature 0.8 with top-k 50 and a seed per request,
 exactly `--max-tokens` new tokens) to one bundle: the shipped bible-lm (`bible-lm/int8`,
 `bible-lm/fp32`) or the flagship SmolLM2-135M-Instruct (`smollm2`, converted once from its GGUF
-by export/llama/flagship.py). For every S it reports the aggregate tokens/s (all generated tokens
-over the wall time until the last stream is done) and the p50 / p95 latency of one request, for
-two paths over the same bundle and thread count:
+by export/llama/flagship.py; `smollm2-faithful`, its faithful conversion, Chat's default, whose
+decode steps run one row per call). For every S it reports the aggregate tokens/s (all generated
+tokens over the wall time until the last stream is done) and the p50 / p95 latency of one request,
+for two paths over the same bundle and thread count:
 
 - `off`: `runtime.load(..., batching=False)`, each request its own decode loop on its own thread
   (`--no-batching` in the app and Serve);
@@ -39,7 +40,7 @@ from . import common
 
 ROOT = Path(__file__).resolve().parents[1]
 BIBLE_LM = ROOT / "models" / "bible-lm"
-BUNDLES = ("bible-lm/int8", "bible-lm/fp32", "smollm2")
+BUNDLES = ("bible-lm/int8", "bible-lm/fp32", "smollm2", "smollm2-faithful")
 PROMPTS = [
     "In the beginning",
     "And God said",
@@ -109,6 +110,10 @@ def bundle_path(name: str) -> Path:
         from export.llama.flagship import ensure_bundle
 
         return ensure_bundle()
+    if name == "smollm2-faithful":
+        from export.llama.flagship import faithful_flagship_bundle
+
+        return faithful_flagship_bundle()
     return BIBLE_LM / name.removeprefix("bible-lm/")
 
 
