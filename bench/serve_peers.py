@@ -33,8 +33,10 @@ token p50 / p95 (request sent → first content chunk), inter-token latency p95 
 content chunks), failed requests, replies not exactly `NEW_TOKENS` tokens long, and the peak
 memory of the server's whole process tree (ours: the Ray driver, its cluster processes and the
 replica) as the sum of each process's PSS (RSS with shared pages split between their users, so
-Ray's shared memory and libraries count once), and the peak RSS of its largest process, sampled
-every `RSS_INTERVAL_S`. Rounds interleave the
+Ray's shared memory and libraries count once) and of its engine process (ours' replica,
+llama-server itself), sampled every `RSS_INTERVAL_S`, and the CPU milliseconds per output token
+of each part (`role_of`: the engine; ours' gateway, HTTP proxy and the rest of Ray; the
+clients). Rounds interleave the
 servers, alternating which goes first, so a slow spell on a shared host falls on both. The
 clients run in this process, on the same cores. `--contended` keeps one plain busy Python loop
 running in a child process for the whole timed part. The plot (`--plot`, matplotlib) shows
@@ -228,7 +230,8 @@ def results_table(results: list[dict]) -> str:
                     _ms(r["ttft_p95_s"]),
                     _ms(r["itl_p95_s"]),
                     f"{r['errors']} / {r['short_replies']}",
-                    f"{r['peak_tree_pss_mb']:,.0f} ({r['peak_process_rss_mb']:,.0f})",
+                    f"{r['peak_tree_pss_mb']:,.0f} ({r['peak_engine_pss_mb']:,.0f})",
+                    cpu_column(r["cpu_ms_per_token"]),
                 ]
             )
     header = [
@@ -240,9 +243,20 @@ def results_table(results: list[dict]) -> str:
         "TTFT p95 ms",
         "ITL p95 ms",
         "errors / short",
-        "peak MB: tree PSS (largest RSS)",
+        "peak PSS MB: tree (engine)",
+        "CPU ms / token",
     ]
     return common.markdown_table(header, rows)
+
+
+def cpu_column(per_role: dict[str, float]) -> str:
+    """CPU milliseconds per output token by role, the engine first, the client last.
+
+    >>> cpu_column({"client": 1.25, "engine": 20.0, "proxy": 3.0})
+    'engine 20.0, proxy 3.0, client 1.2'
+    """
+    order = sorted(per_role, key=lambda role: (role != ENGINE, role == "client", role))
+    return ", ".join(f"{role} {per_role[role]:.1f}" for role in order)
 
 
 def _ms(seconds: float | None) -> str:
@@ -355,12 +369,8 @@ class Server:
     sampled in a thread until `stop`."""
 
     def __init__(self, name: str, command: list[str], port: int, log: Path):
-        self.name, self.command = name, command
-        self.base_url = f"http://127.0.0.1:{port}/v1"
-        self.log = log
-        self.process = subprocess.Popen(
-            command, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True
-        )
+        self.name, self.log = name, log
+        self._start(command, port)
         self.model = None
         self.peak_tree = self.peak_process = 0  # bytes since the last `take_peaks`
         self.run_peak_tree = self.run_peak_process = 0  # bytes over the whole run
@@ -368,33 +378,66 @@ class Server:
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
 
-    def _sample(self) -> None:
+    def _start(self, command: list[str], port: int) -> None:
+        self.command = command
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.process = subprocess.Popen(
+            command, stdout=open(self.log, "a"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def restart(self, command: list[str], port: int) -> None:
+        """Stop the process and start `command` in its place, listening on `port`; ready when
+        this returns. Memory peaks carry on."""
+        self._end_process()
+        self._start(command, port)
+        self.wait_ready()
+
+    def _tree(self) -> list:
         import psutil
 
         root = psutil.Process(self.process.pid)
+        return [root, *root.children(recursive=True)]
+
+    def _sample(self) -> None:
+        import psutil
+
         while not self._done.wait(RSS_INTERVAL_S):
-            sizes = []
+            tree, engine = 0, 0
             try:
-                tree = [root, *root.children(recursive=True)]
+                processes = self._tree()
             except psutil.Error:
                 continue
-            for process in tree:
+            for process in processes:
                 try:
-                    memory = process.memory_full_info()
-                    sizes.append((memory.pss, memory.rss))
+                    pss = process.memory_full_info().pss
+                    role = role_of(process.cmdline())
                 except psutil.Error:  # it ended between the listing and the reading
-                    pass
-            if sizes:
-                self.peak_tree = max(self.peak_tree, sum(pss for pss, _ in sizes))
-                self.peak_process = max(self.peak_process, max(rss for _, rss in sizes))
-                self.run_peak_tree = max(self.run_peak_tree, self.peak_tree)
-                self.run_peak_process = max(self.run_peak_process, self.peak_process)
+                    continue
+                tree += pss
+                engine += pss if role == ENGINE else 0
+            self.peak_tree = max(self.peak_tree, tree)
+            self.peak_process = max(self.peak_process, engine)
+            self.run_peak_tree = max(self.run_peak_tree, self.peak_tree)
+            self.run_peak_process = max(self.run_peak_process, self.peak_process)
 
     def take_peaks(self) -> tuple[float, float]:
-        """(tree PSS, largest process RSS) peaks in MB since the last call, then start afresh."""
+        """(tree PSS, engine process PSS) peaks in MB since the last call, then start afresh."""
         peaks = self.peak_tree / 1e6, self.peak_process / 1e6
         self.peak_tree = self.peak_process = 0
         return peaks
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds (user + system) its live processes have used so far, by `role_of`."""
+        import psutil
+
+        seconds: dict[str, float] = {}
+        for process in self._tree():
+            try:
+                times, role = process.cpu_times(), role_of(process.cmdline())
+            except psutil.Error:
+                continue
+            seconds[role] = seconds.get(role, 0.0) + times.user + times.system
+        return seconds
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Poll GET /models until it lists a model (kept in `model`); RuntimeError naming the
@@ -420,6 +463,9 @@ class Server:
     def stop(self) -> None:
         """SIGTERM to its session (ours stops its Ray cluster on it), SIGKILL after 60 s."""
         self._done.set()
+        self._end_process()
+
+    def _end_process(self) -> None:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -427,6 +473,29 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+
+
+ENGINE = "engine"
+# Ray's process titles of ours' parts; every other process of ours is Ray's own (driver, GCS,
+# raylet, controller, dashboard and agents)
+RAY_ROLES = (
+    ("ServeReplica:scriptorium:model", ENGINE),
+    ("ServeReplica:scriptorium:gateway", "gateway"),
+    ("ProxyActor", "proxy"),
+)
+
+
+def role_of(cmdline: list[str]) -> str:
+    """The part a server's process plays: the one that runs the model (`ENGINE`: ours' replica,
+    llama-server), ours' gateway or HTTP proxy, or the rest of Ray ("ray").
+
+    >>> role_of(["ray::ServeReplica:scriptorium:gateway"]), role_of(["/x/llama-server", "-m"])
+    ('gateway', 'engine')
+    """
+    line = " ".join(cmdline)
+    if cmdline and Path(cmdline[0]).name == "llama-server":
+        return ENGINE
+    return next((role for title, role in RAY_ROLES if title in line), "ray")
 
 
 def exact_length_body(server: str) -> dict:
@@ -498,27 +567,55 @@ def run_level(
     return time.perf_counter() - start, replies
 
 
-def measure(servers: list[Server], system: str, client_counts: list[int], rounds: int) -> list:
-    """Per (server, clients) the `level_summary` plus peak memory; rounds interleave the servers,
-    the first of them alternating from round to round."""
+def measure(
+    servers: list[Server],
+    system: str,
+    client_counts: list[int],
+    rounds: int,
+    for_load: dict | None = None,
+) -> list:
+    """Per (server, clients) the `level_summary` plus peak memory and CPU per token; rounds
+    interleave the servers, the first of them alternating from round to round. `for_load`:
+    {server name: clients -> (command, port)}, a server set up for each level's load, restarted
+    (and warmed up again) when its command changes."""
     import openai
 
-    clients = {
-        s.name: openai.OpenAI(base_url=s.base_url, api_key="none", max_retries=0, timeout=600)
-        for s in servers
-    }
+    clients = {}
+
+    def client_of(server: Server):
+        if server.base_url not in clients:
+            clients[server.base_url] = openai.OpenAI(
+                base_url=server.base_url, api_key="none", max_retries=0, timeout=600
+            )
+        return clients[server.base_url]
+
+    def set_up(server: Server, count: int) -> None:
+        command, port = (for_load or {}).get(server.name, lambda _: (server.command, 0))(count)
+        if command != server.command:
+            server.restart(command, port)
+            run_level(client_of(server), server, system, 1, 0)  # warm again: a fresh cache
+
     for server in servers:  # warm-up (round 0): first calls, caches of the system prompt
-        run_level(clients[server.name], server, system, 1, 0)
+        set_up(server, client_counts[0])
+        run_level(client_of(server), server, system, 1, 0)
     samples = {(s.name, c): ([], []) for s in servers for c in client_counts}
     peaks = {key: (0.0, 0.0) for key in samples}
+    cpu = {key: {} for key in samples}  # CPU seconds by role (and "client": this process's)
+    commands = {}
     for round_ in range(1, rounds + 1):
         for count in client_counts:
             ordered = servers if round_ % 2 else servers[::-1]
             for server in ordered:
+                set_up(server, count)
                 server.take_peaks()
-                wall, replies = run_level(clients[server.name], server, system, count, round_)
+                before, client_before = server.cpu_seconds(), _own_cpu_seconds()
+                wall, replies = run_level(client_of(server), server, system, count, round_)
                 tree, largest = server.take_peaks()
                 key = server.name, count
+                commands[key] = server.command
+                after = {**server.cpu_seconds(), "client": _own_cpu_seconds() - client_before}
+                for role, seconds in after.items():
+                    cpu[key][role] = cpu[key].get(role, 0.0) + seconds - before.get(role, 0.0)
                 samples[key][0].append(wall)
                 samples[key][1].append(replies)
                 peaks[key] = max(peaks[key][0], tree), max(peaks[key][1], largest)
@@ -535,10 +632,21 @@ def measure(servers: list[Server], system: str, client_counts: list[int], rounds
             "clients": count,
             **level_summary(walls, replies),
             "peak_tree_pss_mb": peaks[name, count][0],
-            "peak_process_rss_mb": peaks[name, count][1],
+            "peak_engine_pss_mb": peaks[name, count][1],
+            "command": commands[name, count],
+            "cpu_ms_per_token": {
+                role: 1000 * seconds / max(1, sum(r.tokens for rs in replies for r in rs))
+                for role, seconds in sorted(cpu[name, count].items())
+            },
         }
         for (name, count), (walls, replies) in samples.items()
     ]
+
+
+def _own_cpu_seconds() -> float:
+    """CPU seconds this process (the clients, and the samplers) has used so far."""
+    times = os.times()
+    return times.user + times.system
 
 
 def busy_process() -> subprocess.Popen:
@@ -589,6 +697,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="threads of each server")
     parser.add_argument("--contended", action="store_true", help="a busy process beside both")
+    parser.add_argument(
+        "--peer-slots",
+        choices=("clients", "max"),
+        default="clients",
+        help="llama-server's --parallel: each level's clients (restarted per level, default) "
+        "or the largest --clients for every level",
+    )
     parser.add_argument(
         "--schemas", action="store_true", help="bench/schemas.py's structured outputs instead"
     )
@@ -667,7 +782,16 @@ def main(argv: list[str] | None = None) -> int:
 
             results = measure_schemas(servers, args.rounds)
         else:
-            results = measure(servers, system, args.clients, args.rounds)
+            for_load = None
+            if binary and args.peer_slots == "clients":
+                ports = {count: _free_port() for count in args.clients}
+                for_load = {
+                    PEER: lambda count: (
+                        peer_command(binary, gguf, args.threads, count, ports[count]),
+                        ports[count],
+                    )
+                }
+            results = measure(servers, system, args.clients, args.rounds, for_load)
     finally:
         if busy:
             busy.kill()
@@ -694,6 +818,7 @@ def main(argv: list[str] | None = None) -> int:
                 "clients": args.clients,
                 "rounds": args.rounds,
                 "contended": args.contended,
+                "peer_slots": args.peer_slots,
                 "schemas": args.schemas,
                 **(schema_settings() if args.schemas else chat_settings()),
             },
@@ -701,7 +826,7 @@ def main(argv: list[str] | None = None) -> int:
                 name: {
                     "command": command,
                     "peak_tree_pss_mb": server.run_peak_tree / 1e6,
-                    "peak_process_rss_mb": server.run_peak_process / 1e6,
+                    "peak_engine_pss_mb": server.run_peak_process / 1e6,
                 }
                 for (name, command), server in zip(commands.items(), servers)
             },

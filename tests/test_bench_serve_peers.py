@@ -83,15 +83,18 @@ def test_level_summary_and_table_of_made_up_rounds():
     peer = serve_peers.level_summary([1.0], [[slow, failed]])
     assert (peer["errors"], peer["first_errors"]) == (1, ["APIConnectionError: refused"])
     assert peer["ttft_p95_s"] == pytest.approx(0.3)
-    rss = {"peak_tree_pss_mb": 1234.4, "peak_process_rss_mb": 600.0}
+    rss = {"peak_tree_pss_mb": 1234.4, "peak_engine_pss_mb": 600.0}
+    rss["cpu_ms_per_token"] = {"client": 1.0, "engine": 12.0, "proxy": 2.5}
     results = [
         {"server": PEER, "clients": 2, **peer, **rss},
         {"server": OURS, "clients": 2, **ours, **rss},
     ]
     rows = serve_peers.results_table(results).splitlines()[2:]
     assert rows == [
-        "| 2 | scriptorium serve | 82.5 | 1.29× | 150 | 285 | 28 | 0 / 1 | 1,234 (600) |",
-        "| 2 | llama-server | 64.0 | 1.00× | 300 | 300 | 30 | 1 / 0 | 1,234 (600) |",
+        "| 2 | scriptorium serve | 82.5 | 1.29× | 150 | 285 | 28 | 0 / 1 | 1,234 (600) | "
+        "engine 12.0, proxy 2.5, client 1.0 |",
+        "| 2 | llama-server | 64.0 | 1.00× | 300 | 300 | 30 | 1 / 0 | 1,234 (600) | "
+        "engine 12.0, proxy 2.5, client 1.0 |",
     ]
 
 
