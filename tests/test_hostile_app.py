@@ -467,3 +467,61 @@ def test_a_private_prefix_cache_keeps_each_visitors_prompts_apart(tmp_path):
         demo.close()
     assert found[False] == [0, 1, 1]  # the second session found the first's system prompt
     assert found[True] == [0, 0, 1]  # only the first session's own second request did
+
+
+# ---- one visitor's events hold up no other visitor (issue 44, item 2) --------------------------
+
+
+def test_a_session_at_its_share_of_the_model_slots_lets_others_start():
+    """Gradio's queue with the app's order (ui/visitor.py): of the waiting model events, the
+    oldest of a session under its share (2 of the 4 slots) starts; a session at its share waits
+    even with slots free, so another session's later event starts first (Gradio alone starts
+    them in arrival order, and one session's 16 slow chats held every slot)."""
+    from types import SimpleNamespace
+
+    from gradio import queueing
+
+    from ui import visitor
+
+    visitor.configure(False)
+    fn = SimpleNamespace(batch=False)
+    models = queueing.EventQueue("models", 4)
+    queue = SimpleNamespace(
+        active_jobs=[None] * 4, event_queue_per_concurrency_id={"models": models}
+    )
+
+    def event(session):
+        return SimpleNamespace(session_hash=session, fn=fn)
+
+    def start():
+        picked = queueing.Queue.get_events(queue)
+        if picked is None:
+            return None
+        queue.active_jobs[queue.active_jobs.index(None)] = picked[0]
+        return picked[0][0].session_hash
+
+    models.queue = [event("a") for _ in range(16)]
+    assert [start(), start(), start()] == ["a", "a", None]  # a at its share: 2 slots stay free
+    models.queue.append(event("b"))
+    assert [start(), start()] == ["b", None]
+    queue.active_jobs[0] = None  # one of a's ends
+    assert start() == "a" and len(models.queue) == 13
+
+
+def test_the_issues_vote_flood_is_held_to_the_per_session_limit():
+    """The issue's flood: 164 votes in 62 s from four sessions through the queue API (all were
+    counted). With the arena's limit (6 a minute per session, ui/arena.py, a sliding window),
+    each session gets 6 in its first 8 s, then one more once its first has left the window at
+    60 s: 28 of the 164, and every refusal says how long to wait."""
+    from ui import arena, votes
+
+    now = [0.0]
+    limit = votes.RateLimit(arena.VOTES_PER_MINUTE, 60.0, clock=lambda: now[0])
+    counted, waits = 0, []
+    for attempt in range(164):
+        now[0] = attempt * 62 / 164
+        wait = limit.wait(f"session-{attempt % 4}")
+        counted += wait == 0.0
+        waits += [wait] if wait else []
+    assert counted == 4 * (arena.VOTES_PER_MINUTE + 1)
+    assert all(0 < wait <= 60 for wait in waits)
