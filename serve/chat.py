@@ -11,8 +11,8 @@ Three parts, each testable without a server, laid out as serve/api.py lays out c
   chat reply reads (runtime/parameters.py's; completions' without beam search). Messages have
   a role (system, user, assistant; "developer" is OpenAI's newer name for system) and text
   content (a string, or a list of text parts, joined by newlines), at most
-  `limits.max_prompt_chars` characters in all (the tools' JSON included); `name` is accepted and
-  not shown to the model. `response_format` (JSON mode, or JSON to a schema) is completions'
+  `limits.max_prompt_chars` characters in all (the tools' and earlier calls' JSON included);
+  `name` is accepted and not shown to the model. `response_format` (JSON mode, or JSON to a schema) is completions'
   (serve/api.py). `tools`, `tool_choice` and `parallel_tool_calls`, tool messages and earlier
   calls are serve/tools.py's. Penalties and `logit_bias` are refused unless at the value that
   means "off".
@@ -102,6 +102,7 @@ def parse_chat(raw: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS) -> C
     messages = tuple(tools.chat_messages(body.messages))
     offered = tools.parse_tools(body)
     characters = sum(len(m["content"]) for m in messages)
+    characters += sum(len(json.dumps(m["tool_calls"])) for m in messages if "tool_calls" in m)
     if body.tools:
         characters += len(json.dumps([tool.model_dump() for tool in body.tools]))
     if characters > limits.max_prompt_chars:
