@@ -12,10 +12,10 @@ Three parts, each testable without a server, laid out as serve/api.py lays out c
   a role (system, user, assistant; "developer" is OpenAI's newer name for system) and text
   content (a string, or a list of text parts, joined by newlines), at most
   `limits.max_prompt_chars` characters in all (the tools' and earlier calls' JSON included);
-  `name` is accepted and not shown to the model. `response_format` (JSON mode, or JSON to a schema) is completions'
-  (serve/api.py). `tools`, `tool_choice` and `parallel_tool_calls`, tool messages and earlier
-  calls are serve/tools.py's. Penalties and `logit_bias` are refused unless at the value that
-  means "off".
+  `name` is accepted and not shown to the model. `response_format` (JSON mode, or JSON to a
+  schema) is completions' (serve/api.py). `tools`, `tool_choice` and `parallel_tool_calls`,
+  tool messages and earlier calls are serve/tools.py's. Penalties and `logit_bias` are refused
+  unless at the value that means "off".
 - the replica's work: `complete(gen, request)` and `stream(gen, request)` run `gen.chat` /
   `gen.stream_chat` (serve/replica.py runs them, as it runs completions', in its thread pool),
   with the tools and their calls' grammar for the model's template (`tools.constraint`).
