@@ -236,11 +236,13 @@ class Pool:
         """A worker for `ticket` once the fast lane has room for it (see `_next_waiting`)."""
         with self.changed:
             self.waiting.append(ticket)
-            while len(self.fast) >= MOST or self._next_waiting() is not ticket:
-                self.changed.wait()
-            self.waiting.remove(ticket)
+            try:
+                while len(self.fast) >= MOST or self._next_waiting() is not ticket:
+                    self.changed.wait()
+            finally:  # admitted, or interrupted: never left in the queue for others to wait on
+                self.waiting.remove(ticket)
+                self.changed.notify_all()
             self.fast.append(ticket)
-            self.changed.notify_all()  # the next waiter may have room too
             while self.idle:
                 worker = self.idle.pop()
                 if worker.alive():
@@ -385,7 +387,11 @@ class Pool:
         if reply is None and seconds > SLOW_S:
             ran = time.monotonic() - started
             self._enter_slow_lane(ticket)
-            reply = self._slow_reply(ticket, seconds - ran)
+            try:
+                reply = self._slow_reply(ticket, seconds - ran)
+            except BaseException:  # interrupted while paused too: the worker must not linger
+                self._drop(worker, ticket)
+                raise
         if reply is None:
             self._drop(worker, ticket)
             raise TimeoutError(f"no reply within {seconds:g} s")
