@@ -19,7 +19,7 @@ import pytest
 
 import app
 from tests.app_fixtures import chat_model_dir, serve
-from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
 from ui.registry import ModelRegistry
 
 __all__ = ["chat_model_dir", "browser"]  # fixtures, used by name
@@ -103,4 +103,33 @@ def test_the_phone_tab_menu_is_labelled(browser, url):
     page.locator(".overflow-dropdown").get_by_text("Models", exact=True).click()
     page.get_by_role("heading").first.wait_for()
     assert page.locator("#benchmark-summary").is_visible()  # the Models tab opened
+    page.close()
+
+
+def test_the_phone_tab_menu_shows_the_open_tab_and_the_placeholder_fits(browser, url):
+    page = browser.new_page(viewport={"width": 390, "height": 844})
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.goto(url)
+    box = page.locator("#chat-message textarea")
+    box.wait_for()
+    # the placeholder's text, in the box's font, fits the box's inner width: one line, not cut
+    room = """(box) => {
+      const style = getComputedStyle(box), canvas = document.createElement('canvas');
+      const context = canvas.getContext('2d');
+      context.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+      const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
+      const inner = box.clientWidth - padding;
+      return inner - context.measureText(box.placeholder).width;
+    }"""
+    assert box.evaluate(room) >= 0, "the chat placeholder is cut on a phone"
+    menu = page.locator(".overflow-menu > button")
+    assert menu.get_attribute("aria-label") == "More tabs"
+    menu.click()
+    page.locator(".overflow-dropdown").get_by_text("Models", exact=True).click()
+    page.locator("#benchmark-summary").wait_for()
+    shown = "(button) => getComputedStyle(button, '::after').content"
+    wait_until(lambda: "Models" in menu.evaluate(shown), "the menu to name the open tab")
+    assert menu.get_attribute("aria-label") == "More tabs (open: Models)"
+    page.get_by_role("tab", name="Chat").click()
+    wait_until(lambda: "Models" not in menu.evaluate(shown), "the menu to drop the tab's name")
     page.close()

@@ -76,8 +76,14 @@ CSS = """
 #chat-conversation button.example { border: 1px solid #78716c !important; border-radius: 8px;
                                     background: #fafaf9 !important; color: #1c1917 !important; }
 #chat-conversation button.example:hover { background: #fef3c7 !important; }
-/* The phone's tab menu: Gradio draws only "⋯"; it says what it holds (LABEL_MENU names it). */
+/* The phone's tab menu: Gradio draws only "⋯"; it says what it holds, and which of its tabs is
+   open (LABEL_MENU names it and writes the open tab's name into data-current). */
 .overflow-menu > button::after { content: "More tabs"; font-size: 13px; margin-left: 4px; }
+.overflow-menu > button[data-current]::after { content: "More tabs: " attr(data-current);
+  font-weight: 600; border-bottom: 2px solid #d97706; }
+/* On a phone the message box takes the whole row (Send goes under it), so that its placeholder
+   shows on one line rather than cut in two. */
+@media (max-width: 480px) { .form:has(> #chat-message) { min-width: 100% !important; } }
 .error-box { border-left: 4px solid #dc2626; padding: 0.6em 1em; background: rgba(220,38,38,0.08);
              border-radius: 4px; }
 .model-note { font-size: 13px; opacity: 0.85; }
@@ -98,12 +104,22 @@ CSS = """
 """
 
 
-# On page load, in the browser: the tab menu's button gets an accessible name (Gradio gives none).
+# On page load, in the browser: the tab menu's button gets an accessible name (Gradio gives none)
+# that says which of its tabs is open, also shown on the button (data-current, CSS above): Gradio
+# marks the open tab only inside the closed menu.
 LABEL_MENU = """() => {
-  const label = () => document.querySelectorAll('.overflow-menu > button').forEach(
-    (button) => button.setAttribute('aria-label', 'More tabs'));
+  const label = () => document.querySelectorAll('.overflow-menu').forEach((menu) => {
+    const button = menu.querySelector(':scope > button');
+    const open = menu.querySelector('.overflow-dropdown button.selected');
+    const name = open ? open.textContent.trim() : '';
+    const wanted = name ? `More tabs (open: ${name})` : 'More tabs';
+    if (button.getAttribute('aria-label') !== wanted) button.setAttribute('aria-label', wanted);
+    if (name && button.dataset.current !== name) button.dataset.current = name;
+    if (!name && 'current' in button.dataset) delete button.dataset.current;
+  });
   label();
-  new MutationObserver(label).observe(document.body, {childList: true, subtree: true});
+  new MutationObserver(label).observe(document.body,
+    {childList: true, subtree: true, attributes: true, attributeFilter: ['class']});
 }"""
 
 
