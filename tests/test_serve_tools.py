@@ -558,3 +558,22 @@ def test_the_flagship_calls_a_forced_function_that_validates(flagship):
             )
         assert refused.value.body["param"] == "tools"
         assert "its chat template takes no tools" in refused.value.body["message"]
+    # "required" after a call and its result (shown to SmolLM2 as text): a call to either tool.
+    call = {"id": "call_1", "type": "function"}
+    call["function"] = {"name": "get_time", "arguments": json.dumps({"zone": "CET"})}
+    conversation = [
+        {"role": "user", "content": "What time is it in Berlin?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "14:05"},
+        {"role": "user", "content": "And the weather in Rome for two days?"},
+    ]
+    reply = flagship.chat.completions.create(
+        model=FLAGSHIP,
+        messages=conversation,
+        tools=[WEATHER, TIME],
+        tool_choice="required",
+        temperature=0,
+        max_tokens=60,
+    )
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assert_valid(reply.choices[0].message.tool_calls)
