@@ -8,7 +8,8 @@ template in `serve.gateway` (the FastAPI ingress: auth, bodies, routing, streami
 `serve.replica` (`ModelServer`, one loaded bundle); `serve.deployments` builds the Serve
 application; `serve.http_app`, `serve.errors` and `serve.downloads` are the FastAPI app and its
 schema, error responses, and model-file downloads; `serve.scoring` is `echo` and token-id
-prompts; `serve.cli` is `scriptorium serve`. The caps on a request are runtime/request_caps.py's.
+prompts; `serve.cli` is `scriptorium serve`, and `serve.ray_guard` keeps Ray's own servers to
+loopback and behind the API key. The caps on a request are runtime/request_caps.py's.
 docs/SCALING.md covers running it on one or several machines.
 
 Layer: serve/ may import runtime, ray[serve] and fastapi; nothing imports serve/ but the
