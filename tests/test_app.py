@@ -231,7 +231,7 @@ def test_embedding_endpoints(client):
         api_name="/embedding_similarity",
     )
     assert [row[:2] for row in table["data"]] == [["boy", "girl"], ["boy + man", "teenager"]]
-    assert all(-100 <= row[4] <= 100 for row in table["data"])
+    assert all(-100 <= row[2] <= 100 for row in table["data"])
     neighbours = client.predict(
         model=LM,
         word="light",

@@ -25,6 +25,7 @@ from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
 from tests.test_browser import artifacts
 from ui import votes
 from ui.registry import ModelRegistry
+from ui.rewrite_tab import SWEEP_HEADERS
 
 __all__ = ["artifacts", "browser", "chat_model_dir"]  # fixtures, used by name
 pytestmark = needs_chromium
@@ -342,3 +343,52 @@ def test_a_model_card_arrives_when_opened_and_follows_the_model(browser, served)
     picker.press("Enter")
     panel.locator(".prose h1", has_text="translator").wait_for()
     context.close()
+
+
+# Each table's key columns, in view without scrolling sideways: (tab, width, the button that
+# fills the table or None, the table's container, its key headers).
+KEY_COLUMNS = [
+    ("Embeddings", 1280, "Compare phrases", "#embeddings-similarity", ["cosine × 100"]),
+    ("Compare", 1280, "Compare", "#compare-metrics", ["mean log p", "Self-BLEU", "UNGC-4"]),
+    ("Rewrite", 1280, None, "#rewrite-sweep-table", SWEEP_HEADERS),
+    ("Chat", 390, None, "#chat-turns", ["tokens / s", "finished"]),
+]
+# [header text, the px of it that shows, its full width in px] for each header (run in the page):
+# an element's box cut by every box around it that clips or scrolls, and by the window.
+HEADERS_SHOWN = """([selector, names]) => {
+  const table = document.querySelector(selector);
+  const cells = [...table.querySelectorAll('th')];
+  return names.map((name) => {
+    const cell = cells.find((th) => th.innerText.trim().replace(/\\s+/g, ' ') === name);
+    if (!cell) return [name, 0, 1];
+    const text = cell.querySelector('.text, span') || cell;
+    const box = text.getBoundingClientRect();
+    let [left, right] = [box.left, Math.min(box.right, window.innerWidth)];
+    for (let up = text.parentElement; up; up = up.parentElement) {
+      if (getComputedStyle(up).overflowX === 'visible') continue;
+      const clip = up.getBoundingClientRect();
+      [left, right] = [Math.max(left, clip.left), Math.min(right, clip.right)];
+    }
+    return [name, Math.round(Math.max(right - left, 0)), Math.round(text.scrollWidth)];
+  });
+}"""
+
+
+@pytest.mark.parametrize(("tab", "width", "button", "table", "names"), KEY_COLUMNS)
+def test_key_columns_show_without_scrolling(browser, served, tab, width, button, table, names):
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.goto(served)
+    page.locator("#chat-message textarea").wait_for()
+    if tab != "Chat":
+        page.get_by_role("tab", name=tab, exact=True).click()
+    if button:
+        page.get_by_role("tabpanel").get_by_role("button", name=button, exact=True).click()
+        wait_idle(page)
+    page.locator(table).locator("th").first.wait_for()
+    time.sleep(0.5)  # laid out
+    shown = page.evaluate(HEADERS_SHOWN, [table, names])
+    context.close()
+    cut = [entry for entry in shown if entry[1] < entry[2] - 1]
+    assert not cut, f"{tab} at {width} px: [header, px shown, px wide] {cut}"

@@ -264,6 +264,7 @@ def _results(page: _Page) -> None:
         interactive=False,
         wrap=True,
         elem_id="arena-metrics",
+        elem_classes="numbers",
     )
     page.round_state = gr.State(None)
     with gr.Row():

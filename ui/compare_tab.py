@@ -239,6 +239,7 @@ def _results(page: _Page) -> None:
         interactive=False,
         wrap=True,
         elem_id="compare-metrics",
+        elem_classes="numbers",
     )
     page.result = gr.State(None)
     with gr.Row():

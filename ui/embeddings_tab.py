@@ -26,7 +26,8 @@ from study import word_analogies
 from . import checks, examples, links, widgets
 from .embeddings import cosine
 
-SIMILARITY_HEADERS = ["phrase A", "phrase B", "tokens A", "tokens B", "cosine × 100"]
+# the cosine beside the phrases, so that it shows in the tab's narrow column without scrolling
+SIMILARITY_HEADERS = ["phrase A", "phrase B", "cosine × 100", "tokens A", "tokens B"]
 NEIGHBOUR_HEADERS = ["rank", "token", "cosine × 100"]
 SPACE_INFO = "encode words as they appear mid-sentence (with a leading space)"
 
@@ -164,6 +165,7 @@ def _similarity_column(model, leading) -> _Section:
             interactive=False,
             wrap=True,
             label="Cosine similarity",
+            elem_id="embeddings-similarity",
         )
     return _Section(inputs, compare, errors, similarity, {similarity: None})
 
@@ -215,9 +217,9 @@ def _embedding_endpoints(registry) -> tuple:
                 [
                     a,
                     b,
+                    round(100 * space.similarity(a, b), 1),
                     " ".join(map(repr, space.tokens(a))),
                     " ".join(map(repr, space.tokens(b))),
-                    round(100 * space.similarity(a, b), 1),
                 ]
             )
         return rows

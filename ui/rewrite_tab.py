@@ -368,8 +368,8 @@ def output_column(registry, model: gr.Dropdown) -> RewriteOutputs:
         label="Every ratio",
         interactive=False,
         wrap=True,
-        column_widths=["8%", "36%", "8%", "8%", "8%", "8%", "8%", "8%", "8%"],
         elem_id="rewrite-sweep-table",
+        elem_classes="numbers",
     )
     shown = gr.State(None)
     return RewriteOutputs(

@@ -89,6 +89,17 @@ CSS = """
 .model-note { font-size: 13px; opacity: 0.85; }
 .loop-warning:has(p) { border-left: 4px solid #d97706; padding: 0.4em 1em;
                        background: rgba(217,119,6,0.1); border-radius: 4px; }
+/* Tables of numbers (Compare's and the Arena's metrics, Rewrite's sweep) and, on a phone, the
+   Chat's turns keep every column in view: tighter cells and a smaller type. */
+.numbers th, .numbers td { padding: 0 !important; font-size: 13px !important; }
+.numbers .cell-wrap { padding: 4px 6px !important; }
+/* a header's sort-and-filter menu button (⋮) lies over the header, shown on hover or focus,
+   instead of taking 20 px of every column */
+.numbers th { position: relative; }
+.numbers th .cell-menu-button { position: absolute; right: 0; top: 0; opacity: 0; }
+.numbers th:hover .cell-menu-button, .numbers th .cell-menu-button:focus { opacity: 1; }
+@media (max-width: 480px) {
+  .chat-turns th, .chat-turns td { padding: 2px 4px !important; font-size: 12px; } }
 /* Table headers break between words only ("repetition rate", not "repetiti on rate"). */
 .header-content .text.wrap { word-break: normal; overflow-wrap: normal; hyphens: none; }
 .limit-note { font-size: 12px; color: #b45309; margin-top: 4px; }
