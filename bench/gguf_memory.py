@@ -10,7 +10,7 @@ file-backed pages of the mapped GGUF included) and wall time are recorded; the b
 in another child to check that it runs (one greedy step) and to record what loading costs.
 
     python -m bench gguf-memory [--shapes smollm2-1.7b qwen2.5-0.5b] [--quants Q4_K Q4_0 Q8_0]
-        [--parity] [--work DIR] [--out PATH]
+        [--parity] [--work DIR] [--keep] [--out PATH]
 
 Q4_K needs input widths that are multiples of 256, which Qwen2.5-0.5B's 896 is not (llama.cpp
 stores those tensors in another type), so Q4_K runs on the SmolLM2 shape only. `--parity` also
@@ -103,7 +103,9 @@ def write_synthetic_gguf(path: Path, shape: tuple, quant: str, seed: int = 0) ->
     writer.add_rope_freq_base(rope)
     writer.add_rope_dimension_count(head)
     writer.add_vocab_size(vocab)
-    byte_tokens = [chr(c) for c in range(33, 127)] + [chr(256 + c) for c in range(162)]
+    from tokenizers import pre_tokenizers
+
+    byte_tokens = sorted(pre_tokenizers.ByteLevel.alphabet())  # GPT-2's 256 byte characters
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("qwen2" if arch == "qwen2" else "default")
     writer.add_token_list(byte_tokens)
@@ -197,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--work", type=Path, help="folder for the GGUFs and bundles (default: temp)"
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep each GGUF and its bundle in --work (for `bench llm --gguf … --bundle …`)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "gguf_memory.json")
     args = parser.parse_args(argv)
     work = args.work or Path(tempfile.mkdtemp(prefix="gguf-memory-"))
@@ -234,10 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                             else ""
                         )
                     )
-                    shutil.rmtree(bundle, ignore_errors=True)
-                gguf_path.unlink()
+                    if not args.keep:
+                        shutil.rmtree(bundle, ignore_errors=True)
+                if not args.keep:
+                    gguf_path.unlink()
     finally:
-        if args.work is None:
+        if args.work is None and not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     payload = {
         "benchmark": "gguf-memory",
