@@ -3,11 +3,11 @@
 GGUF files in the exact shapes of SmolLM2-1.7B (llama, 24 layers of width 2048, 32 heads,
 SwiGLU 8192, 49,152 tokens, tied) and Qwen2.5-0.5B (qwen2, 24 layers of width 896, 14 query and
 2 KV heads of 64, q|k|v biases, SwiGLU 4864, 151,936 tokens, tied) are written here with the
-`gguf` package, tensor by tensor (random blocks with bounded float16 scales; the tokenizer is the
-256 byte tokens, which the importer only needs to be valid). Each is then imported by
-`export_gguf` in a child process, whose peak resident memory (`ru_maxrss` from `os.wait4`,
-file-backed pages of the mapped GGUF included) and wall time are recorded; the bundle is loaded
-in another child to check that it runs (one greedy step) and to record what loading costs.
+`gguf` package, tensor by tensor (random blocks with bounded float16 scales; a byte-level BPE
+vocabulary with one token per embedding row and as many merges, `vocabulary`). Each is then
+imported by `export_gguf` in a child process, whose peak resident memory (`ru_maxrss` from
+`os.wait4`, file-backed pages of the mapped GGUF included) and wall time are recorded; the bundle
+is loaded in another child to check that it runs (one greedy step) and to record what loading costs.
 
     python -m bench gguf-memory [--shapes smollm2-1.7b qwen2.5-0.5b] [--quants Q4_K Q4_0 Q8_0]
         [--parity] [--work DIR] [--keep] [--out PATH]
@@ -84,9 +84,32 @@ def _tensors(shape: tuple, quant: str) -> list[tuple[str, tuple, str]]:
     return out + [("output_norm.weight", (d,), "F32")]
 
 
-def write_synthetic_gguf(path: Path, shape: tuple, quant: str, seed: int = 0) -> Path:
+def vocabulary(size: int) -> tuple[list[str], list[str]]:
+    """A byte-level BPE vocabulary of exactly `size` tokens (GPT-2's 256 byte characters, then
+    pairs and triples of them) and its merges, one per token past the bytes: a file as large in
+    tokens and merges as the real model's, which llama.cpp loads (it needs one token per row of
+    the embedding table) and whose metadata costs the reader what the real one does."""
+    from tokenizers import pre_tokenizers
+
+    if size < 256:
+        raise ValueError(f"`size` must be at least 256, got {size}")
+    tokens = sorted(pre_tokenizers.ByteLevel.alphabet())  # GPT-2's 256 byte characters
+    merges, bytes_ = [], tokens[:256]
+    for left in tokens:  # grows as it goes: pairs, then triples
+        for right in bytes_:
+            if len(tokens) == size:
+                return tokens, merges
+            tokens.append(left + right)
+            merges.append(f"{left} {right}")
+    return tokens, merges
+
+
+def write_synthetic_gguf(
+    path: Path, shape: tuple, quant: str, seed: int = 0, tokens: int | None = None
+) -> Path:
     """Write a model of `shape` (as in SHAPES) with `quant` projections to `path`, one tensor at
-    a time (never the whole model in memory)."""
+    a time (never the whole model in memory); its vocabulary has `tokens` tokens (default: one per
+    row of the embedding table; at least 256)."""
     import gguf
 
     arch, layers, d, ff, heads, kv, head, vocab, context, rope, eps, _ = shape
@@ -103,14 +126,12 @@ def write_synthetic_gguf(path: Path, shape: tuple, quant: str, seed: int = 0) ->
     writer.add_rope_freq_base(rope)
     writer.add_rope_dimension_count(head)
     writer.add_vocab_size(vocab)
-    from tokenizers import pre_tokenizers
-
-    byte_tokens = sorted(pre_tokenizers.ByteLevel.alphabet())  # GPT-2's 256 byte characters
+    token_list, merges = vocabulary(tokens or vocab)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("qwen2" if arch == "qwen2" else "default")
-    writer.add_token_list(byte_tokens)
-    writer.add_token_types([1] * len(byte_tokens))
-    writer.add_token_merges([])
+    writer.add_token_list(token_list)
+    writer.add_token_types([1] * len(token_list))
+    writer.add_token_merges(merges)
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(1)
     tensors = _tensors(shape, quant)

@@ -30,6 +30,7 @@ export/llama/gguf_tokenizer.py).
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -270,6 +271,19 @@ class GGUFModel:
 
     def linear(self, name: str, fp32: bool = False) -> Linear:
         return linear_from_tensor(self.tensors[name], fp32)
+
+    def release(self, name: str) -> None:
+        """Drop the mapped pages of tensor `name` from this process once it has been read (they
+        stay in the page cache and are read again if touched), so that the importer's resident
+        memory does not grow with the file (docs/GGUF.md, "Converter memory")."""
+        tensor = self.tensors[name]
+        mapping = getattr(tensor, "data", None)
+        while mapping is not None and not isinstance(mapping, mmap.mmap):
+            mapping = getattr(mapping, "base", None)
+        if mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return  # not a mapped GGUF tensor (a checkpoint's array), or no madvise here
+        start = tensor.data_offset - tensor.data_offset % mmap.PAGESIZE
+        mapping.madvise(mmap.MADV_DONTNEED, start, tensor.data_offset + tensor.n_bytes - start)
 
     def bias(self, name: str) -> np.ndarray | None:
         return self.norm(name) if name in self.tensors else None

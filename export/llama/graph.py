@@ -512,7 +512,8 @@ class _Weights:
     notes: list[str] = field(default_factory=list)
 
     def linear(self, name: str) -> Linear:
-        lin = self.model.linear(name, self.fp32)
+        lin = self.model.linear(name, self.fp32)  # a copy: the file's pages are not needed again
+        self.model.release(name)
         self.storage[lin.source] = _storage(lin)
         return lin
 
