@@ -1,14 +1,19 @@
 """Chat serving over HTTP: `scriptorium serve` against llama.cpp's `llama-server`, same GGUF.
 
     python -m bench serve-peers [--clients 1 4 16 64] [--rounds 3] [--threads 2] [--contended]
-                                [--schemas] [--no-build] [--out FILE] [--plot FILE] [--work DIR]
+                                [--together] [--peer-slots clients|max] [--schemas] [--no-build]
+                                [--out FILE] [--plot FILE] [--work DIR]
 
 The run the lead makes on a quiet machine (then again with `--contended`):
 
     nice -n 10 python -m bench serve-peers --clients 1 4 16 64 --rounds 3
 
-Both servers are started once on the flagship's GGUF (SmolLM2-135M-Instruct Q4_1,
-export/llama/fetch.py) with `--threads` threads each and stay up for the whole run:
+Both servers serve the flagship's GGUF (SmolLM2-135M-Instruct Q4_1, export/llama/fetch.py) with
+`--threads` threads each. By default one server is up at a time, through all its levels and
+rounds, then stopped before the other starts: an idle Ray cluster runs processes of its own (its
+controller, raylet, dashboard), and beside them llama-server's threads, which meet at a barrier
+after every graph node, lose most of their speed (docs/BENCHMARKS.md); `--together` keeps both
+up for the whole run with rounds interleaved instead:
 
 - ours: `python -m serve --models GGUF --threads-per-replica T --num-cpus T --max-ongoing N`
   (one replica; the GGUF converted once, export/llama/flagship.py; batching and whatever prefix
@@ -16,13 +21,16 @@ export/llama/fetch.py) with `--threads` threads each and stay up for the whole r
 - the peer: `llama-server` built from the llama.cpp that llama-cpp-python's sdist
   (`PEER_VERSION`) vendors, with `peer_command`'s flags: T threads for decoding and for
   prompts, `--parallel N` slots of `SLOT_CONTEXT` tokens each, continuous batching and prompt
-  caching on (its chat-server defaults, named anyway). It is built once per machine under
+  caching on (its chat-server defaults, named anyway). With `--peer-slots clients` (the
+  default) N is each level's C: llama-server is restarted (and warmed up again) with one slot
+  per client, as its README sizes it; `--peer-slots max` keeps the largest C's slots for every
+  level. It is built once per machine under
   `--work` (`build_peer`: cmake + g++, `nice -n 19`, 2 jobs, only the `llama-server` target,
   ≈ 10+ minutes on 2 busy cores) and never by the install or the tests; `--no-build` skips the
   peer when no binary is cached.
 
-N is the largest `--clients`. Each of C clients holds a 3-turn conversation through the `openai`
-client (`chat.completions.create(stream=True)`): a system prompt of exactly `SYSTEM_TOKENS`
+Ours' N is the largest `--clients`. Each of C clients holds a 3-turn conversation through the
+`openai` client (`chat.completions.create(stream=True)`): a system prompt of exactly `SYSTEM_TOKENS`
 tokens (the flagship's tokenizer) shared by every client and both servers, then three user
 turns of its own (new ones every round, so no server can replay a whole conversation from its
 cache), each answered with exactly `NEW_TOKENS` tokens at temperature 0 (greedy): ours is sent
@@ -36,12 +44,12 @@ replica) as the sum of each process's PSS (RSS with shared pages split between t
 Ray's shared memory and libraries count once) and of its engine process (ours' replica,
 llama-server itself), sampled every `RSS_INTERVAL_S`, and the CPU milliseconds per output token
 of each part (`role_of`: the engine; ours' gateway, HTTP proxy and the rest of Ray; the
-clients). Rounds interleave the
-servers, alternating which goes first, so a slow spell on a shared host falls on both. The
+clients). With `--together`, rounds interleave the servers, alternating which goes first, so a
+slow spell on a shared host falls on both. The
 clients run in this process, on the same cores. `--contended` keeps one plain busy Python loop
 running in a child process for the whole timed part. The plot (`--plot`, matplotlib) shows
-tokens/s and TTFT p95 against clients. `--schemas` runs bench/schemas.py's structured-output set
-on the same two servers instead (bench/serve_peers_schemas.py).
+tokens/s, TTFT p95 and peak memory against clients. `--schemas` runs bench/schemas.py's
+structured-output set on the same two servers instead (bench/serve_peers_schemas.py).
 
 This module does not cover the in-process app or Ray Serve replica layouts (bench/serve.py),
 nor single-stream decode speed against llama-cpp-python (bench/llm.py).
@@ -658,29 +666,41 @@ def busy_process() -> subprocess.Popen:
 
 
 def plot(results: list[dict], path: Path, title: str) -> None:
-    """Output tokens/s and TTFT p95 against clients, one line per server, as a PNG."""
+    """Output tokens/s, TTFT p95 and peak memory (the process tree's PSS, and the engine
+    process's dashed) against clients, one colour per server, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (rate, ttft) = plt.subplots(1, 2, figsize=(10, 4))
-    for server in (OURS, PEER):
+    figure, (rate, ttft, memory) = plt.subplots(1, 3, figsize=(15, 4))
+    for server, colour in ((OURS, "tab:blue"), (PEER, "tab:orange")):
         rows = sorted((r for r in results if r["server"] == server), key=lambda r: r["clients"])
         if not rows:
             continue
         counts = [r["clients"] for r in rows]
-        rate.plot(counts, [r["tokens_per_second"] for r in rows], marker="o", label=server)
-        ttft.plot(counts, [r["ttft_p95_s"] or float("nan") for r in rows], marker="o", label=server)
+        rate.plot(counts, [r["tokens_per_second"] for r in rows], "o-", color=colour, label=server)
+        ttft_p95 = [r["ttft_p95_s"] or float("nan") for r in rows]
+        ttft.plot(counts, ttft_p95, "o-", color=colour, label=server)
+        tree = [r["peak_tree_pss_mb"] / 1000 for r in rows]
+        engine = [r["peak_engine_pss_mb"] / 1000 or float("nan") for r in rows]  # 0: unseen
+        memory.plot(counts, tree, "o-", color=colour, label=f"{server}: process tree")
+        memory.plot(counts, engine, "s--", color=colour, label=f"{server}: engine process")
     counts = sorted({r["clients"] for r in results})
-    for axes, label in ((rate, "aggregate output tokens/s"), (ttft, "time to first token p95 (s)")):
+    labels = (
+        (rate, "aggregate output tokens/s"),
+        (ttft, "time to first token p95 (s)"),
+        (memory, "peak PSS (GB)"),
+    )
+    for axes, label in labels:
         axes.set_xscale("log", base=2)
         axes.set_xticks(counts, [str(c) for c in counts])
         axes.minorticks_off()
         axes.set_xlabel("concurrent clients (3-turn conversations)")
         axes.set_ylabel(label)
+        axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
-        axes.legend()
+        axes.legend(fontsize=8)
     figure.suptitle(title)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -697,6 +717,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="threads of each server")
     parser.add_argument("--contended", action="store_true", help="a busy process beside both")
+    parser.add_argument(
+        "--together",
+        dest="apart",
+        action="store_false",
+        help="both servers up for the whole run, rounds interleaved (default: one server at a "
+        "time, so neither's processes run beside the other's levels)",
+    )
     parser.add_argument(
         "--peer-slots",
         choices=("clients", "max"),
@@ -768,30 +795,47 @@ def main(argv: list[str] | None = None) -> int:
     commands = {OURS: ours_command(gguf, args.threads, parallel, _free_port())}
     if binary:
         commands[PEER] = peer_command(binary, gguf, args.threads, parallel, _free_port())
-    servers, busy = [], None
-    try:
-        for name, command in commands.items():
-            port = int(command[command.index("--port") + 1])
-            log = logs / f"{name.replace(' ', '-')}.log"
-            servers.append(Server(name, command, port, log))
-        for server in servers:
-            server.wait_ready()
-        busy = busy_process() if args.contended else None
-        if args.schemas:
-            from .serve_peers_schemas import measure_schemas
+    for_load = None
+    if binary and args.peer_slots == "clients" and not args.schemas:
+        ports = {count: _free_port() for count in args.clients}
+        for_load = {
+            PEER: lambda count: (
+                peer_command(binary, gguf, args.threads, count, ports[count]),
+                ports[count],
+            )
+        }
 
-            results = measure_schemas(servers, args.rounds)
+    def start(name: str, command: list[str]) -> Server:
+        port = int(command[command.index("--port") + 1])
+        server = Server(name, command, port, logs / f"{name.replace(' ', '-')}.log")
+        servers.append(server)
+        return server
+
+    servers, busy, results = [], None, []
+    try:
+        if args.apart and not args.schemas:  # one server up at a time, all its levels
+            for name, command in commands.items():
+                server = start(name, command)
+                server.wait_ready()
+                busy = busy_process() if args.contended else None
+                results += measure([server], system, args.clients, args.rounds, for_load)
+                if busy:
+                    busy.kill()
+                    busy.wait()
+                    busy = None
+                server.stop()
         else:
-            for_load = None
-            if binary and args.peer_slots == "clients":
-                ports = {count: _free_port() for count in args.clients}
-                for_load = {
-                    PEER: lambda count: (
-                        peer_command(binary, gguf, args.threads, count, ports[count]),
-                        ports[count],
-                    )
-                }
-            results = measure(servers, system, args.clients, args.rounds, for_load)
+            for name, command in commands.items():
+                start(name, command)
+            for server in servers:
+                server.wait_ready()
+            busy = busy_process() if args.contended else None
+            if args.schemas:
+                from .serve_peers_schemas import measure_schemas
+
+                results = measure_schemas(servers, args.rounds)
+            else:
+                results = measure(servers, system, args.clients, args.rounds, for_load)
     finally:
         if busy:
             busy.kill()
@@ -819,6 +863,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rounds": args.rounds,
                 "contended": args.contended,
                 "peer_slots": args.peer_slots,
+                "apart": args.apart,
                 "schemas": args.schemas,
                 **(schema_settings() if args.schemas else chat_settings()),
             },

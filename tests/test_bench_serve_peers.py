@@ -241,7 +241,8 @@ def test_arguments_defaults_and_refusals(capsys):
 
 
 def test_the_plot_is_a_png(tmp_path):
-    row = {"tokens_per_second": 100.0, "ttft_p95_s": 0.2}
+    row = {"tokens_per_second": 100.0, "ttft_p95_s": 0.2, "peak_tree_pss_mb": 900.0}
+    row["peak_engine_pss_mb"] = 400.0
     results = [{"server": s, "clients": c, **row} for s in (OURS, PEER) for c in (1, 4)]
     path = tmp_path / "plot.png"
     serve_peers.plot(results, path, "test")
