@@ -350,7 +350,8 @@ def test_a_model_card_arrives_when_opened_and_follows_the_model(browser, served)
 KEY_COLUMNS = [
     ("Embeddings", 1280, "Compare phrases", "#embeddings-similarity", ["cosine × 100"]),
     ("Compare", 1280, "Compare", "#compare-metrics", ["mean log p", "Self-BLEU", "UNGC-4"]),
-    ("Rewrite", 1280, None, "#rewrite-sweep-table", SWEEP_HEADERS),
+    ("Rewrite", 1280, None, "#rewrite-sweep-table", SWEEP_HEADERS),  # as it opens: empty
+    ("Rewrite", 1280, "Sweep every ratio", "#rewrite-sweep-table", SWEEP_HEADERS),
     ("Chat", 390, None, "#chat-turns", ["tokens / s", "finished"]),
 ]
 # [header text, the px of it that shows, its full width in px] for each header (run in the page):

@@ -368,6 +368,8 @@ def output_column(registry, model: gr.Dropdown) -> RewriteOutputs:
         label="Every ratio",
         interactive=False,
         wrap=True,
+        # each header's longest word fits its column (13 px type, ui/style.py `numbers`)
+        column_widths=["12%", "16%", "13%", "15%", "10%", "8%", "10%", "10%", "6%"],
         elem_id="rewrite-sweep-table",
         elem_classes="numbers",
     )
