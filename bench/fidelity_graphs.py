@@ -27,6 +27,7 @@ run chats or time anything (bench/fidelity.py does).
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,8 @@ def build_variant(name: str, gguf: Path, shipped: Path, work: Path) -> Path:
     if name == "shipped":
         return shipped
     from export.llama.gguf import export_gguf
-    from export.manifest import seal
+    from export.manifest import graph_entry, seal
+    from runtime.manifest import Manifest
 
     out = work / name
     if (out / "manifest.json").exists():
@@ -70,7 +72,10 @@ def build_variant(name: str, gguf: Path, shipped: Path, work: Path) -> Path:
         if name == "q8-block-sums":
             quantized_block_sums(model)
         onnx.save(model, str(path))
-        seal(staged)
+        # the changed graph's own entry, as export reads it (float activations step one row
+        # per call: `one_row_steps`, as the faithful conversion Chat opens on)
+        manifest = Manifest.read(staged / "manifest.json")
+        seal(staged, replace(manifest, graphs={"decoder": graph_entry("model.onnx", path)}))
     staged.rename(out)
     return out
 

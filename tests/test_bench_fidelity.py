@@ -102,3 +102,24 @@ def test_set_accuracy_level_splits_the_head_from_the_layers():
     assert levels == {"blk.0.down": 0, "logits": 4}
     set_accuracy_level(model, 1, head=True)
     assert model.graph.node[1].attribute[0].i == 1
+
+
+def test_the_level_0_variant_steps_one_row_per_call_as_the_faithful_conversion(tmp_path):
+    """Its manifest is read from the changed graph, so it runs as Chat's faithful conversion
+    runs (`one_row_steps`), not through the phantom row."""
+    import runtime
+    from bench.fidelity_graphs import build_variant
+    from tests.llm_fixtures import write_tiny_gguf
+
+    gguf = write_tiny_gguf(tmp_path / "tiny.Q4_1.gguf", "Q4_1")
+    bundle = build_variant("layers-level-0", gguf, tmp_path / "shipped", tmp_path / "work")
+    gen = runtime.load(bundle, batching=False)
+    assert gen.manifest.graphs["decoder"].one_row_steps and gen.model.one_row_steps
+    assert (
+        len(
+            gen.generate("In the beginning", runtime.GenerationConfig(max_new_tokens=3))[
+                0
+            ].token_ids
+        )
+        == 3
+    )
