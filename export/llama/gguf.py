@@ -1,5 +1,6 @@
-"""`scriptorium export gguf FILE.gguf OUT_DIR`: a GGUF file (llama, qwen2) to a Scriptorium bundle,
-with numpy, onnx, onnxruntime and tokenizers only (no torch, no transformers).
+"""`scriptorium export gguf FILE.gguf OUT_DIR`: a GGUF file (the architectures of
+export/llama/gguf_read.py's ARCHITECTURES) to a Scriptorium bundle, with numpy, onnx, onnxruntime
+and tokenizers only (no torch, no transformers).
 
 `export_gguf(gguf_path, out_dir)` writes model.onnx (export/llama/graph.py; quantized weights
 carried over, or with `fp32` every weight dequantized), tokenizer.json
@@ -35,7 +36,7 @@ from .bundle import (
     summary,
     write_bundle,
 )
-from .gguf_read import GGUFModel, read_gguf
+from .gguf_read import GGUFModel, read_gguf, supported_gguf
 from .gguf_tokenizer import build_tokenizer
 from .graph import ACCURACY_LEVEL, build_llama_graph, parameter_count
 
@@ -225,7 +226,7 @@ def _token_id(fields: dict, key: str) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="scriptorium export gguf",
-        description="Import a GGUF file (llama, qwen2) as an ONNX model bundle, torch-free.",
+        description="Import a GGUF file as an ONNX model bundle, torch-free. " + supported_gguf(),
     )
     parser.add_argument("gguf_file", help="the .gguf file")
     parser.add_argument("out_dir", help="bundle directory to write (new, empty or a bundle)")
