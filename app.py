@@ -108,7 +108,9 @@ def usable_roots(models: list[str]) -> tuple[list[Path], dict[str, str]]:
         if entry is None and ships_flagship(HERE / "models"):
             continue
         try:
-            found = model_roots([] if entry is None else [entry], flagship=entry is None)
+            found = model_roots(
+                [] if entry is None else [entry], flagship=entry is None, faithful=entry is None
+            )
         except Exception as error:  # a bad file must not stop the app: the Models tab says why
             unusable[entry or FLAGSHIP] = reason(error, entry)
             continue

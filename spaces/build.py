@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     copy_code(out)
-    roots = model_roots(args.models or [REPO / "models"], flagship=not args.models)
+    roots = model_roots(
+        args.models or [REPO / "models"], flagship=not args.models, faithful=not args.models
+    )
     copied = copy_models(roots, args.precision, out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(

@@ -100,9 +100,11 @@ def test_app_and_server_roots_list_the_flagship_and_gguf_files_by_name(
 ):
     other = write_tiny_gguf(tmp_path / "other.F32.gguf", "F32", seed=1)
     monkeypatch.setattr(flagship, "fetch_gguf", lambda known: tiny_gguf)
-    roots = flagship.model_roots([REPO / "models", other])
+    roots = flagship.model_roots([REPO / "models", other], faithful=True)
     names = [name for name, _, _ in find_bundles(roots)]
     assert names[:3] == ["tiny-llama.Q4_1", "tiny-llama.Q4_1-faithful", "other.F32"]
+    served = [name for name, _, _ in find_bundles(flagship.model_roots([other]))]
+    assert served[:2] == ["tiny-llama.Q4_1", "other.F32"]  # the server's: no faithful one
     assert "bible-lm (int8)" in names
     registry = ModelRegistry.discover(roots)
     assert "tiny-llama.Q4_1" in registry.causal_lms()

@@ -204,16 +204,17 @@ def ships_flagship(root: Path) -> bool:
     return False
 
 
-def model_roots(paths=(), flagship: bool = True) -> list[Path]:
-    """Model directories for the app and the server: the flagship's cache folders (its shipped
-    and its faithful conversion) when `flagship` is set and it can be had (else one line in the
-    log, `MISSING_FLAGSHIP`), then `paths` with
+def model_roots(paths=(), flagship: bool = True, faithful: bool = False) -> list[Path]:
+    """Model directories for the app and the server: the flagship's cache folder when `flagship`
+    is set and it can be had (else one line in the log, `MISSING_FLAGSHIP`), and its faithful
+    conversion's too with `faithful` (the app's Chat opens on it), then `paths` with
     each `.gguf` file and `hf://` model replaced by its converted bundle's cache folder."""
     converted = []
     if flagship:
         try:
             converted.append(flagship_bundle().parent)
-            converted.append(faithful_flagship_bundle().parent)
+            if faithful:
+                converted.append(faithful_flagship_bundle().parent)
         except (FetchError, OSError, ValueError) as error:
             log.warning("%s (%s)", MISSING_FLAGSHIP, error)
     others = []
