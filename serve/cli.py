@@ -26,8 +26,7 @@ import sys
 import threading
 from pathlib import Path
 
-from export.llama.flagship import FetchError, model_roots
-from export.llama.gguf_read import supported_gguf
+from export.llama.flagship import FetchError, gguf_support, model_roots
 from runtime.engine import parse_kv_budget
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -316,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "--models",
         action="append",
         default=None,
-        help=f"model directory or GGUF (repeatable); {supported_gguf()}",
+        help=f"model directory or GGUF (repeatable); {gguf_support()}",
     )
     parser.add_argument("--replicas", type=int, default=1, help="replicas per model")
     parser.add_argument(

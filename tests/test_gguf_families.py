@@ -163,6 +163,7 @@ def test_supported_list_is_shown_where_users_look(tmp_path, capsys):
     docs/GGUF.md's table has a row per architecture."""
     import gradio as gr
 
+    from export.llama.flagship import gguf_support
     from export.llama.gguf_read import ARCHITECTURES, CARRIED, supported_gguf
     from serve.cli import main as serve_main
     from tests.gguf_models import write_tiny_gguf
@@ -174,8 +175,8 @@ def test_supported_list_is_shown_where_users_look(tmp_path, capsys):
     with pytest.raises(SystemExit):
         serve_main(["--help"])
     assert " ".join(line.split()) in " ".join(capsys.readouterr().out.split())
-    with gr.Blocks() as demo:
-        models_tab.build(ModelRegistry({}), tmp_path)
+    with gr.Blocks() as demo:  # the line app.py hands the tab
+        models_tab.build(ModelRegistry({}), tmp_path, gguf=gguf_support())
     shown = [getattr(block, "value", "") or "" for block in demo.blocks.values()]
     assert any(line in str(text) for text in shown)
     refused = write_tiny_gguf(tmp_path / "q8k.gguf", "llama", "Q8_K")

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import gradio as gr
 
-from export.llama.gguf_read import supported_gguf
 from runtime.manifest import Manifest
 
 from . import checks, widgets
@@ -237,7 +236,9 @@ def problems_markdown(problems: dict[str, str]) -> str:
     return f"**Files the app could not use** (everything else works):\n{rows}"
 
 
-def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -> None:
+def build(
+    registry, results_dir: Path, problems: dict[str, str] | None = None, gguf: str | None = None
+) -> None:
     """The tab; `problems`: files other than models that the app could not use ({name: why}),
     listed with the registry's."""
     names = registry.names
@@ -263,7 +264,8 @@ def build(registry, results_dir: Path, problems: dict[str, str] | None = None) -
                     registry.manifest(model.value).parity if names else None,
                     label="Parity report (ONNX vs PyTorch)",
                 )
-        gr.Markdown(f"GGUF files load too (`--models FILE.gguf`): {supported_gguf()}.")
+        if gguf:  # which GGUF files convert, where the importer is installed
+            gr.Markdown(f"GGUF files load too (`--models FILE.gguf`): {gguf}.")
         gr.Markdown("### Benchmarks")
         gr.Markdown(benchmark_summary(results_dir), elem_id="benchmark-summary")
 

@@ -191,6 +191,17 @@ def checkpoint_bundle(folder: str | Path) -> Path:
     return _convert_once(key, name, convert, repo.replace("--", "/"), lora=False)
 
 
+def gguf_support() -> str | None:
+    """One line naming the GGUF architectures and weight types that convert
+    (export/llama/gguf_read.py `supported_gguf`), or None where the importer is not installed (a
+    Space ships its models converted, without it)."""
+    try:
+        from .gguf_read import supported_gguf
+    except ImportError:
+        return None
+    return supported_gguf()
+
+
 def ships_flagship(root: Path) -> bool:
     """Whether a bundle directly under `root` was converted from the flagship's GGUF (as a
     Space's models/ holds it, spaces/build.py), so nothing needs fetching."""
