@@ -24,10 +24,8 @@ up for the whole run with rounds interleaved instead:
   caching on (its chat-server defaults, named anyway). With `--peer-slots clients` (the
   default) N is each level's C: llama-server is restarted (and warmed up again) with one slot
   per client, as its README sizes it; `--peer-slots max` keeps the largest C's slots for every
-  level. It is built once per machine under
-  `--work` (`build_peer`: cmake + g++, `nice -n 19`, 2 jobs, only the `llama-server` target,
-  ≈ 10+ minutes on 2 busy cores) and never by the install or the tests; `--no-build` skips the
-  peer when no binary is cached.
+  level. It is built once per machine under `--work` (bench/llama_server_build.py, ≈ 10+
+  minutes on 2 busy cores), never by the install or the tests; `--no-build` skips it.
 
 Ours' N is the largest `--clients`. Each of C clients holds a 3-turn conversation through the
 `openai` client (`chat.completions.create(stream=True)`): a system prompt of exactly `SYSTEM_TOKENS`
@@ -59,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -71,23 +68,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import common
+from . import llama_server_build as build
+from .llama_server_build import PEER_VERSION, peer_or_reason, peer_version
 from .serve import _free_port, percentile
 from .serve_peers_schemas import OURS, PEER
 
-PEER_VERSION = "0.3.36"  # llama-cpp-python, the installed peer of bench/llm.py
-PEER_LLAMA_CPP_COMMIT = "0c1e57098"  # what its CHANGELOG says 0.3.36 vendors
-CMAKE_OPTIONS = (
-    "-G",
-    "Ninja",
-    "-DCMAKE_BUILD_TYPE=Release",
-    "-DBUILD_SHARED_LIBS=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF",
-    "-DLLAMA_BUILD_EXAMPLES=OFF",
-    "-DLLAMA_OPENSSL=OFF",  # the server listens on 127.0.0.1 over plain HTTP
-    "-DLLAMA_USE_PREBUILT_UI=OFF",  # else the build downloads the web UI
-    f"-DLLAMA_BUILD_COMMIT={PEER_LLAMA_CPP_COMMIT}",  # no git in an sdist: `--version` says it
-)
-BUILD_JOBS = 2
 SYSTEM_TOKENS = 200
 TURNS = 3
 NEW_TOKENS = 64
@@ -269,84 +254,6 @@ def cpu_column(per_role: dict[str, float]) -> str:
 
 def _ms(seconds: float | None) -> str:
     return "" if seconds is None else f"{seconds * 1000:,.0f}"
-
-
-# ---- the peer's build --------------------------------------------------------------------------
-
-
-def peer_folder(work: Path) -> Path:
-    return Path(work).expanduser() / "llama-server" / PEER_VERSION
-
-
-def peer_binary(work: Path) -> Path:
-    """Where the built `llama-server` is cached; it is copied there only once a build is done."""
-    return peer_folder(work) / "llama-server"
-
-
-def build_peer(work: Path) -> Path:
-    """`llama-server` built from llama-cpp-python `PEER_VERSION`'s sdist (downloaded by pip into
-    `peer_folder(work)`), niced, with `BUILD_JOBS` jobs; the cached binary when there is one.
-    RuntimeError naming the log when a step fails."""
-    folder = peer_folder(work)
-    binary = peer_binary(work)
-    if binary.is_file():
-        return binary
-    folder.mkdir(parents=True, exist_ok=True)
-    sdist = folder / f"llama_cpp_python-{PEER_VERSION}.tar.gz"
-    if not sdist.is_file():
-        _logged_step(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
-            + [f"llama-cpp-python=={PEER_VERSION}", "-d", str(folder)],
-            folder / "download.log",
-        )
-    source = folder / sdist.name.removesuffix(".tar.gz") / "vendor" / "llama.cpp"
-    if not source.is_dir():
-        shutil.unpack_archive(sdist, folder)
-    build = folder / "build"
-    niced = ["nice", "-n", "19"]
-    print(f"building llama-server {PEER_VERSION} in {build} (≈ 10+ minutes on 2 cores)", flush=True)
-    _logged_step(
-        [*niced, "cmake", "-S", str(source), "-B", str(build), *CMAKE_OPTIONS],
-        folder / "configure.log",
-    )
-    _logged_step(
-        [*niced, "cmake", "--build", str(build), "--target", "llama-server", "-j", str(BUILD_JOBS)],
-        folder / "build.log",
-    )
-    partial = folder / "llama-server.partial"
-    shutil.copy2(build / "bin" / "llama-server", partial)
-    os.replace(partial, binary)
-    return binary
-
-
-def _logged_step(command: list[str], log: Path) -> None:
-    with open(log, "w") as out:
-        done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT)
-    if done.returncode != 0:
-        raise RuntimeError(f"`{' '.join(command[:4])} …` failed (exit {done.returncode}): {log}")
-
-
-def peer_or_reason(work: Path, build: bool) -> tuple[Path | None, str | None]:
-    """(the llama-server binary, None), or (None, why the peer is skipped): not cached and
-    `build` is off, or the build failed."""
-    binary = peer_binary(work)
-    if binary.is_file():
-        return binary, None
-    if not build:
-        return None, (
-            f"llama-server {PEER_VERSION} is not built in {peer_folder(work)}: run without "
-            "--no-build to build it once (cmake, g++, ≈ 10+ minutes)"
-        )
-    try:
-        return build_peer(work), None
-    except (OSError, RuntimeError) as error:
-        return None, f"llama-server could not be built: {error}"
-
-
-def peer_version(binary: Path) -> str:
-    """What `llama-server --version` prints (llama.cpp's version, commit, compiler, target)."""
-    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
-    return (done.stdout + done.stderr).strip()
 
 
 def peer_command(binary: Path, gguf: Path, threads: int, parallel: int, port: int) -> list[str]:
@@ -877,8 +784,8 @@ def main(argv: list[str] | None = None) -> int:
             },
             "peer": {
                 "llama_cpp_python": PEER_VERSION,
-                "llama_cpp_commit": PEER_LLAMA_CPP_COMMIT,
-                "cmake_options": list(CMAKE_OPTIONS),
+                "llama_cpp_commit": build.PEER_LLAMA_CPP_COMMIT,
+                "cmake_options": list(build.CMAKE_OPTIONS),
                 "version": peer_version(binary) if binary else None,
                 "skipped": skipped,
             },

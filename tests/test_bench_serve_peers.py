@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from bench import cli, serve_peers, serve_peers_schemas
+from bench import cli, llama_server_build, serve_peers, serve_peers_schemas
 from bench.schemas import MAX_TOKENS, SCHEMAS
 from bench.serve_peers import NEW_TOKENS, OURS, PEER, Reply
 
@@ -217,7 +217,7 @@ def test_the_peer_is_skipped_with_a_reason_when_not_built(tmp_path):
     assert binary is None
     assert reason.startswith(f"llama-server {serve_peers.PEER_VERSION} is not built in ")
     assert str(tmp_path) in reason and "--no-build" in reason
-    built = serve_peers.peer_binary(tmp_path)
+    built = llama_server_build.peer_binary(tmp_path)
     built.parent.mkdir(parents=True)
     built.write_text("")
     assert serve_peers.peer_or_reason(tmp_path, build=False) == (built, None)
