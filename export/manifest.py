@@ -15,7 +15,7 @@ import re
 import string
 from pathlib import Path
 
-from runtime.bundle import sha256_of
+from runtime.bundle import longrope_context, sha256_of
 from runtime.config import GenerationConfig
 from runtime.manifest import FileEntry, Graph, Manifest
 
@@ -70,7 +70,7 @@ def model_shape(config: dict, task: str) -> dict:
         if config.get("multi_query") and not config.get("new_decoder_architecture"):
             heads = 1
         vocab = config.get("vocab_size")
-        context = config_value(
+        context = longrope_context(config) or config_value(
             config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length"
         )
     head_size = config_value(config, "d_kv", "head_dim", default=hidden // query_heads)

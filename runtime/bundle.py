@@ -303,5 +303,18 @@ def _shape_from_config(config: dict, seq2seq: bool) -> dict:
         "head_size": head_size,
         "hidden_size": hidden,
         "vocab_size": config.get("vocab_size"),
-        "context_length": get("n_positions", "max_position_embeddings", default=512),
+        "context_length": longrope_context(config)
+        or get("n_positions", "max_position_embeddings", default=512),
     }
+
+
+def longrope_context(config: dict) -> int | None:
+    """A LongRoPE model's (Phi-3.5, Phi-4-mini) original context, which an export must keep to:
+    transformers switches from the short to the long rotary factors past it, and the exported
+    graph does not (docs/GGUF.md); None for other models."""
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) != "longrope":
+        return None
+    return config.get("original_max_position_embeddings") or scaling.get(
+        "original_max_position_embeddings"
+    )

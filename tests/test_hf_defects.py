@@ -121,3 +121,21 @@ def test_llama_parity_report_compares_like_with_like(tmp_path):
     assert theirs["max_abs_logit_diff"] < 1e-4 * theirs["max_abs_logit"] + 1e-4
     assert theirs["greedy_identical"] == f"{len(PARITY_PROMPTS)} / {len(PARITY_PROMPTS)}"
     assert theirs["top1_agreement"] == 1.0
+
+
+def test_a_longrope_export_keeps_to_the_original_context():
+    """Past it transformers takes the long rotary factors and the exported graph does not."""
+    config = {
+        "model_type": "phi3",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "max_position_embeddings": 128,
+        "original_max_position_embeddings": 64,
+        "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8},
+    }
+    assert model_shape(config, "causal-lm")["context_length"] == 64
+    assert _shape_from_config(config, seq2seq=False)["context_length"] == 64
+    plain = {**config, "rope_scaling": None}
+    assert model_shape(plain, "causal-lm")["context_length"] == 128
