@@ -182,18 +182,34 @@ def slow_load(path, threads=None, delay: float = 0.05) -> SlowGenerator:
     return SlowGenerator(runtime.load(path, threads=threads), delay)
 
 
-@pytest.fixture(scope="module")
-def chat_app_url(chat_model_dir):
-    """The app with the tiny chat model alone, served on a free local port: its URL."""
+def _tiny_chat_app(chat_model_dir, delay: float | None = None):
+    """The app with the tiny chat model alone (streaming one event per `delay` seconds when
+    given), served on a free local port: yields its URL."""
     import app
     import runtime
     from ui.registry import ModelRegistry
 
     registry = ModelRegistry({})
-    registry.add("tiny-chat", chat_model_dir, runtime.load(chat_model_dir))
+    model = runtime.load(chat_model_dir)
+    registry.add(
+        "tiny-chat", chat_model_dir, model if delay is None else SlowGenerator(model, delay)
+    )
     demo = app.build(registry)
     yield serve(demo)
     demo.close()
+
+
+@pytest.fixture(scope="module")
+def chat_app_url(chat_model_dir):
+    """The app with the tiny chat model alone, served on a free local port: its URL."""
+    yield from _tiny_chat_app(chat_model_dir)
+
+
+@pytest.fixture(scope="module")
+def slow_chat_app_url(chat_model_dir):
+    """`chat_app_url` with the model streaming one token per 0.4 s, so that speed figures are
+    long enough to compare with a stopwatch."""
+    yield from _tiny_chat_app(chat_model_dir, delay=0.4)
 
 
 def serve(demo) -> str:
