@@ -438,13 +438,7 @@ def _pre_norm_layers(g: LlamaGraph, weights: _Weights, x: str, rotary: dict, bia
     """The layers with a norm before attention and before the MLP (every family but olmo2):
     the output-normed last hidden state."""
     model = weights.model
-    (normed,) = g.node(
-        "SimplifiedLayerNormalization",
-        [x, g.array("blk.0.attn_norm", model.norm("blk.0.attn_norm.weight"))],
-        ["h0.attn_in"],
-        axis=-1,
-        epsilon=model.rms_eps,
-    )
+    normed = _rms_norm(g, model, x, "blk.0.attn_norm", "h0.attn_in")
     residual = x
     for i in range(model.layers):
         p = f"blk.{i}."
@@ -481,14 +475,7 @@ def _olmo2_layers(g: LlamaGraph, weights: _Weights, x: str, rotary: dict, bias: 
         (x,) = g.node("Add", [x, attn_out], [p + "residual_mid"])
         down = _post_norm(g, model, _mlp(g, weights, i, x), p, "post_ffw_norm")
         (x,) = g.node("Add", [x, down], [p + "residual"])
-    (normed,) = g.node(
-        "SimplifiedLayerNormalization",
-        [x, g.array("output_norm", model.norm("output_norm.weight"))],
-        ["final"],
-        axis=-1,
-        epsilon=model.rms_eps,
-    )
-    return normed
+    return _rms_norm(g, model, x, "output_norm", "final")
 
 
 def _scaled(g: LlamaGraph, model: GGUFModel, x: str, name: str) -> str:
@@ -610,18 +597,24 @@ def _attention(
     return _project(g, weights, attn, [p + "attn_output.weight"], p + "attn_out")
 
 
-def _post_norm(g: LlamaGraph, model: GGUFModel, x: str, p: str, norm="post_attention_norm") -> str:
-    """x RMS-normed by layer `p`'s `norm` before it joins the residual (gemma2), else x."""
-    if f"{p}{norm}.weight" not in model.tensors:
-        return x
+def _rms_norm(g: LlamaGraph, model: GGUFModel, x: str, norm: str, out: str) -> str:
+    """x RMS-normed over its last axis by the GGUF tensor `norm` (its name without `.weight`),
+    as `out`."""
     (y,) = g.node(
         "SimplifiedLayerNormalization",
-        [x, g.array(p + norm, model.norm(f"{p}{norm}.weight"))],
-        [f"{p}{norm}.out"],
+        [x, g.array(norm, model.norm(norm + ".weight"))],
+        [out],
         axis=-1,
         epsilon=model.rms_eps,
     )
     return y
+
+
+def _post_norm(g: LlamaGraph, model: GGUFModel, x: str, p: str, norm="post_attention_norm") -> str:
+    """x RMS-normed by layer `p`'s `norm` before it joins the residual (gemma2), else x."""
+    if f"{p}{norm}.weight" not in model.tensors:
+        return x
+    return _rms_norm(g, model, x, p + norm, f"{p}{norm}.out")
 
 
 def _qk_norm(g: LlamaGraph, model: GGUFModel, x: str, norm: str, heads: int) -> str:
@@ -630,24 +623,11 @@ def _qk_norm(g: LlamaGraph, model: GGUFModel, x: str, norm: str, heads: int) -> 
     together (olmo2)."""
     d = model.head_size
     if model.tensors[norm + ".weight"].shape[0] != d:
-        (y,) = g.node(
-            "SimplifiedLayerNormalization",
-            [x, g.array(norm, model.norm(norm + ".weight"))],
-            [f"{norm}.out"],
-            axis=-1,
-            epsilon=model.rms_eps,
-        )
-        return y
+        return _rms_norm(g, model, x, norm, f"{norm}.out")
     (per_head,) = g.node(
         "Reshape", [x, g.const(f"{norm}.heads", [0, 0, heads, d], np.int64)], [f"{norm}.in"]
     )  # (B, S, heads, D)
-    (normed,) = g.node(
-        "SimplifiedLayerNormalization",
-        [per_head, g.array(norm, model.norm(norm + ".weight"))],
-        [f"{norm}.normed"],
-        axis=-1,
-        epsilon=model.rms_eps,
-    )
+    normed = _rms_norm(g, model, per_head, norm, f"{norm}.normed")
     (y,) = g.node(
         "Reshape", [normed, g.const(f"{norm}.flat", [0, 0, heads * d], np.int64)], [f"{norm}.out"]
     )  # (B, S, heads·D)
