@@ -69,9 +69,10 @@ CSS = """
 /* Keyboard and contrast (issue 45). Gradio measures its tabs with a 1-px copy of the tab bar;
    hidden from view it still took the first ten Tab presses: `visibility` keeps it measurable
    and out of the focus order. Text below 4.5:1 on white (slider limits, footer, #a8a29e: 2.5:1)
-   is drawn in stone-600 (7.6:1); example chips look like the buttons they are. */
+   is drawn in stone-600 (7.6:1), as is a dropdown's dimmed value (`.subdued`: Past chats before
+   one is picked); example chips look like the buttons they are. */
 .tab-container.visually-hidden { visibility: hidden !important; }
-.min_value, .max_value, .info-text, footer, footer a, footer .divider {
+.min_value, .max_value, .info-text, footer, footer a, footer .divider, input.subdued {
   color: #57534e !important; }
 #chat-conversation button.example { border: 1px solid #78716c !important; border-radius: 8px;
                                     background: #fafaf9 !important; color: #1c1917 !important; }
