@@ -2,22 +2,24 @@
 `convert_hf_to_gguf.py`, for the importer's per-architecture tests (tests/test_gguf_families.py).
 
 `llama_cpp_source()` is the converter's folder (`vendor/llama.cpp` of the llama-cpp-python sdist
-that bench/serve_peers.py builds its peer from): `$SCRIPTORIUM_LLAMA_CPP_SOURCE` when set, else
-the sdist downloaded once by pip (sources only, no build) into
+that bench/serve_peers.py builds its peer from): `$SCRIPTORIUM_LLAMA_CPP_SOURCE` when set, else the
+sdist downloaded once by pip (sources only, no build) into
 `~/.cache/scriptorium/llama-cpp-python/<version>/` and unpacked there; None when it cannot be had
 (the tests then skip, saying so). `make_checkpoint(out_dir, model_type, **fields)` saves a tiny
 model of any decoder family transformers has, beside tests/gguf_models.py's byte-level BPE
-tokenizer and ChatML template; `convert(source, checkpoint, {outtype: out})` runs the converter
-on it in one subprocess with its own vendored `gguf-py`. The converter names a BPE pre-tokenizer by
-hashing a sample text's tokens against a table of published tokenizers; a tokenizer trained here
-is in no table, so the driver names it `gpt2` (GPT-2's regex, what our tokenizer's ByteLevel splits
-by); and families whose converter reads a SentencePiece `tokenizer.model` (gemma, gemma2, phi3) have
-the byte-level vocabulary written the `gpt2` way instead (our checkpoints have no tokenizer.model;
-phi3's is the branch Phi-4's GPT2Tokenizer takes).
+tokenizer and ChatML template; `convert(source, {checkpoint: {outtype: out}})` runs the converter
+on them all in one subprocess with its own vendored `gguf-py`. The converter names a BPE
+pre-tokenizer by hashing a sample text's tokens against a table of published tokenizers; a
+tokenizer trained here is in no table, so the driver names it `gpt2` (GPT-2's regex, what our
+tokenizer's ByteLevel splits by); and families whose converter reads a SentencePiece
+`tokenizer.model` (gemma, gemma2, phi3) have the byte-level vocabulary written the `gpt2` way
+instead (our checkpoints have no tokenizer.model; phi3's is the branch Phi-4's GPT2Tokenizer
+takes).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -28,8 +30,8 @@ from tests.gguf_models import CHAT_TEMPLATE, CORPUS, SPECIALS
 
 VERSION = "0.3.36"  # bench/serve_peers.py's PEER_VERSION
 DRIVER = """
-import runpy, sys
-source, checkpoint, *outputs = sys.argv[1:]
+import json, runpy, sys
+source, jobs = sys.argv[1], json.loads(sys.argv[2])
 sys.path[:0] = [source, source + "/gguf-py"]
 import conversion.base
 model = conversion.base.TextModel
@@ -37,10 +39,10 @@ model.get_vocab_base_pre = lambda self, tokenizer: "gpt2"
 model._set_vocab_sentencepiece = model._set_vocab_gpt2
 import conversion.phi  # Phi-4's GPT2Tokenizer branch (Phi-3's reads a tokenizer.model)
 conversion.phi.Phi3MiniModel.set_vocab = model._set_vocab_gpt2
-for output in outputs:  # one process for every type: torch is imported once
-    outtype, out = output.split("=", 1)
-    sys.argv = ["convert_hf_to_gguf.py", checkpoint, "--outfile", out, "--outtype", outtype]
-    runpy.run_path(source + "/convert_hf_to_gguf.py", run_name="__main__")
+for checkpoint, outputs in jobs:  # one process for every file: torch is imported once
+    for outtype, out in outputs.items():
+        sys.argv = ["convert_hf_to_gguf.py", checkpoint, "--outfile", out, "--outtype", outtype]
+        runpy.run_path(source + "/convert_hf_to_gguf.py", run_name="__main__")
 """
 
 
@@ -65,19 +67,22 @@ def llama_cpp_source() -> Path | None:
     return source if (source / "convert_hf_to_gguf.py").is_file() else None
 
 
-def convert(source: Path, checkpoint: Path, outputs: dict[str, Path]) -> dict[str, Path]:
-    """`checkpoint` as GGUF files, {outtype ("f32", "q8_0", …): path}, in one converter process;
-    RuntimeError with the converter's last lines when it fails."""
+def convert(source: Path, jobs: dict[Path, dict[str, Path]]) -> dict[Path, dict[str, Path]]:
+    """Each checkpoint as GGUF files, {checkpoint: {outtype ("f32", "q8_0", …): path}}, all in
+    one converter process; RuntimeError with the converter's last lines when it fails."""
+    plan = [
+        [str(checkpoint), {t: str(path) for t, path in out.items()}]
+        for checkpoint, out in jobs.items()
+    ]
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER, str(source), str(checkpoint)]
-        + [f"{outtype}={path}" for outtype, path in outputs.items()],
+        [sys.executable, "-c", DRIVER, str(source), json.dumps(plan)],
         capture_output=True,
         text=True,
         env={**os.environ, "NO_LOCAL_GGUF": "1"},  # the driver puts gguf-py on the path itself
     )
     if done.returncode != 0:
         raise RuntimeError(f"convert_hf_to_gguf failed:\n{done.stderr[-3000:]}")
-    return outputs
+    return jobs
 
 
 def tokenizer():

@@ -85,24 +85,28 @@ def source():
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory, source):
     """(family, outtype) -> (checkpoint, GGUF file, bundle, transformers model, HF tokenizer);
-    each family converted once, to every outtype together."""
-    cache = {}
+    every family converted to every outtype in one converter process (torch imported once)."""
+    roots = {family: tmp_path_factory.mktemp(family) for family in FAMILIES}
+    checkpoints = {
+        family: make_checkpoint(roots[family] / "checkpoint", model_type, **fields)
+        for family, (model_type, fields) in FAMILIES.items()
+    }
+    files = convert(
+        source,
+        {checkpoints[f]: {t: roots[f] / f"{t}.gguf" for t in OUTTYPES} for f in FAMILIES},
+    )
+    loaded = {}
 
     def make(family: str, outtype: str):
-        if family not in cache:
-            root = tmp_path_factory.mktemp(family)
-            model_type, fields = FAMILIES[family]
-            checkpoint = make_checkpoint(root / "checkpoint", model_type, **fields)
-            files = convert(source, checkpoint, {t: root / f"{t}.gguf" for t in OUTTYPES})
+        checkpoint = checkpoints[family]
+        if family not in loaded:
             model = transformers.AutoModelForCausalLM.from_pretrained(
                 checkpoint, dtype=torch.float32
             ).eval()
-            tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
-            cache[family] = (root, checkpoint, files, model, tokenizer)
-        root, checkpoint, files, model, tokenizer = cache[family]
-        bundle = root / outtype
-        export_gguf(files[outtype], bundle, accuracy_level=0, parity=False)
-        return checkpoint, files[outtype], bundle, model, tokenizer
+            loaded[family] = (model, transformers.AutoTokenizer.from_pretrained(checkpoint))
+        bundle = roots[family] / outtype
+        export_gguf(files[checkpoint][outtype], bundle, accuracy_level=0, parity=False)
+        return (checkpoint, files[checkpoint][outtype], bundle, *loaded[family])
 
     return make
 
