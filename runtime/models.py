@@ -418,11 +418,21 @@ class CausalLM:
         return logits, CausalState(past, mask, state.next_position + 1)
 
     def _grown(self, cache: SharedCache, valid: int) -> SharedCache:
-        """New shared buffers with twice the capacity, holding the first `valid` positions."""
-        grown = self._empty_past(cache.buffers[0].shape[0], 2 * cache.capacity)
-        for new, old in zip(grown.buffers, cache.buffers):
-            new[:, :, :valid] = old[:, :, :valid]
-        return grown
+        """New shared buffers with twice the capacity, holding the first `valid` positions. A
+        pool (`admit`) grows into a pool with as many spare rows, so the batch goes on adding and
+        dropping rows in place; otherwise its next `retain` would copy every row twice (`select`,
+        then `join`), three copies of the batch's cache alive at once."""
+        if cache.pool is None:
+            grown = self._empty_past(cache.buffers[0].shape[0], 2 * cache.capacity)
+            for new, old in zip(grown.buffers, cache.buffers):
+                new[:, :, :valid] = old[:, :, :valid]
+            return grown
+        rows = len(cache.buffers[0])
+        shape = (len(cache.pool[0]), self.num_heads, 2 * cache.capacity, self.head_size)
+        pool = tuple(_cache_zeros(shape, self.dtype) for _ in self.past_names)  # (R, H, 2C, D)
+        for new, old in zip(pool, cache.buffers):
+            new[:rows, :, :valid] = old[:, :, :valid]
+        return self._shared(tuple(b[:rows] for b in pool), pool)
 
     def select(self, state: CausalState, rows: np.ndarray) -> CausalState:
         if isinstance(state.past, SharedCache):

@@ -203,10 +203,21 @@ def test_caches_that_grow_while_requests_join_and_leave_change_nothing(generator
 
     plain, batched, prompts = generators
     monkeypatch.setattr(runtime.models, "_CACHE_HEADROOM", 3)  # shared buffers grow often
+    pooled = []  # per batch that rows left: whether its cache was a pool (kept rows move in place)
+    retain = runtime.models.CausalLM.retain
+
+    def spied(model, state, *args):
+        pooled.append(model._pooled(state))
+        return retain(model, state, *args)
+
+    monkeypatch.setattr(runtime.models.CausalLM, "retain", spied)
     rng = np.random.default_rng(7)
     jobs = _random_mates(rng, prompts, 8)
     for (prompt, config), outputs in zip(jobs, _concurrently(batched, jobs)):
         _same_tokens(outputs, plain.generate(prompt, config))
+    if batched.model.feeds_seqlens and batched.model.shared_cache:
+        # a pool grows into a pool, so rows that leave never copy the batch out and back in
+        assert pooled and all(pooled)
 
 
 def _spins(gen) -> str:
