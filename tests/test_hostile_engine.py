@@ -196,7 +196,8 @@ def test_the_cache_budget_holds_under_a_burst(generators, monkeypatch):  # noqa:
     engine.peak_cache_positions = 0
     results = _together(batched, jobs)
     assert 0 < engine.peak_cache_positions <= budget
-    assert engine.cache_positions == 0  # nothing left behind
+    # nothing left behind: the engine accounts for a finished batch just after its last event
+    _until(lambda: engine.cache_positions == 0, "the engine releasing the batch's cache")
     for (prompt, config, _), got in zip(jobs, results):
         _same_tokens(got, plain.generate(prompt, config))
     # A request whose own rows could never fit is refused before it waits.
@@ -262,7 +263,7 @@ def test_a_cancelled_generation_stops_at_its_next_step(bible, kind, monkeypatch)
     stepped = len(calls)
     assert stepped < 50  # of 99: it stopped at the next step, not at its end
     if kind == "engine":
-        assert gen.engine.cache_positions == 0
+        _until(lambda: gen.engine.cache_positions == 0, "the engine dropping the cancelled rows")
         _same_tokens(gen.generate("Blessed are", MATES[0]), plain.generate("Blessed are", MATES[0]))
     else:
         gen.generate("Blessed are", MATES[0])
