@@ -1,7 +1,8 @@
 """The Chat tab as a new visitor meets it, in headless Chromium (Debian's, through Playwright):
-two fresh pages draw different seeds and show them, the Link carries the shown seed, and an
-example chip fills the conversation and sends it. The app has only the tiny Llama ChatML model
-(tests/app_fixtures.py); replies are gibberish, which is not what is tested here.
+two fresh pages draw different seeds and show them, the Link carries the shown seed, an
+example chip fills the conversation and sends it, and no message scrolls under the bin. The app
+has only the tiny Llama ChatML model (tests/app_fixtures.py); replies are gibberish, which is not
+what is tested here.
 """
 
 from __future__ import annotations
@@ -72,3 +73,35 @@ def test_an_example_chip_fills_and_sends_its_prompt(browser, url):
     assert page.locator("#chat-conversation button.example").count() == 0  # chips give way
     assert page.locator("#chat-about").inner_text().startswith("SmolLM2-135M-Instruct is a 135M")
     page.close()
+
+
+# The messages (and their buttons) that the chat's bin overlaps, as shown in the scrolling
+# conversation (run in the page).
+UNDER_THE_BIN = """() => {
+  const chat = document.querySelector('#chat-conversation');
+  const bin = chat.querySelector('button[aria-label="Clear"]').getBoundingClientRect();
+  const view = chat.querySelector('.bubble-wrap').getBoundingClientRect();
+  return [...chat.querySelectorAll('.message-content, .message-buttons')].filter((m) => {
+    const box = m.getBoundingClientRect();
+    const [top, bottom] = [Math.max(box.top, view.top), Math.min(box.bottom, view.bottom)];
+    return Math.min(bin.right, box.right) > Math.max(bin.left, box.left)
+      && Math.min(bin.bottom, bottom) > Math.max(bin.top, top);
+  }).length;
+}"""
+
+
+def test_no_message_scrolls_under_the_bin(browser, url):
+    page = fresh_page(browser, url)
+    page.locator("#chat-message textarea").fill("Hello there, how are you doing today?")
+    page.locator("#chat-send").click()
+    page.locator('#chat-conversation [data-testid="bot"]').wait_for()
+    # tall messages, so that the conversation scrolls past the bin at every offset
+    page.add_style_tag(content="#chat-conversation .message-content { min-height: 300px; }")
+    view = page.locator("#chat-conversation .bubble-wrap")
+    wait_until(lambda: view.evaluate("(e) => e.scrollHeight > e.clientHeight"), "a scroll")
+    under = {}
+    for offset in range(0, view.evaluate("(e) => e.scrollHeight - e.clientHeight") + 1, 8):
+        view.evaluate(f"(e) => {{ e.scrollTop = {offset}; }}")
+        under[offset] = page.evaluate(UNDER_THE_BIN)
+    page.close()
+    assert not any(under.values()), {offset: n for offset, n in under.items() if n}

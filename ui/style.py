@@ -77,6 +77,9 @@ CSS = """
 #chat-conversation button.example { border: 1px solid #78716c !important; border-radius: 8px;
                                     background: #fafaf9 !important; color: #1c1917 !important; }
 #chat-conversation button.example:hover { background: #fef3c7 !important; }
+/* The chat's bin (Gradio's top panel) lies over the conversation's top right corner: the
+   scrolling messages start below it, so that none runs under it. */
+#chat-conversation .wrapper:has(> .top-panel) { padding-top: 30px; box-sizing: border-box; }
 /* The phone's tab menu: Gradio draws only "⋯"; it says what it holds, and which of its tabs is
    open (LABEL_MENU names it and writes the open tab's name into data-current). */
 .overflow-menu > button::after { content: "More tabs"; font-size: 13px; margin-left: 4px; }
