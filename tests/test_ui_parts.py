@@ -176,6 +176,22 @@ def test_collector_timing_text_and_stats():
     assert collector.tokens[1][-1].special  # the EOS token shows as ⟨end⟩
 
 
+def test_token_view_names_hidden_control_tokens():
+    """A control token the decoder hides ("<|im_end|>" when it is not the EOS) is shown by its
+    name, not as "▯" (issue 45); "▯" stays for a piece of a character."""
+    from tokenizers import Tokenizer, models
+
+    tokenizer = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tokenizer.add_special_tokens(["<|im_end|>"])  # id 2
+    collector = streaming.StreamCollector(1, tokenizer, eos_token_id=3, clock=FakeClock([0] * 4))
+    collector.add(event("a", token=0))
+    collector.add(event("", token=1))  # a character's first bytes
+    collector.add(event("", token=2))
+    view = collector.token_view()
+    assert [token.marker for token in collector.tokens[0]] == ["", "", "<|im_end|>"]
+    assert view.count("▯") == 1 and "&lt;|im_end|&gt;" in view
+
+
 def test_collector_counts_beam_sequences_by_their_tokens():
     clock = FakeClock([0.0, 2.0])
     collector = streaming.StreamCollector(1, FakeTokenizer(), clock=clock)

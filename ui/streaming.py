@@ -31,6 +31,7 @@ class Token:
     prob: float | None  # the model's probability of it (None for beam search output)
     alternatives: list[tuple[str, float]] = field(default_factory=list)  # top-5 (text, prob)
     special: bool = False  # the end-of-sequence token
+    marker: str = ""  # a control token's name ("<|im_start|>") when the decoder hides its text
 
 
 def band(prob: float) -> str:
@@ -49,7 +50,8 @@ def _shown(text: str) -> str:
 def token_html(token: Token) -> str:
     if token.prob is None:
         return f'<span class="tok plain">{_shown(token.text)}</span>'
-    label = "⟨end⟩" if token.special else (_shown(token.text) or "▯")
+    # "▯": a piece of a character that the next token completes
+    label = "⟨end⟩" if token.special else (_shown(token.text) or html.escape(token.marker) or "▯")
     rows = "".join(
         f"<tr><td>{html.escape(repr(text))}</td><td>{prob:.3f}</td></tr>"
         for text, prob in token.alternatives
@@ -58,7 +60,7 @@ def token_html(token: Token) -> str:
         f'<span class="alts"><b>p = {token.prob:.3f}</b>'
         f"<table><tr><th>top 5</th><th>p</th></tr>{rows}</table></span>"
     )
-    kind = " special" if token.special else ""
+    kind = " special" if token.special or (token.marker and not token.text) else ""
     return f'<span class="tok {band(token.prob)}{kind}" tabindex="0">{label}{tip}</span>'
 
 
@@ -100,6 +102,7 @@ class StreamCollector:
         self.token_ids: list[list[int]] = [[] for _ in range(samples)]
         self.finish: list[str | None] = [None] * samples
         self.count = 0  # tokens generated, all samples together
+        self._markers: dict | None = None  # control tokens' names by id, read when first needed
 
     def add(self, event) -> None:
         now = self.clock()
@@ -120,8 +123,19 @@ class StreamCollector:
         self.token_ids[row].append(event.token_id)
         self.logprobs[row].append(event.logprob)
         special = event.token_id == self.eos_token_id and not event.text
+        marker = "" if event.text or special else self._marker(event.token_id)
         prob = math.exp(event.logprob)
-        self.tokens[row].append(Token(event.text, prob, list(event.alternatives), special))
+        token = Token(event.text, prob, list(event.alternatives), special, marker)
+        self.tokens[row].append(token)
+
+    def _marker(self, token_id: int) -> str:
+        """The name of the control token `token_id` ("<|im_end|>"), whose text the decoder
+        hides, else "" (a piece of a character, or a tokenizer that does not say)."""
+        if self._markers is None:
+            added = getattr(self.tokenizer, "get_added_tokens_decoder", None)
+            found = added() if added else {}
+            self._markers = {i: t.content for i, t in found.items() if t.special}
+        return self._markers.get(token_id, "")
 
     @property
     def time_to_first_token(self) -> float | None:
