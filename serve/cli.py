@@ -233,11 +233,15 @@ def connect(
     env |= ray_guard.environment(api_key, local=True)
     # "local": always a new cluster, never one that another process started on this machine.
     # Ray starts its workers at niceness 15, so on a shared CPU the replicas would give way to
-    # any other process; they run at the server's own priority, as a llama-server would. The
-    # dashboard (which Ray's state API needs) listens on 127.0.0.1, Ray's default.
+    # any other process; they run at the server's own priority, as a llama-server would. No
+    # dashboard: serving needs none of it (deployments run through Serve's controller, /metrics
+    # is the gateway's), and its head and ten module processes took 274 of the idle cluster's
+    # 1,682 MB PSS (docs/SCALING.md, "Memory"). Ray then runs its head in a minimal mode, without
+    # the state API or the dashboard's port.
     ray.init(
         address="local",
         num_cpus=num_cpus,
+        include_dashboard=False,
         runtime_env={"env_vars": env},
         _system_config={"worker_niceness": 0},
     )

@@ -532,7 +532,6 @@ def test_a_killed_replica_fails_clearly_or_is_retried_and_comes_back(ray_cluster
     import threading
 
     from ray import serve
-    from ray.util.state import list_actors
 
     body = {"model": "slow", "prompt": PROMPT, "max_tokens": 60, "temperature": 0}
     expected = local.generate(PROMPT, runtime.GenerationConfig(max_new_tokens=60))[0].text
@@ -553,19 +552,18 @@ def test_a_killed_replica_fails_clearly_or_is_retried_and_comes_back(ray_cluster
         errors = [c for c in chunks if "error" in c]
         return (503, errors[0]) if errors else (200, chunks)
 
-    replicas = [
-        actor
-        for actor in list_actors(
-            address=ray_cluster.get_runtime_context().gcs_address, filters=[("state", "=", "ALIVE")]
-        )
-        if actor.class_name.startswith("ServeReplica:scriptorium:" + deployment_name("slow"))
+    replicas = [  # Serve's named actors (the cluster runs no dashboard for the state API)
+        actor["name"]
+        for actor in ray_cluster.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == "serve"
+        and actor["name"].startswith(f"SERVE_REPLICA::scriptorium#{deployment_name('slow')}#")
     ]
     assert len(replicas) == 1
     with ThreadPoolExecutor(4) as pool:
         streams = [pool.submit(streamed) for _ in range(2)]
         plains = [pool.submit(plain) for _ in range(2)]
         assert all(streaming.acquire(timeout=60) for _ in streams)  # both mid-stream
-        ray_cluster.kill(ray_cluster.get_actor(replicas[0].name, namespace="serve"))
+        ray_cluster.kill(ray_cluster.get_actor(replicas[0], namespace="serve"))
         stream_outcomes = [future.result(timeout=120) for future in streams]
         plain_outcomes = [future.result(timeout=120) for future in plains]
     for status, answer in stream_outcomes:  # 60 tokens take 3 s: both were cut, and say so
