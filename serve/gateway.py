@@ -358,9 +358,9 @@ class Gateway:
         except BaseException:
             timer.close()
             raise
-        if "error" in first:
+        if "error" in first[0]:
             timer.close()
-            return refused(first["error"], route)
+            return refused(first[0]["error"], route)
         request_id, created = route.new_id(), int(time.time())
 
         def event(item) -> str | None:
@@ -379,14 +379,18 @@ class Gateway:
                 return _sse(route.chunk(request_id, request.model, created, [], item["usage"]))
             return None
 
+        def lines(ready: list[dict]) -> str:
+            # one ASGI message to the HTTP proxy for the items that came together
+            return "".join(line for item in ready if (line := event(item)) is not None)
+
         async def events():
             finished = False
             try:
-                if (line := event(first)) is not None:
-                    yield line
-                async for item in responses:
-                    if (line := event(item)) is not None:
-                        yield line
+                if text := lines(first):
+                    yield text
+                async for ready in responses:
+                    if text := lines(ready):
+                        yield text
                 finished = True
             except Exception as error:  # mid-stream: headers are sent, so an error event
                 yield _sse(json.loads(failure(error, request.model, route).body))

@@ -90,16 +90,18 @@ class ModelServer:
         except ValueError as error:
             return {"error": str(error)}
 
-    async def stream(self, request, client: str = "") -> AsyncIterator[dict]:
+    async def stream(self, request, client: str = "") -> AsyncIterator[list[dict]]:
         """The route's items for `request` ({"choice": …} …, then {"usage": …}), or
         {"error": message} (and nothing after it) when the runtime refuses a setting or
-        prompt; its templates are `client`'s in the template pool."""
+        prompt; its templates are `client`'s in the template pool. Items come in lists, each
+        of the items ready when the previous list was taken: every list is one message to the
+        gateway, so a gateway that falls behind catches up in fewer of them."""
         items = route_of(request).stream(self.generator, request)
         try:
-            async for item in self._in_thread(items, client):
-                yield item
+            async for ready in self._in_thread(items, client):
+                yield ready
         except ValueError as error:
-            yield {"error": str(error)}
+            yield [{"error": str(error)}]
 
     async def _run(self, work: Callable, *args, client: str = ""):
         """`work(*args)` in the pool as `client`'s, inside a cancel scope that is set when this
@@ -126,9 +128,9 @@ class ModelServer:
                 self.running -= 1
                 self.cancelled += cancelled
 
-    async def _in_thread(self, items: Iterator, client: str = "") -> AsyncIterator:
-        """Run a (blocking) iterator of the route's items in the pool as `client`'s; stop and
-        close it when cancelled."""
+    async def _in_thread(self, items: Iterator, client: str = "") -> AsyncIterator[list]:
+        """Run a (blocking) iterator of the route's items in the pool as `client`'s, yielding
+        them in lists of those ready together; stop and close it when cancelled."""
         loop, queue, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
         done = object()
 
@@ -155,11 +157,20 @@ class ModelServer:
         self.pool.submit(produce)
         cancelled = True  # until the stream ends by itself or fails
         try:
-            while (item := await queue.get()) is not done:
-                if isinstance(item, Exception):
+            finished = False
+            while not finished:
+                ready = [await queue.get()]
+                while not queue.empty():
+                    ready.append(queue.get_nowait())
+                if finished := ready[-1] is done:
+                    ready.pop()
+                # a failure is the producer's last item: what came before it still goes out
+                failure = ready.pop() if ready and isinstance(ready[-1], Exception) else None
+                if ready:
+                    yield ready
+                if failure is not None:
                     cancelled = False
-                    raise item
-                yield item
+                    raise failure
             cancelled = False
         finally:
             stop.set()

@@ -338,7 +338,7 @@ def test_a_request_runs_its_templates_as_its_clients(monkeypatch):
 
     async def both():
         answered = await server.complete(None, "10.1.2.3")
-        streamed = [item async for item in server.stream(None, "10.1.2.3")]
+        streamed = [item async for ready in server.stream(None, "10.1.2.3") for item in ready]
         return answered, streamed
 
     assert asyncio.run(both()) == ({"client": "10.1.2.3"}, [{"client": "10.1.2.3"}])
