@@ -343,3 +343,47 @@ def test_a_request_runs_its_templates_as_its_clients(monkeypatch):
 
     assert asyncio.run(both()) == ({"client": "10.1.2.3"}, [{"client": "10.1.2.3"}])
     assert template_pool._CLIENT.get() is None
+
+
+# ---- how a stream crosses from the replica -------------------------------------------------------
+
+
+def test_a_stream_s_ready_items_leave_the_replica_together_and_a_failure_after_them(monkeypatch):
+    """Items the route produced while the gateway was busy go out as one list (one message);
+    the order is kept, and a failure still reaches the gateway after the items before it."""
+    import asyncio
+    import threading
+
+    from serve import replica
+
+    first_taken = threading.Event()
+
+    class Route:
+        def __init__(self, fails: bool):
+            self.fails = fails
+
+        def stream(self, generator, request):
+            yield {"choice": 0}
+            first_taken.wait(10)  # the rest are made while the gateway has not come back
+            yield from ({"choice": n} for n in range(1, 5))
+            if self.fails:
+                raise RuntimeError("the batch failed")
+            yield {"usage": 5}
+
+    async def lists(fails: bool) -> list:
+        first_taken.clear()
+        monkeypatch.setattr(replica, "route_of", lambda request: Route(fails))
+        server = replica.ModelServer("unused", 1, 2, loader=lambda path, threads: object())
+        received, stream = [], server.stream(None)
+        try:
+            async for ready in stream:
+                received.append(ready)
+                first_taken.set()
+                await asyncio.sleep(0.2)  # busy elsewhere while the rest are made
+        except RuntimeError as error:
+            received.append(str(error))
+        return received
+
+    whole = [{"choice": n} for n in range(5)]
+    assert asyncio.run(lists(fails=False)) == [whole[:1], [*whole[1:], {"usage": 5}]]
+    assert asyncio.run(lists(fails=True)) == [whole[:1], whole[1:], "the batch failed"]
