@@ -3,16 +3,16 @@ routes' requests with one template.
 
 The replica loads its bundle once (`loader(path, threads=T)`, `runtime.load` by default); with
 `kv_budget` (bytes, `--kv-budget`), a batching generator's engine holds at most that much KV
-cache per batch instead of runtime/engine.py's default. A
-request, completions or chat, is answered by `complete` (one result) or `stream` (items as they
-come), each running its route's work (serve/routes.py: serve/api.py's or serve/chat.py's
-`complete` / `stream`) in the replica's pool of `concurrency` threads: later requests wait
-there, in arrival order. A request that is cancelled, streamed or not (the client disconnected,
-so Serve cancels the request and its child requests), sets its thread's cancel event
+cache per batch instead of runtime/engine.py's default. A request, completions or chat, is
+answered by `complete` (one result) or `stream` (its items in lists of those ready together),
+each running its route's work (serve/routes.py: serve/api.py's or serve/chat.py's `complete` /
+`stream`) in the replica's pool of `concurrency` threads: later requests wait there, in arrival
+order. A request that is cancelled, streamed or not (the client disconnected, so Serve cancels
+the request and its child requests), sets its thread's cancel event
 (`runtime.cancel.cancel_when`): the engine drops its rows at its next step and the thread ends
 (a stream's thread also closes the runtime's stream); one cancelled while it waits for a thread
-never starts. Input the runtime refuses (its `ValueError`) comes back as a value,
-`{"error": message}`, not as an exception: bad input is not a replica failure for Serve to log.
+never starts. Input the runtime refuses (its `ValueError`) comes back as a value, `{"error":
+message}`, not as an exception: bad input is not a replica failure for Serve to log.
 
 How many replicas there are and what each reserves is serve/deployments.py's; HTTP is the
 gateway's (serve/gateway.py).
