@@ -213,8 +213,9 @@ def slow_chat_app_url(chat_model_dir):
 
 
 def serve(demo) -> str:
-    """Launch `demo` (queue and look as `python app.py` has them) on a free local port without
-    blocking; return its URL. Stop it with `demo.close()`."""
+    """Launch `demo` (queue, look and light page as `python app.py` has them) on a free local
+    port without blocking; return its URL. Stop it with `demo.close()`."""
+    from ui import light_page
     from ui.checks import queue_settings
     from ui.style import launch_kwargs
 
@@ -225,6 +226,7 @@ def serve(demo) -> str:
         server_port=port,
         prevent_thread_lock=True,
         quiet=True,
+        app_kwargs={"middleware": light_page.middleware()},
         **launch_kwargs(),
     )
     return f"http://127.0.0.1:{port}/"

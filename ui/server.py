@@ -8,8 +8,8 @@
   process put in the shared `/tmp/gradio`.
 - `BoundedLines`, a stream wrapper that cuts each line written through it (a traceback that
   quotes a whole request) to `LOG_LINE_CHARS` characters.
-- `launch_settings(max_body_bytes)`: the keyword arguments for `Blocks.launch` (the middleware
-  and `max_file_size`).
+- `launch_settings(max_body_bytes)`: the keyword arguments for `Blocks.launch` (the middleware,
+  ui/light_page.py's lighter page among them, and `max_file_size`).
 - `SESSION_CAPACITY`: the sessions whose state Gradio keeps (least recently used first out).
   Gradio gives every API call without a session its own session, and each session copies the
   configuration of every component (≈ 0.4 MB for this app, on 6.17.3 and 6.31.0 alike); at
@@ -202,8 +202,10 @@ class BoundedLines(io.TextIOBase):
 def launch_settings(max_body_bytes: int = MAX_BODY_BYTES) -> dict:
     """`Blocks.launch` keyword arguments: the body limit in front of Gradio's routes (no tab
     takes uploads, so the upload route is closed), Gradio's own `max_file_size`, the sessions
-    it keeps, and the forgetting of finished events."""
+    it keeps, the forgetting of finished events, and the lighter page (ui/light_page.py)."""
     from starlette.middleware import Middleware
+
+    from ui import light_page
 
     return {
         "max_file_size": MAX_FILE_SIZE,
@@ -212,6 +214,7 @@ def launch_settings(max_body_bytes: int = MAX_BODY_BYTES) -> dict:
             "middleware": [
                 Middleware(BodyLimit, max_bytes=max_body_bytes),
                 Middleware(ForgetFinishedEvents),
+                *light_page.middleware(),
             ]
         },
     }
