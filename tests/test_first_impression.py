@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 import app
+from runtime.parameters import ADAPTER_PRESET
 from tests.app_fixtures import chat_model_dir, serve
-from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
 from tests.test_browser import artifacts
 from ui import votes
 from ui.registry import ModelRegistry
@@ -288,11 +289,12 @@ def test_a_page_load_without_a_link_runs_nothing(browser, served):
 
 
 # The page's first HTML, and how soon a visitor sees and can use the chat, from navigation start.
-# The issue's targets (first paint <= 1 s, Chat usable <= 3 s, HTML <= 300 KB) are for a quiet
-# host; docs/APP.md ("How fast the page opens") has the measurements and the script. These bounds
-# hold on CI's 2-core machine with the suite running beside (measured here at load 7-11: paint
-# 0.5-2.3 s, usable 2.0-5.8 s), and fail when the page grows back (cards in the page: 1.09 MB).
-HTML_BYTES = 800_000
+# The issue's targets: first paint <= 1 s, Chat usable <= 3 s (quiet host), HTML <= 300 KB;
+# docs/APP.md ("How fast the page opens") has the measurements and the method. The time bounds
+# hold on CI's 2-core machine with the suite running beside (measured there at load 7-11: paint
+# 0.5-2.3 s, usable 2.0-5.8 s); the HTML bound fails when the page grows back (before
+# ui/light_page.py: 768,517 bytes; with the model cards in it: 1.09 MB).
+HTML_BYTES = 300_000
 FIRST_PAINT_S = 6.0
 CHAT_USABLE_S = 15.0
 # performance.now() when the message box and Send can be used (run in the page).
@@ -349,11 +351,13 @@ def test_a_model_card_arrives_when_opened_and_follows_the_model(browser, served)
 # fills the table or None, the table's container, its key headers).
 KEY_COLUMNS = [
     ("Embeddings", 1280, "Compare phrases", "#embeddings-similarity", ["cosine × 100"]),
+    # with the adapters' long preset label in every column (COMPARE_PRESET), the widest case
     ("Compare", 1280, "Compare", "#compare-metrics", ["mean log p", "Self-BLEU", "UNGC-4"]),
     ("Rewrite", 1280, None, "#rewrite-sweep-table", SWEEP_HEADERS),  # as it opens: empty
     ("Rewrite", 1280, "Sweep every ratio", "#rewrite-sweep-table", SWEEP_HEADERS),
     ("Chat", 390, None, "#chat-turns", ["tokens / s", "finished"]),
 ]
+COMPARE_PRESET = ADAPTER_PRESET
 # [header text, the px of it that shows, its full width in px] for each header (run in the page):
 # an element's box cut by every box around it that clips or scrolls, and by the window.
 HEADERS_SHOWN = """([selector, names]) => {
@@ -384,6 +388,10 @@ def test_key_columns_show_without_scrolling(browser, served, tab, width, button,
     page.locator("#chat-message textarea").wait_for()
     if tab != "Chat":
         page.get_by_role("tab", name=tab, exact=True).click()
+    if tab == "Compare":
+        for preset in page.get_by_role("tabpanel").get_by_label("Decoding preset").all()[:2]:
+            preset.fill(COMPARE_PRESET)
+            preset.press("Enter")
     if button:
         page.get_by_role("tabpanel").get_by_role("button", name=button, exact=True).click()
         wait_idle(page)
@@ -393,3 +401,83 @@ def test_key_columns_show_without_scrolling(browser, served, tab, width, button,
     context.close()
     cut = [entry for entry in shown if entry[1] < entry[2] - 1]
     assert not cut, f"{tab} at {width} px: [header, px shown, px wide] {cut}"
+
+
+def test_compare_runs_the_columns_it_shows(browser, served):
+    """The issue's race: Columns 3, Compare, Columns 4, and Compare again 1.5 s later showed 3
+    outputs and 4 metric rows (Gradio lost the update that showed the never-drawn 4th column)."""
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.goto(served)
+    page.get_by_role("tab", name="Compare", exact=True).click()
+    panel = page.get_by_role("tabpanel")
+    tokens = panel.get_by_label("number input for Max new tokens").first
+    tokens.fill("8")
+    tokens.press("Enter")
+    columns = """() => [1, 2, 3, 4].map((n) => {
+      const column = document.querySelector(`#compare-output-${n}`);
+      return !!column && column.getClientRects().length > 0; })"""
+    panel.get_by_role("radio", name="3", exact=True).click()
+    wait_until(lambda: page.evaluate(columns) == [True, True, True, False], "3 columns")
+    panel.get_by_role("button", name="Compare", exact=True).click()
+    wait_idle(page)  # a click while the run goes on is ignored (Gradio's trigger_mode "once")
+    panel.get_by_role("radio", name="4", exact=True).click()
+    time.sleep(1.5)
+    panel.get_by_role("button", name="Compare", exact=True).click()
+    wait_idle(page)
+    page.locator("#compare-metrics .virtual-row").nth(3).wait_for()
+    shown = page.evaluate(columns)
+    texts = [page.locator(f"#compare-output-{n} textarea").input_value() for n in range(1, 5)]
+    rows = page.locator("#compare-metrics .virtual-row").count()
+    context.close()
+    assert shown == [True] * 4 and all(texts) and rows == 4, (shown, texts, rows)
+
+
+# The px by which each shown "Decoding preset" box's text area runs under its arrow (run in the
+# page; <= 0 when the text stops before it).
+UNDER_THE_ARROW = """() => [...document.querySelectorAll('input[aria-label="Decoding preset"]')]
+  .filter((box) => box.getClientRects().length).map((box) => {
+    const arrow = box.closest('.wrap').querySelector('.icon-wrap').getBoundingClientRect();
+    const text = box.getBoundingClientRect().right - parseFloat(getComputedStyle(box).paddingRight);
+    return Math.round(text - arrow.left);
+  })"""
+
+
+def test_compare_preset_text_stops_before_the_arrow(browser, served):
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.goto(served)
+    page.get_by_role("tab", name="Compare", exact=True).click()
+    panel = page.get_by_role("tabpanel")
+    panel.get_by_role("radio", name="4", exact=True).click()
+    for preset in panel.get_by_label("Decoding preset").all():
+        preset.fill(COMPARE_PRESET)
+        preset.press("Enter")
+    wait_until(lambda: len(page.evaluate(UNDER_THE_ARROW)) == 4, "four preset boxes")
+    under = page.evaluate(UNDER_THE_ARROW)
+    context.close()
+    assert all(px <= 0 for px in under), f"px of text under each arrow: {under}"
+
+
+def test_each_word_vector_question_has_its_own_table(browser, served):
+    """Neighbours and a : b :: c : ? wrote into one table, so a visitor could not tell which
+    button's answer it showed; each has its own now, and one leaves the other as it was."""
+    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT * 1000)
+    page.goto(served)
+    page.get_by_role("tab", name="Embeddings", exact=True).click()
+    panel = page.get_by_role("tabpanel")
+    neighbours, answers = page.locator("#word-vectors"), page.locator("#word-analogies")
+    panel.get_by_role("button", name="Neighbours in every model", exact=True).click()
+    neighbours.locator(".virtual-row").first.wait_for()
+    shown = neighbours.locator(".virtual-row").first.inner_text()
+    panel.get_by_role("button", name="a : b :: c : ?", exact=True).click()
+    answers.locator(".virtual-row").first.wait_for()
+    wait_idle(page)
+    kept, answer = neighbours.locator(".virtual-row").first.inner_text(), answers.inner_text()
+    context.close()
+    assert kept == shown, "the analogy's answer replaced the neighbours"
+    assert "queen" in answer and "queen" not in shown

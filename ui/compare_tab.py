@@ -54,6 +54,10 @@ METRIC_HEADERS = [
     "copied 8-grams",
     "longest copy (words)",
 ]
+# px per column of the metrics table: with the adapters' long preset label the widths Gradio
+# measured from the content ran the table past 1280 px, UNGC-4 last; these keep every column up
+# to UNGC-4 in view (each wide enough for its header's longest word, in the table's 13 px type).
+METRIC_WIDTHS = [60, 110, 140, 60, 80, 90, 90, 92, 60, 84, 64, 64, 64, 64, 72, 72]
 
 
 def preset_config(preset: str, max_new_tokens: int, samples: int, seed: int):
@@ -215,7 +219,7 @@ def _columns(registry, names: list[str], manifests: dict, page: _Page) -> None:
     columns = default_columns(registry, names)
     with gr.Row(equal_height=True):
         for i in range(MAX_COLUMNS):
-            with gr.Column(visible=i < 2, min_width=240) as block:
+            with gr.Column(min_width=240, elem_classes=_column_classes(i, 2)) as block:
                 model = gr.Dropdown(choices, value=columns[i][0], label=f"Model {i + 1}")
                 preset = gr.Dropdown(list(PRESETS), value=columns[i][1], label="Decoding preset")
                 widgets.model_note(registry, model, f"compare-model-note-{i + 1}")
@@ -238,6 +242,7 @@ def _results(page: _Page) -> None:
         label="Metrics per column",
         interactive=False,
         wrap=True,
+        column_widths=[f"{width}px" for width in METRIC_WIDTHS],
         elem_id="compare-metrics",
         elem_classes="numbers",
     )
@@ -262,11 +267,19 @@ def _results(page: _Page) -> None:
     )
 
 
+def _column_classes(column: int, shown: int) -> list[str]:
+    """The CSS classes of `column` (from 0) when `shown` columns show. Every column is drawn
+    and the ones beyond `shown` are hidden by CSS (ui/style.py): Gradio 6.17 lost the update
+    that showed a never-drawn column (Columns 3 then 4 showed 3 columns while Compare ran 4),
+    and shows a column created `visible="hidden"`."""
+    return ["compare-column"] if column < shown else ["compare-column", "column-off"]
+
+
 def _wire_columns(page: _Page) -> None:
     """The column count shows that many columns; a control picker shows only while a shown
     column's model has that control."""
     page.count.change(
-        lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
+        lambda n: [gr.update(elem_classes=_column_classes(i, n)) for i in range(MAX_COLUMNS)],
         page.count,
         page.blocks,
         queue=False,

@@ -302,8 +302,8 @@ def _view_and_endpoint(section: _Section, view, endpoint, api_name: str):
 
 
 def _static_sections(models: list[str]) -> tuple[_Section, _Section]:
-    """The word-vector neighbours and analogy sections, which share one side-by-side table (a
-    column per model) and one error box."""
+    """The word-vector neighbours and analogy sections, each with its side-by-side table (a
+    column per model), and one error box for both."""
     gr.Markdown(
         "### Static word vectors (001)\nword2vec skip-gram and CBOW (with Mikolov phrases: "
         "`holy spirit`, `son of man`) beside the language models' input embeddings; every column "
@@ -311,6 +311,10 @@ def _static_sections(models: list[str]) -> tuple[_Section, _Section]:
         if models
         else "### Static word vectors (001)\nNo word-vector bundle installed."
     )
+    errors = widgets.error_box("word-vectors-error")
+    headers = ["rank", *models] if models else ["rank"]
+    # each question its own table, named after its button (one shared table left a visitor
+    # guessing which button's answer it showed); full width, so that every model's column shows
     with gr.Row():
         with gr.Column():
             word = gr.Textbox("light", label="Word or phrase")
@@ -328,14 +332,14 @@ def _static_sections(models: list[str]) -> tuple[_Section, _Section]:
             solve = gr.Button("a : b :: c : ?")
             analogy_inputs = {"a": a, "b": b, "c": c}
             word_vector_link("word_analogy", analogy_inputs)
-    errors = widgets.error_box("word-vectors-error")
-    headers = ["rank", *models] if models else ["rank"]
-    table = gr.Dataframe(
-        headers=headers, interactive=False, wrap=True, label="Side by side", elem_id="word-vectors"
+    table = {"headers": headers, "interactive": False, "wrap": True}
+    neighbours = gr.Dataframe(
+        label="Neighbours in every model, side by side", elem_id="word-vectors", **table
     )
+    answers = gr.Dataframe(label="a : b :: c : ? in every model", elem_id="word-analogies", **table)
     return (
-        _Section(neighbour_inputs, find, errors, table, {table: None}),
-        _Section(analogy_inputs, solve, errors, table, {table: None}),
+        _Section(neighbour_inputs, find, errors, neighbours, {neighbours: None}),
+        _Section(analogy_inputs, solve, errors, answers, {answers: None}),
     )
 
 

@@ -77,6 +77,11 @@ CSS = """
 #chat-conversation button.example { border: 1px solid #78716c !important; border-radius: 8px;
                                     background: #fafaf9 !important; color: #1c1917 !important; }
 #chat-conversation button.example:hover { background: #fef3c7 !important; }
+/* Compare's columns beyond the chosen count (ui/compare_tab.py, _column_classes) */
+.compare-column.column-off { display: none !important; }
+/* A dropdown's text stops before its arrow (Compare's long preset names ran under it), cut
+   with an ellipsis; the open list shows the names in full. */
+.wrap-inner .secondary-wrap input { padding-right: 28px !important; text-overflow: ellipsis; }
 /* The chat's bin (Gradio's top panel) lies over the conversation's top right corner: the
    scrolling messages start below it, so that none runs under it. */
 #chat-conversation .wrapper:has(> .top-panel) { padding-top: 30px; box-sizing: border-box; }
