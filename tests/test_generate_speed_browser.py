@@ -1,17 +1,19 @@
-"""Honest speed on the Generate tab (issue 45): the time to the first token and tokens/s its stats
-show count from the click on Generate, queue included, and hold within 20 % of a stopwatch run in
-the page (from the click to the output's first text, and to the stats saying it finished), with
-a busy process beside. The model is the tiny Llama model streaming one token per 0.4 s
+"""Honest speed on the Generate and Compare tabs (issue 45): the time to the first token and
+tokens/s they show count from the click on Generate or Compare, queue included, and hold
+within 20 % of a stopwatch run in the page (from the click to the output's first text, and to
+the stats saying it finished, or on Compare to each column's last token count), with a busy
+process beside. The model is the tiny Llama model streaming one token per 0.4 s
 (tests/app_fixtures.py SlowGenerator), so the figures are long enough to compare.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 from tests.app_fixtures import chat_model_dir, slow_chat_app_url
-from tests.browser_fixtures import TIMEOUT, browser, needs_chromium
+from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
 from tests.test_chat_speed_browser import BUSY, assert_matches_stopwatch, first_number
 
 __all__ = ["chat_model_dir", "slow_chat_app_url", "browser"]  # fixtures, used by name
@@ -56,6 +58,65 @@ def test_the_shown_speed_is_what_a_stopwatch_in_the_page_measures(browser, slow_
         cells = page.locator("#generate-stats .stat-value").all_inner_texts()
         count, first, rate = int(cells[0]), first_number(cells[1]), first_number(cells[2])
         assert_matches_stopwatch(count, first, rate, watched, cells)
+        page.close()
+    finally:
+        busy.kill()
+        busy.wait(30)
+
+
+# In the page: click Compare, then resolve with the seconds from the click to the first text of
+# any column, and, per row of the metrics table, its last token count and the seconds from the
+# click to when it was first shown; once the run's record arrives (Download JSON shows).
+COMPARE_STOPWATCH = """() => new Promise((resolve, reject) => {
+  setTimeout(() => reject(new Error('no record 120 s after the click')), 120000);
+  const start = performance.now();
+  let first = null;
+  const grown = {};
+  const seconds = (t) => (t - start) / 1000;
+  const watch = () => {
+    const now = performance.now();
+    if (first === null && [...document.querySelectorAll('[id^="compare-output-"] textarea')]
+      .some((box) => box.value.trim())) first = now;
+    const table = document.querySelector('#compare-metrics');
+    const at = [...table.querySelectorAll('thead th')]
+      .findIndex((th) => th.querySelector('.header-content')?.textContent.trim() === 'tokens');
+    table.querySelectorAll('.virtual-row').forEach((row, n) => {
+      const count = Number(row.querySelectorAll('.body-cell')[at]?.innerText);
+      if (count > 0 && grown[n]?.count !== count) grown[n] = {count, end: seconds(now)};
+    });
+    const download = document.querySelector('#compare-download');  // absent until the record
+    if (first !== null && download && download.getClientRects().length) {
+      resolve({first: seconds(first), columns: Object.values(grown)});
+    } else {
+      requestAnimationFrame(watch);
+    }
+  };
+  document.querySelector('#compare-run').click();
+  requestAnimationFrame(watch);
+})"""
+
+
+def test_compare_shows_its_speed_from_the_click(browser, slow_chat_app_url):
+    busy = subprocess.Popen([sys.executable, "-c", BUSY])
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(TIMEOUT * 1000)
+        page.goto(slow_chat_app_url)
+        page.get_by_role("tab", name="Compare", exact=True).click()
+        tokens = page.get_by_role("tabpanel").get_by_label("number input for Max new tokens")
+        tokens.first.fill("6")
+        tokens.first.press("Enter")
+        watched = page.evaluate(COMPARE_STOPWATCH)
+        note = page.locator("#compare-click-speed")
+        wait_until(lambda: "first token after" in note.inner_text(), "the speed from the click")
+        shown = re.findall(r"column \d+ ([0-9]+\.[0-9])", note.inner_text())
+        assert len(shown) == len(watched["columns"]) == 2, (note.inner_text(), watched)
+        for rate, column in zip(shown, watched["columns"]):
+            assert column["count"] >= 2, watched
+            stopwatch = column["count"] / column["end"]
+            assert abs(float(rate) - stopwatch) <= 0.2 * stopwatch, (note.inner_text(), watched)
+        first = float(re.search(r"first token after ([0-9.]+) s", note.inner_text())[1])
+        assert abs(first - watched["first"]) <= 0.2 * watched["first"], (note.inner_text(), watched)
         page.close()
     finally:
         busy.kill()

@@ -2,7 +2,8 @@
 
 Endpoint `/compare` streams every column's text and a metrics table. The columns' streams are
 advanced in turn, one token each, so they all grow at once on one worker; each column's time to
-first token and tokens/s are on the wall clock (ui/streaming.py), as a stopwatch would time it.
+first token and tokens/s are on the wall clock (ui/streaming.py); under the table the page shows
+the first token and tokens/s from the visitor's click, the queue included (ui/click_speed.py).
 Metrics per column (ui/metrics.py): tokens/s, distinct-1/2, repetition rate, mean token
 logprob, with two or more samples Self-BLEU and UNGC-1..4, and once a column is done, for a
 causal LM with the training 8-gram index, the memorisation meter (share of copied 8-grams and
@@ -19,11 +20,22 @@ import time
 from dataclasses import dataclass, field
 
 import gradio as gr
+from gradio.context import Context
 
 import runtime
 from runtime.parameters import ADAPTER_PRESET, PRESETS
 
-from . import checks, downloads, expectations, links, metrics, study_section, visitor, widgets
+from . import (
+    checks,
+    click_speed,
+    downloads,
+    expectations,
+    links,
+    metrics,
+    study_section,
+    visitor,
+    widgets,
+)
 from .generate_tab import memorisation, samples_of, shown_text
 from .streaming import StreamCollector
 
@@ -143,7 +155,9 @@ def build(registry, sections=()) -> None:
         page = _settings(registry, names)
         _columns(registry, names, manifests, page)
         with gr.Row():
-            page.run = gr.Button("Compare", variant="primary", interactive=bool(names))
+            page.run = gr.Button(
+                "Compare", variant="primary", interactive=bool(names), elem_id="compare-run"
+            )
             page.stop = gr.Button("Stop", variant="stop")
         page.errors = widgets.error_box("compare-error")
         links.shareable("compare", "compare", page.by_name())
@@ -246,6 +260,8 @@ def _results(page: _Page) -> None:
         elem_id="compare-metrics",
         elem_classes="numbers",
     )
+    # filled in the page by click_speed.COMPARE: the speed from the visitor's click
+    gr.HTML('<p id="compare-click-speed" class="model-note"></p>', padding=False)
     page.result = gr.State(None)
     with gr.Row():
         page.json_file = gr.DownloadButton(
@@ -264,7 +280,7 @@ def _results(page: _Page) -> None:
         page.csv_file,
         queue=False,
         api_visibility="private",
-    )
+    ).then(None, js=click_speed.RECORD_ARRIVED, queue=False, api_visibility="private")
 
 
 def _column_classes(column: int, shown: int) -> list[str]:
@@ -357,6 +373,7 @@ def _wire_compare(registry, page: _Page) -> None:
         concurrency_id=checks.CONCURRENCY_ID,
     )
     page.stop.click(None, cancels=[event])
+    Context.root_block.load(None, js=click_speed.COMPARE, api_visibility="private")
     stale = {output: "" for output in page.outputs} | {page.table: None, page.result: None}
     buttons = (page.json_file, page.csv_file)
     stale |= {button: gr.DownloadButton(visible=False) for button in buttons}
