@@ -2,7 +2,7 @@
 
 Gradio writes the whole app's configuration into the page (`window.gradio_config`) and, beside
 it, the API description (`window.gradio_api_info`). With the shipped models and a chat model that
-was 768,517 bytes; `LightPage`, an ASGI middleware in front of Gradio's routes, sends 297,169
+was 768,517 bytes; `LightPage`, an ASGI middleware in front of Gradio's routes, sends 296,133
 (docs/APP.md, "How fast the page opens", has the breakdown). It rewrites only the page's HTML
 (a GET that answers `text/html` with Gradio's configuration in it) and leaves everything else,
 the `/config` route and the API included, as Gradio serves it:
