@@ -7,6 +7,7 @@ busy process beside. The model is the tiny Llama ChatML model streaming one toke
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -51,12 +52,23 @@ def assert_matches_stopwatch(count: int, first: float, rate: float, watched: dic
     assert abs(rate - stopwatch_rate) <= 0.2 * stopwatch_rate, (cells, watched)
 
 
-def test_the_shown_speed_is_what_a_stopwatch_in_the_page_measures(browser, slow_chat_app_url):
+@contextlib.contextmanager
+def busy_page(browser, url: str):
+    """A 1280 px page of the app at `url`, with a busy process beside it while the block runs."""
     busy = subprocess.Popen([sys.executable, "-c", BUSY])
     try:
         page = browser.new_page(viewport={"width": 1280, "height": 800})
         page.set_default_timeout(TIMEOUT * 1000)
-        page.goto(slow_chat_app_url)
+        page.goto(url)
+        yield page
+        page.close()
+    finally:
+        busy.kill()
+        busy.wait(30)
+
+
+def test_the_shown_speed_is_what_a_stopwatch_in_the_page_measures(browser, slow_chat_app_url):
+    with busy_page(browser, slow_chat_app_url) as page:
         tokens = page.locator("#chat-settings").get_by_label("number input for Max new tokens")
         tokens.fill("8")
         tokens.press("Enter")
@@ -65,7 +77,3 @@ def test_the_shown_speed_is_what_a_stopwatch_in_the_page_measures(browser, slow_
         cells = page.locator("#chat-turns tbody tr").nth(1).locator("td").all_inner_texts()
         count, first, rate = int(cells[2]), first_number(cells[3]), first_number(cells[4])
         assert_matches_stopwatch(count, first, rate, watched, cells)
-        page.close()
-    finally:
-        busy.kill()
-        busy.wait(30)

@@ -329,12 +329,18 @@ def test_the_page_is_light_and_the_chat_usable_soon(browser, served):
     assert usable_ms <= CHAT_USABLE_S * 1000, f"the chat usable at {usable_ms:.0f} ms"
 
 
-def test_a_model_card_arrives_when_opened_and_follows_the_model(browser, served):
+def _open(browser, served: str, tab: str) -> tuple:
+    """(context, page): the app at `served` in a fresh 1280 px context, on `tab`."""
     context = browser.new_context(viewport={"width": WIDTH, "height": 900})
     page = context.new_page()
     page.set_default_timeout(TIMEOUT * 1000)
     page.goto(served)
-    page.get_by_role("tab", name="Generate", exact=True).click()
+    page.get_by_role("tab", name=tab, exact=True).click()
+    return context, page
+
+
+def test_a_model_card_arrives_when_opened_and_follows_the_model(browser, served):
+    context, page = _open(browser, served, "Generate")
     panel = page.get_by_role("tabpanel")  # the one shown
     picker = page.locator("#generate-model input")
     picker.fill("bible-lm (int8)")  # with a chat model installed, the tab opens on it
@@ -406,11 +412,7 @@ def test_key_columns_show_without_scrolling(browser, served, tab, width, button,
 def test_compare_runs_the_columns_it_shows(browser, served):
     """The issue's race: Columns 3, Compare, Columns 4, and Compare again 1.5 s later showed 3
     outputs and 4 metric rows (Gradio lost the update that showed the never-drawn 4th column)."""
-    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT * 1000)
-    page.goto(served)
-    page.get_by_role("tab", name="Compare", exact=True).click()
+    context, page = _open(browser, served, "Compare")
     panel = page.get_by_role("tabpanel")
     tokens = panel.get_by_label("number input for Max new tokens").first
     tokens.fill("8")
@@ -445,11 +447,7 @@ UNDER_THE_ARROW = """() => [...document.querySelectorAll('input[aria-label="Deco
 
 
 def test_compare_preset_text_stops_before_the_arrow(browser, served):
-    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT * 1000)
-    page.goto(served)
-    page.get_by_role("tab", name="Compare", exact=True).click()
+    context, page = _open(browser, served, "Compare")
     panel = page.get_by_role("tabpanel")
     panel.get_by_role("radio", name="4", exact=True).click()
     for preset in panel.get_by_label("Decoding preset").all():
@@ -464,11 +462,7 @@ def test_compare_preset_text_stops_before_the_arrow(browser, served):
 def test_each_word_vector_question_has_its_own_table(browser, served):
     """Neighbours and a : b :: c : ? wrote into one table, so a visitor could not tell which
     button's answer it showed; each has its own now, and one leaves the other as it was."""
-    context = browser.new_context(viewport={"width": WIDTH, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(TIMEOUT * 1000)
-    page.goto(served)
-    page.get_by_role("tab", name="Embeddings", exact=True).click()
+    context, page = _open(browser, served, "Embeddings")
     panel = page.get_by_role("tabpanel")
     neighbours, answers = page.locator("#word-vectors"), page.locator("#word-analogies")
     panel.get_by_role("button", name="Neighbours in every model", exact=True).click()

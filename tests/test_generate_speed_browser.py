@@ -9,12 +9,10 @@ process beside. The model is the tiny Llama model streaming one token per 0.4 s
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 from tests.app_fixtures import chat_model_dir, slow_chat_app_url
-from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
-from tests.test_chat_speed_browser import BUSY, assert_matches_stopwatch, first_number
+from tests.browser_fixtures import browser, needs_chromium, wait_until
+from tests.test_chat_speed_browser import assert_matches_stopwatch, busy_page, first_number
 
 __all__ = ["chat_model_dir", "slow_chat_app_url", "browser"]  # fixtures, used by name
 pytestmark = needs_chromium
@@ -43,11 +41,7 @@ STOPWATCH = """() => new Promise((resolve) => {
 
 
 def test_the_shown_speed_is_what_a_stopwatch_in_the_page_measures(browser, slow_chat_app_url):
-    busy = subprocess.Popen([sys.executable, "-c", BUSY])
-    try:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.set_default_timeout(TIMEOUT * 1000)
-        page.goto(slow_chat_app_url)
+    with busy_page(browser, slow_chat_app_url) as page:
         page.get_by_role("tab", name="Generate", exact=True).click()
         panel = page.get_by_role("tabpanel")  # the one shown
         tokens = panel.get_by_label("number input for Max new tokens")
@@ -58,10 +52,6 @@ def test_the_shown_speed_is_what_a_stopwatch_in_the_page_measures(browser, slow_
         cells = page.locator("#generate-stats .stat-value").all_inner_texts()
         count, first, rate = int(cells[0]), first_number(cells[1]), first_number(cells[2])
         assert_matches_stopwatch(count, first, rate, watched, cells)
-        page.close()
-    finally:
-        busy.kill()
-        busy.wait(30)
 
 
 # In the page: click Compare, then resolve with the seconds from the click to the first new text
@@ -98,11 +88,7 @@ COMPARE_STOPWATCH = """() => new Promise((resolve, reject) => {
 
 
 def test_compare_shows_its_speed_from_the_click(browser, slow_chat_app_url):
-    busy = subprocess.Popen([sys.executable, "-c", BUSY])
-    try:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        page.set_default_timeout(TIMEOUT * 1000)
-        page.goto(slow_chat_app_url)
+    with busy_page(browser, slow_chat_app_url) as page:
         page.get_by_role("tab", name="Compare", exact=True).click()
         tokens = page.get_by_role("tabpanel").get_by_label("number input for Max new tokens")
         note = page.locator("#compare-click-speed")
@@ -120,7 +106,3 @@ def test_compare_shows_its_speed_from_the_click(browser, slow_chat_app_url):
                 assert abs(float(rate) - stopwatch) <= 0.2 * stopwatch, (said, watched)
             first = float(re.search(r"first token after ([0-9.]+) s", said)[1])
             assert abs(first - watched["first"]) <= 0.2 * watched["first"], (said, watched)
-        page.close()
-    finally:
-        busy.kill()
-        busy.wait(30)
