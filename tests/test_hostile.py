@@ -15,6 +15,7 @@ a bound, not a speed measurement), and the resident memory of the serving proces
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -62,22 +63,23 @@ def rss_mb(pid: int) -> float:
 def server(ray_cluster):
     """(base URL, {role: pid}) of a Serve application with an API key and 2 concurrent
     downloads; roles: "replica", "gateway", "proxy"."""
-    from ray.util.state import list_actors
-
     from serve.cli import deploy
 
     port = free_port()
     deploy([ModelSpec(MODEL, str(BUNDLE), cpus=0.5)], "127.0.0.1", port, LIMITS, KEY)
+    # The cluster runs no dashboard for Ray's state API: its actors are found by the titles Ray
+    # gives their processes ("ray::<class>[.<method>]"), under this process (its raylet's parent).
+    titles = {
+        "replica": "ray::ServeReplica:scriptorium:" + deployment_name(MODEL),
+        "gateway": "ray::ServeReplica:scriptorium:gateway",
+        "proxy": "ray::ProxyActor",
+    }
     pids = {}
-    gcs = ray_cluster.get_runtime_context().gcs_address
-    for actor in list_actors(address=gcs, filters=[("state", "=", "ALIVE")]):
-        if actor.class_name.startswith("ServeReplica:scriptorium:" + deployment_name(MODEL)):
-            pids["replica"] = actor.pid
-        elif actor.class_name == "ServeReplica:scriptorium:gateway":
-            pids["gateway"] = actor.pid
-        elif actor.class_name == "ProxyActor":
-            pids["proxy"] = actor.pid
-    assert set(pids) == {"replica", "gateway", "proxy"}, pids
+    for process in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error, IndexError):
+            title = process.cmdline()[0]
+            pids |= {role: process.pid for role, start in titles.items() if title.startswith(start)}
+    assert set(pids) == set(titles), pids
     return f"http://127.0.0.1:{port}/v1", pids
 
 
