@@ -292,9 +292,9 @@ def test_a_page_load_without_a_link_runs_nothing(browser, served):
 # The targets: first paint <= 1 s, Chat usable <= 3 s (quiet host), HTML <= 300 KB;
 # docs/APP.md ("How fast the page opens") has the measurements and the method. The time bounds
 # hold on CI's 2-core machine with the suite running beside (measured there at load 7-11: paint
-# 0.5-2.3 s, usable 2.0-5.8 s); the HTML bound fails when the page grows back (before
-# ui/light_page.py: 768,517 bytes; with the model cards in it: 1.09 MB).
-HTML_BYTES = 300_000
+# 0.5-2.3 s, usable 2.0-5.8 s). The HTML's size is held on `python app.py` itself
+# (tests/test_hostile.py): in this process, Gradio numbers the page's components after every
+# Blocks the suite built before (5 KB more digits by this module).
 FIRST_PAINT_S = 6.0
 CHAT_USABLE_S = 15.0
 # performance.now() when the message box and Send can be used (run in the page).
@@ -317,7 +317,6 @@ def test_the_page_is_light_and_the_chat_usable_soon(browser, served):
 
     with urlopen(served) as response:
         html = response.read()
-    assert len(html) <= HTML_BYTES, f"the page's HTML is {len(html)} bytes"
     assert b"data:image" not in html, "a model card (its inlined plots) is sent with the page"
     context = browser.new_context(viewport={"width": WIDTH, "height": 900})
     page = context.new_page()

@@ -48,6 +48,7 @@ DOWNLOADS = 30  # sequential downloads of model.onnx (13.6 MB)
 SOAK_WARM_UP = 150  # calls first (Gradio keeps the state of 100 sessions), one in ten /generate
 SOAK_CALLS = 400  # then the same mix, measured
 SOAK_GROWTH_KB_PER_CALL = 8  # the app's growth per call over those calls
+HTML_BYTES = 300_000  # the app's first page (its config: ui/light_page.py)
 LIMITS = ServeLimits(max_downloads=2)
 OK = {"model": MODEL, "prompt": "In the beginning", "max_tokens": 4, "temperature": 0}
 
@@ -367,6 +368,14 @@ def test_the_app_caps_total_sequences(app_process):
     status, answer = gradio_call(url, "translate", data)
     message = json.loads(answer)["error"]
     assert status == 200 and "must be at most 64 sequences, got 16 × 1 × 8 = 128" in message
+
+
+def test_the_apps_first_html_is_light(app_process):
+    """The page `python app.py` sends first, as a visitor gets it (issue 45: at most
+    `HTML_BYTES`; 768,517 bytes before ui/light_page.py, 1.09 MB with the model cards in it)."""
+    html = httpx.get(app_process[0] + "/", timeout=ANSWER_S).content
+    assert len(html) <= HTML_BYTES, f"the page's HTML is {len(html):,} bytes"
+    assert b"window.gradio_config" in html and b"data:image" not in html
 
 
 def test_the_apps_memory_settles_over_a_soak(app_process):
