@@ -10,10 +10,11 @@ temporary folder, from which Gradio serves them. This module runs no model.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import tempfile
 from pathlib import Path
+
+from runtime.bundle import sha256_of
 
 SCHEMA = "scriptorium-result/1"
 
@@ -22,7 +23,7 @@ def manifest_sha256(registry, model: str) -> str | None:
     """sha256 (hex) of the model's manifest.json; None where it is not on this machine
     (a `--backend` model)."""
     path = Path(registry.paths[model]) / "manifest.json"
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return sha256_of(path) if path.is_file() else None
 
 
 def run_record(registry, model: str, collector) -> dict:

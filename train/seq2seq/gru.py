@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
 import json
 import logging
 import random
@@ -51,6 +50,7 @@ import numpy as np
 import torch
 
 from modeling import gru_seq2seq as model_definition
+from runtime.bundle import sha256_of
 from train import common, data, evaluate
 
 from . import bart as seq2seq
@@ -100,10 +100,6 @@ def _texts(values: list[str]) -> np.ndarray:
     return np.frombuffer("\n".join(values).encode("utf-8"), dtype=np.uint8)
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def write_pairs(verses: Path, tokenizer_path: Path, out: Path) -> dict[str, int]:
     """Tokenize every split's KJV -> WEB pairs (the rewriter's filter) into `out`; return the
     pair count per split."""
@@ -111,7 +107,7 @@ def write_pairs(verses: Path, tokenizer_path: Path, out: Path) -> dict[str, int]
 
     rows = data.load_verses(verses)
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
-    arrays: dict[str, np.ndarray] = {"tokenizer_sha256": np.array(file_sha256(tokenizer_path))}
+    arrays: dict[str, np.ndarray] = {"tokenizer_sha256": np.array(sha256_of(tokenizer_path))}
     counts = {}
     for split in data.SPLITS:
         pairs = seq2seq.make_pairs(rows, SOURCE, TARGET, split, tokenizer, POSITIONS)
@@ -134,7 +130,7 @@ def read_pairs(path: Path, split: str, tokenizer_path: Path | None = None) -> li
     if split not in data.SPLITS:
         raise ValueError(f"`split` must be one of {data.SPLITS}, got {split!r}")
     with np.load(path, allow_pickle=False) as arrays:
-        if tokenizer_path is not None and str(arrays["tokenizer_sha256"]) != file_sha256(
+        if tokenizer_path is not None and str(arrays["tokenizer_sha256"]) != sha256_of(
             tokenizer_path
         ):
             raise ValueError(
@@ -421,8 +417,9 @@ def ship(
     evaluation."""
     import tempfile
 
+    from convert.manifest import seal
+
     from export import gru_seq2seq as gru_export
-    from export.manifest import seal
     from train.seq2seq import gru_card as gru_seq2seq_card
     from train.seq2seq import gru_eval
 
