@@ -1,6 +1,6 @@
 """Scriptorium's Gradio app: `python app.py [--models DIR | --backend URL] [--device D] [--share]`.
 
-It finds every bundle under models/, the flagship SmolLM2-135M-Instruct (export/llama/flagship.py)
+It finds every bundle under models/, the flagship SmolLM2-135M-Instruct (convert/flagship.py)
 and any `--models` directories or GGUF files (converted once into a cache), or with `--backend` the
 models of a `scriptorium serve` server, which then runs every generation (ui/remote.py). It
 assembles the tabs, which live in ui/ (one module each), and serves them with a bounded queue,
@@ -30,7 +30,7 @@ def build(registry: ModelRegistry, store=None, private_prefix_cache: bool | None
     visitor's prefix cache (ui/visitor.py; None: `$SCRIPTORIUM_PRIVATE_PREFIX_CACHE`)."""
     import gradio as gr
 
-    from export.llama.flagship import gguf_support
+    from convert.flagship import gguf_support
     from ui import (
         arena,
         chat_tab,
@@ -100,9 +100,9 @@ def quiet_upstream_warnings() -> None:
 
 def usable_roots(models: list[str]) -> tuple[list[Path], dict[str, str]]:
     """The model directories to look in: the flagship's and each `--models` entry's (a GGUF is
-    converted once into the cache, export/llama/flagship.py), and {entry: why} for each entry that
+    converted once into the cache, convert/flagship.py), and {entry: why} for each entry that
     could not be used, whatever it holds (one line each)."""
-    from export.llama.flagship import MISSING_FLAGSHIP, model_roots, ships_flagship
+    from convert.flagship import MISSING_FLAGSHIP, model_roots, ships_flagship
 
     roots, unusable = [], {}
     for entry in [None, *models]:  # None: the flagship alone, unless models/ ships it (a Space)

@@ -8,7 +8,7 @@ S concurrent streams each send `--requests-per-stream` generations one after the
 prompt from a fixed list, sampling at temperature 0.8 with top-k 50 and a seed per request,
 exactly `--max-tokens` new tokens) to one bundle: the shipped bible-lm (`bible-lm/int8`,
 `bible-lm/fp32`) or the flagship SmolLM2-135M-Instruct (`smollm2`, converted once from its GGUF
-by export/llama/flagship.py; `smollm2-faithful`, its faithful conversion, Chat's default, whose
+by convert/flagship.py; `smollm2-faithful`, its faithful conversion, Chat's default, whose
 decode steps run one row per call). For every S it reports the aggregate tokens/s (all generated
 tokens over the wall time until the last stream is done) and the p50 / p95 latency of one request,
 for two paths over the same bundle and thread count:
@@ -107,11 +107,11 @@ def model_ceiling(gen, rows: int, steps: int) -> float:
 def bundle_path(name: str) -> Path:
     """The directory of a `--bundles` name."""
     if name == "smollm2":
-        from export.llama.flagship import ensure_bundle
+        from convert.flagship import ensure_bundle
 
         return ensure_bundle()
     if name == "smollm2-faithful":
-        from export.llama.flagship import faithful_flagship_bundle
+        from convert.flagship import faithful_flagship_bundle
 
         return faithful_flagship_bundle()
     return BIBLE_LM / name.removeprefix("bible-lm/")

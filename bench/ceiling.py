@@ -53,7 +53,7 @@ def ceiling_runner(
     would once per new token."""
     from transformers import GPT2Config
 
-    from export.quantize import quantize_graph
+    from convert.quantize import quantize_graph
     from runtime.sessions import create_session
 
     fp32 = work / "weights-only-fp32" / "model.onnx"

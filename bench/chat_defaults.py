@@ -3,7 +3,7 @@
     python -m bench.chat_defaults [--seeds 3] [--max-tokens 64] [--threads 2]
                                   [--out bench/results/chat_defaults.json]
 
-The flagship bundle (export.llama.flagship, converted once from its GGUF) answers `QUESTIONS`, 22
+The flagship bundle (convert.flagship, converted once from its GGUF) answers `QUESTIONS`, 22
 everyday questions with known answers (facts, simple lists, definitions, short how-tos, two
 sums), through `runtime.load(...).chat`, with every request submitted at once so the engine
 batches them. Each reply is scored automatically:
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     import runtime
-    from export.llama import flagship
+    from convert import flagship
 
     gen = runtime.load(flagship.ensure_bundle(), threads=args.threads)
     seeds = list(range(1, args.seeds + 1))

@@ -49,7 +49,7 @@ def cache_name(engine: str, precision: str) -> str:
     """
     name = f"{engine}-{precision}"
     if precision in ("int8", "int4"):
-        from export.quantize import INT4_FORMAT, INT8_FORMAT
+        from convert.quantize import INT4_FORMAT, INT8_FORMAT
 
         weight_format = INT8_FORMAT if precision == "int8" else INT4_FORMAT
         name += "-" + "-".join(weight_format.replace(",", "").split())
@@ -73,7 +73,7 @@ def quantize_int8_like_export(source: Path, target: Path) -> None:
     """A peer's int8 graph in export/'s int8 weight format (same weights, same kernels)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from export.quantize import INT8_PER_CHANNEL, INT8_WEIGHT_TYPE
+    from convert.quantize import INT8_PER_CHANNEL, INT8_WEIGHT_TYPE
 
     quantize_dynamic(
         source,

@@ -175,7 +175,7 @@ class Bundle:
 
     def __init__(self, bundle: Path, gguf_model, threads: int, new_tokens: int):
         import runtime
-        from export.llama.bundle import parity_session
+        from convert.bundle import parity_session
 
         self.gen = runtime.load(bundle, threads=threads)
         self.session = parity_session(bundle / "model.onnx", threads)
@@ -188,7 +188,7 @@ class Bundle:
         return out.token_ids + ([self.gen.end_of_turn_token_ids[0]] if ended else [])
 
     def logits(self, ids: list[int]) -> np.ndarray:
-        from export.llama.bundle import full_logits
+        from convert.bundle import full_logits
 
         return full_logits(self.session, self.gguf_model, ids)
 
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM
 
     import runtime
-    from export.llama.gguf_read import read_gguf
+    from convert.gguf_read import read_gguf
 
     skipped = llm.skip_unavailable(args)
     peers = [engine for engine in args.engines if engine in llm.VENV_PEERS]

@@ -52,8 +52,8 @@ def build_variant(name: str, gguf: Path, shipped: Path, work: Path) -> Path:
         raise ValueError(f"`variant` must be one of {list(VARIANTS)}, got {name!r}")
     if name == "shipped":
         return shipped
-    from export.llama.gguf import export_gguf
-    from export.manifest import graph_entry, seal
+    from convert.gguf import export_gguf
+    from convert.manifest import graph_entry, seal
     from runtime.manifest import Manifest
 
     out = work / name
@@ -182,7 +182,7 @@ def transformers_nodes(hf_model, ids: list[int]) -> dict[str, np.ndarray]:
 def node_errors(bundle: Path, gguf_model, reference: dict, ids: list[int], work: Path) -> dict:
     """Max |Δ| of the bundle's graph against `reference` (`transformers_nodes`) at each node,
     and the largest reference magnitude there (the scale)."""
-    from export.llama.bundle import full_logits, full_pass_feeds, parity_session
+    from convert.bundle import full_logits, full_pass_feeds, parity_session
 
     layers = gguf_model.layers
     names = ["x", *(f"blk.{i}.attn" for i in range(layers))]

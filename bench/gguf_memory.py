@@ -161,7 +161,7 @@ def write_synthetic_gguf(
 
 CHILD = """
 import json, sys, time
-from export.llama.gguf import export_gguf
+from convert.gguf import export_gguf
 gguf, out, parity = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 start = time.perf_counter()
 manifest = export_gguf(gguf, out, parity=parity)

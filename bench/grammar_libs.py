@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     if args.bundle is None:
-        from export.llama.flagship import flagship_bundle
+        from convert.flagship import flagship_bundle
 
         args.bundle = flagship_bundle()
     if args.overhead:

@@ -77,7 +77,7 @@ def _quantize(fp32: Path, precision: str, graph: str) -> Path:
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    from export.quantize import (
+    from convert.quantize import (
         INT4_ACCURACY_LEVEL,
         INT4_BLOCK_SIZE,
         INT4_SYMMETRIC,

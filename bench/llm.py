@@ -13,7 +13,7 @@ of that checkpoint; CTranslate2 converts the checkpoint (int8, and float32); onn
 (its model builder's int4), OpenVINO (optimum-intel's int4 export, run by `OVModelForCausalLM`) and
 OpenVINO GenAI (`LLMPipeline` on that export) quantize the checkpoint again and run in child
 processes of their own virtual environment (`VENV_PEERS`, bench/venv_peers.py); Scriptorium runs
-`--bundle`, by default the GGUF converted by export/llama/flagship.py (carried-over Q4_1 weights).
+`--bundle`, by default the GGUF converted by convert/flagship.py (carried-over Q4_1 weights).
 Every engine runs with its own defaults, as its users get it: ours is `runtime.load(bundle,
 threads=…)` with nothing else set (the runtime chooses spinning and batching), and a second row,
 "no spinning", shows our speed with spinning off, the floor that adaptive spinning must keep.
@@ -454,12 +454,12 @@ def bundle_precision(bundle: Path) -> str:
 
 def check_and_convert(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse fewer than 2 `--new-tokens`; fill in `args.gguf` (the flagship's by default,
-    export/llama/fetch.py), `args.bundle` (that GGUF converted once, from the per-user cache) and,
+    convert/fetch.py), `args.bundle` (that GGUF converted once, from the per-user cache) and,
     for the flagship, `args.faithful_bundle` (its faithful conversion, Chat's default)."""
     if args.new_tokens < 2:
         parser.error(f"`--new-tokens` must be at least 2, got {args.new_tokens}")
-    from export.llama import flagship
-    from export.llama.fetch import FLAGSHIP, FetchError, fetch_gguf
+    from convert import flagship
+    from convert.fetch import FLAGSHIP, FetchError, fetch_gguf
 
     try:
         args.gguf = args.gguf or fetch_gguf()
@@ -477,7 +477,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--gguf",
         type=Path,
         default=None,
-        help="default: the flagship's GGUF (export/llama/fetch.py)",
+        help="default: the flagship's GGUF (convert/fetch.py)",
     )
     parser.add_argument("--bundle", type=Path, default=None, help="default: the GGUF converted")
     parser.add_argument("--threads", type=int, default=2)

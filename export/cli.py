@@ -1,10 +1,10 @@
 """`scriptorium export MODEL_DIR OUT_DIR [--precision fp32|int8|int4] [--no-optimize]
 [--accuracy-level N] …`,
-`scriptorium export gguf FILE.gguf OUT_DIR …` (export/llama/gguf.py) and `scriptorium export adapter
-PEFT_DIR OUT_DIR [--base FILE.gguf] …` (export/llama/adapter.py).
+`scriptorium export gguf FILE.gguf OUT_DIR …` (convert/gguf.py) and `scriptorium export adapter
+PEFT_DIR OUT_DIR [--base FILE.gguf] …` (export/adapter.py).
 
 Parses arguments, runs `export_hf_llama` for a Llama / Qwen2 checkpoint (the lean graph, no
-torch: export/llama/hf_checkpoint.py), `export_bundle` (another text generator) or, for a checkpoint
+torch: convert/hf_checkpoint.py), `export_bundle` (another text generator) or, for a checkpoint
 whose config names a `…ForMaskedLM` architecture, `export_fill_mask_bundle` (fp32 or int8), and
 prints a short summary of the bundle and its parity report. Errors in the inputs (missing directory,
 config, weights or tokenizer; an unsupported architecture; a failed fp32 parity check) print one
@@ -18,13 +18,12 @@ import json
 import sys
 from pathlib import Path
 
+from convert.hf_checkpoint import is_hf_llama
 from runtime.manifest import Manifest
-
-from .llama.hf_checkpoint import is_hf_llama
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from .manifest import PRECISIONS
+    from convert.manifest import PRECISIONS
 
     parser = argparse.ArgumentParser(
         prog="scriptorium export",
@@ -105,10 +104,10 @@ def summary(manifest: Manifest, out_dir: str) -> str:
 
 
 def _export_hf_llama(args: argparse.Namespace) -> int:
-    """A Llama / Qwen2 checkpoint: the lean graph, torch-free (export/llama/hf_checkpoint.py)."""
-    from .llama.bundle import summary
-    from .llama.graph import ACCURACY_LEVEL
-    from .llama.hf_checkpoint import export_hf_llama
+    """A Llama / Qwen2 checkpoint: the lean graph, torch-free (convert/hf_checkpoint.py)."""
+    from convert.bundle import summary
+    from convert.graph import ACCURACY_LEVEL
+    from convert.hf_checkpoint import export_hf_llama
 
     level = ACCURACY_LEVEL if args.accuracy_level is None else args.accuracy_level
     try:
@@ -132,11 +131,11 @@ def _export_hf_llama(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["gguf"]:
-        from .llama.gguf import main as gguf_main
+        from convert.gguf import main as gguf_main
 
         return gguf_main(argv[1:])
     if argv[:1] == ["adapter"]:
-        from .llama.adapter import main as adapter_main
+        from .adapter import main as adapter_main
 
         return adapter_main(argv[1:])
     args = parse_args(argv)

@@ -8,12 +8,12 @@ The steps, each shown as a progress step:
 2. optimize - GPT-2, BART and mBART decoders are rebuilt as lean fused graphs with the same
               interface (export/lean/gpt2.py, export/lean/bart.py); other graphs (the seq2seq
               encoder, other architectures) go through onnxruntime's transformer optimizer
-              where it has fusions for the architecture (export/optimize.py). Either result is
+              where it has fusions for the architecture (convert/optimize.py). Either result is
               kept only if it loads and its logits agree with PyTorch at least as well as
               optimum's graphs (same argmax everywhere, max |Δlogit| within
               `OPTIMIZER_TOLERANCE` of the logit scale); otherwise the graphs before it are
               used and the reason is recorded.
-3. quantize - int8 / int4 per graph (export/quantize.py); seq2seq decoders are merged into
+3. quantize - int8 / int4 per graph (convert/quantize.py); seq2seq decoders are merged into
               `decoder_model_merged.onnx` after quantizing.
 4. parity   - logits, greedy tokens (through `runtime.load`) and perplexity against PyTorch
               (export/parity.py). An fp32 bundle whose greedy tokens differ is an error.
@@ -47,13 +47,10 @@ from pathlib import Path
 import onnx
 from tqdm.auto import tqdm
 
-from runtime.manifest import Manifest, SpecialTokens
-
-from . import manifest as bundle_manifest
-from .llama.hf_checkpoint import export_hf_llama, is_hf_llama
-from .optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
-from .parity import OnnxModel, Reference, check_bundle, logit_parity
-from .quantize import (
+from convert import manifest as bundle_manifest
+from convert.hf_checkpoint import export_hf_llama, is_hf_llama
+from convert.optimize import OPTIMIZER_MODEL_TYPES, optimize_graph
+from convert.quantize import (
     INT4_FORMAT,
     INT8_FORMAT,
     INT8_NBITS_FORMAT,
@@ -62,6 +59,9 @@ from .quantize import (
     merge_decoder_pair,
     quantize_graph,
 )
+from runtime.manifest import Manifest, SpecialTokens
+
+from .parity import OnnxModel, Reference, check_bundle, logit_parity
 
 PRECISIONS = bundle_manifest.PRECISIONS
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -539,7 +539,7 @@ def export_bundle(
     keep_lm_head: leave the LM head in float32 when quantizing.
     Raises FileNotFoundError / ValueError for unusable inputs and ParityError when an fp32
     export does not reproduce PyTorch's greedy tokens. A llama / qwen2 checkpoint is exported
-    by `export.llama.hf_checkpoint.export_hf_llama` instead (the lean Llama graph, without optimum).
+    by `convert.hf_checkpoint.export_hf_llama` instead (the lean Llama graph, without optimum).
     """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if precision not in PRECISIONS:

@@ -12,7 +12,7 @@ Steps:
               SkipLayerNormalization, BiasGelu, EmbedLayerNormalization where they match); kept
               only if its logits agree with PyTorch as well as the unoptimized graph's do (same
               argmax agreement, max |Δlogit| within 2× or 1e-4 of the logit scale).
-3. quantize - int8: dynamic int8 MatMul weights (export/quantize.py).
+3. quantize - int8: dynamic int8 MatMul weights (convert/quantize.py).
 4. parity   - against PyTorch on held-in sentences with 15 % of their tokens masked: max |Δlogit|,
               argmax agreement at masked positions, and the cosine of the last hidden states.
 5. write    - tokenizer.json, embeddings.npy (input embeddings, float16), manifest.json (task
@@ -29,13 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
+from convert import manifest as bundle_manifest
+from convert.manifest import seal
+from convert.optimize import optimize_graph
+from convert.quantize import INT8_FORMAT, batch_invariant, quantize_graph
 from runtime.manifest import Manifest, SpecialTokens
 
-from . import manifest as bundle_manifest
 from .exporter import EMBEDDINGS_FILE, parity_holds, quiet, versions
-from .manifest import seal
-from .optimize import optimize_graph
-from .quantize import INT8_FORMAT, batch_invariant, quantize_graph
 
 HIDDEN_OUTPUT = "last_hidden_state"
 PARITY_SENTENCES = (

@@ -39,8 +39,8 @@ import onnx
 import torch
 from onnx import helper, numpy_helper
 
+from convert.manifest import seal
 from export.exporter import ParityError
-from export.manifest import seal
 from modeling import gru_seq2seq as model_definition
 from runtime.bundle import SCHEMA_VERSION
 from runtime.recurrent import ATTENTION, SOURCE_MASK, RecurrentSeq2SeqLM
@@ -200,8 +200,8 @@ def quantize(source: Path, target: Path) -> dict[str, int]:
     count of each quantized operator in the result."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from export.quantize import INT8_PER_CHANNEL, INT8_WEIGHT_TYPE, QUANTIZED_OPS, gemm_to_matmul
-    from export.quantize import _quiet_quantizer_logs as quiet_quantizer_logs
+    from convert.quantize import INT8_PER_CHANNEL, INT8_WEIGHT_TYPE, QUANTIZED_OPS, gemm_to_matmul
+    from convert.quantize import _quiet_quantizer_logs as quiet_quantizer_logs
 
     graph = onnx.load(str(source))
     gemm_to_matmul(graph)
@@ -304,7 +304,7 @@ def export_bundle(
     metrics: dict | None = None,
 ):
     """The bundle of the finished run `run_dir` (train/seq2seq/gru.py) in `out_dir`, at
-    `precision` ("fp32" or "int8"); returns its sealed manifest (export.manifest.seal's)."""
+    `precision` ("fp32" or "int8"); returns its sealed manifest (convert.manifest.seal's)."""
     from tokenizers import Tokenizer
 
     if precision not in PRECISIONS:

@@ -35,8 +35,8 @@ import onnx
 import onnxruntime as ort
 import torch
 
+from convert.manifest import seal
 from export.exporter import ParityError
-from export.manifest import seal
 from modeling import hierarchical as model_definition
 from runtime import hierarchical_text
 from runtime.manifest import Graph, Manifest
@@ -406,11 +406,11 @@ def runtime_nits_per_char(bundle: Path, pairs, role: str = "sentence_decoder") -
 
 
 def quantize_bundle(source: Path, out: Path) -> Manifest:
-    """An int8 copy of bundle `source` in `out` (export.quantize's dynamic int8 on every graph's
+    """An int8 copy of bundle `source` in `out` (convert.quantize's dynamic int8 on every graph's
     MatMuls; GRU nodes stay float32); returns its manifest. `parity.greedy` is measured again on
     the int8 graphs against PyTorch (fp32's is kept as `parity.fp32_greedy`); the per-graph
     diffs are the fp32 export's."""
-    from export.quantize import quantize_graph
+    from convert.quantize import quantize_graph
 
     if out.exists():
         shutil.rmtree(out)

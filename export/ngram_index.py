@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from convert.manifest import seal
 from export.corpus import chapters, load_verses
-from export.manifest import seal
 from runtime.manifest import Manifest, MemorisationIndex
 from runtime.memorisation import WORD_NGRAM, ngram_hashes
 

@@ -28,6 +28,7 @@ import onnxruntime as ort
 import torch
 
 from runtime.manifest import Manifest
+from runtime.sessions import DEVICE_PROVIDERS, create_session
 
 PROMPTS = [
     "In the beginning",
@@ -71,9 +72,7 @@ class Reference:
 
 
 def _session(path: Path) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return create_session(path, providers=DEVICE_PROVIDERS["cpu"], errors_only=True)
 
 
 def _empty_past(session: ort.InferenceSession, batch: int) -> dict[str, np.ndarray]:

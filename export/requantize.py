@@ -1,7 +1,7 @@
 """Quantize a causal-LM bundle from its fp32 sibling, without its checkpoint.
 
 `requantize(fp32_dir, out_dir, precision)` copies the fp32 bundle's files (tokenizer, embeddings,
-n-gram index, plots), quantizes its graph as `export_bundle` does (export/quantize.py: a causal
+n-gram index, plots), quantizes its graph as `export_bundle` does (convert/quantize.py: a causal
 LM's int8 is weight-only 8-bit MatMulNBits), and writes a manifest and model card whose parity
 report compares the new graph with the fp32 graph, the reference it was made from (the fp32
 bundle's own report gives its distance from PyTorch). It records `batch_invariant` from the graph.
@@ -26,24 +26,23 @@ import numpy as np
 import onnx
 
 import runtime
-from runtime.bundle import read_manifest
-from runtime.manifest import Manifest
-
-from . import manifest as bundle_manifest
-from .quantize import (
+from convert import manifest as bundle_manifest
+from convert.quantize import (
     INT4_FORMAT,
     INT8_NBITS_FORMAT,
     batch_invariant,
     check_int4_available,
     quantize_graph,
 )
+from runtime.bundle import read_manifest
+from runtime.manifest import Manifest
 
 PRECISIONS = ("int8", "int4")
 
 
 def requantize(fp32_dir, out_dir, precision: str = "int8") -> Manifest:
     """Write the `precision` bundle of the fp32 causal-LM bundle `fp32_dir` to `out_dir`
-    (replacing it); return its manifest. The model card is the manifest's (export/manifest.py)."""
+    (replacing it); return its manifest. The model card is the manifest's (convert/manifest.py)."""
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
     if precision not in PRECISIONS:
         raise ValueError(f"`precision` must be one of {', '.join(PRECISIONS)}, got {precision!r}")

@@ -3,7 +3,7 @@ against the base's LoRA slots and ready to feed.
 
 An adapter bundle holds `adapter.onnx_adapter`, onnxruntime's adapter format (a flatbuffer that
 onnxruntime parses; nothing in it runs). Its parameters are named after the slot inputs of the
-base's `model_lora.onnx` (export/llama/graph.py): `lora.{layer}.{modules}.A` (K, r) and `.B`
+base's `model_lora.onnx` (convert/graph.py): `lora.{layer}.{modules}.A` (K, r) and `.B`
 (r, N), the scaling already folded into B. `Adapter` loads them once, refuses any that is not
 finite float32 or does not fit its slot (`BundleError` naming it), and offers them both ways
 onnxruntime takes them: `run_options` with the adapter active (`session.run`), and the

@@ -5,7 +5,7 @@ file's sha256 before any session exists (the project's sha256 of a file, `sha256
 folder's files, `folder_sha256`), and inferring a manifest for an optimum export directory
 (docs/bundle.md is the contract). An adapter bundle (LoRA weights only) names its base by the
 sha256 of the base's GGUF file: `adapter_base` finds the base bundle in the converted-GGUF cache
-(`cache_root()`, shared with export.llama.flagship) or at a given path and checks that it is that
+(`cache_root()`, shared with convert.flagship) or at a given path and checks that it is that
 base with LoRA slots, and `read_manifest` returns the base's manifest with the adapter's fields over
 it. It does not create inference sessions or run models (runtime/adapters.py applies an adapter).
 """
@@ -21,10 +21,10 @@ from pathlib import Path
 from .chat import hf_chat_fields
 from .manifest import SCHEMA_VERSION, Manifest
 
-# Version of a GGUF bundle's LoRA slot graph (manifest `lora.format`, export/llama/gguf.py): an
-# adapter needs its base converted with this layout; export.llama.flagship rebuilds a cached base
+# Version of a GGUF bundle's LoRA slot graph (manifest `lora.format`, convert/gguf.py): an
+# adapter needs its base converted with this layout; convert.flagship rebuilds a cached base
 # without it.
-LORA_FORMAT = 2  # 2: x·A computed per row (export/llama/graph.py `slot`)
+LORA_FORMAT = 2  # 2: x·A computed per row (convert/graph.py `slot`)
 # The fields an adapter's manifest gives of itself besides `adapter` and `files`; every other
 # one is its base's.
 ADAPTER_FIELDS = (
@@ -52,7 +52,7 @@ class ChecksumError(BundleError):
 
 def cache_root() -> Path:
     """Where converted GGUFs live: `$SCRIPTORIUM_CACHE/gguf` (default ~/.cache/scriptorium), one
-    folder `<sha256 of the GGUF>/<name>/` per file (export/llama/flagship.py writes them)."""
+    folder `<sha256 of the GGUF>/<name>/` per file (convert/flagship.py writes them)."""
     return Path(os.environ.get("SCRIPTORIUM_CACHE") or "~/.cache/scriptorium").expanduser() / "gguf"
 
 
@@ -105,7 +105,7 @@ def _read(path: Path) -> Manifest:
 
 
 def _gguf_sha256(manifest: Manifest) -> str | None:
-    """The sha256 of the GGUF file a bundle was converted from (export/llama/gguf.py records it)."""
+    """The sha256 of the GGUF file a bundle was converted from (convert/gguf.py records it)."""
     gguf = manifest.export.get("gguf")
     return gguf.get("sha256") if isinstance(gguf, dict) else None
 
@@ -118,7 +118,7 @@ def adapter_base(directory: Path, manifest: Manifest, base: str | Path | None = 
     runtime's format."""
     spec = manifest.adapter["base"]
     sha, name = spec["sha256"], spec.get("name", "?")
-    convert = f"python -m export.llama.flagship {spec.get('file') or name + '.gguf'}"
+    convert = f"python -m convert.flagship {spec.get('file') or name + '.gguf'}"
     if base is None:
         folder = cache_root() / sha
         found = (

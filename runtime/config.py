@@ -14,6 +14,7 @@ This module does not run models or touch logits.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .parameters import NAMED, PARAMETERS, is_int
@@ -60,10 +61,14 @@ class GenerationConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_dict(cls, values: dict) -> GenerationConfig:
-        """A config from a dict (manifest defaults), ignoring keys this class does not know."""
+    def from_dict(cls, values: Mapping) -> GenerationConfig:
+        """A config from a dict of its fields (a manifest's `generation_defaults`); a key that is
+        not one is a `ValueError` naming it."""
         known = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in values.items() if k in known}
+        unknown = [key for key in values if key not in known]
+        if unknown:
+            raise ValueError(f"`generation_defaults` has unknown key `{unknown[0]}`")
+        kwargs = dict(values)
         for key in ("stop", "suppress_tokens"):
             if key in kwargs and kwargs[key] is not None:
                 kwargs[key] = tuple(kwargs[key])

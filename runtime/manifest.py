@@ -10,7 +10,7 @@ default, parse it in `Manifest.from_json`, and say it in docs/bundle.md.
 
 It does not touch the bundle's other files: verifying checksums, finding an adapter's base and
 inferring a manifest for an optimum export are runtime/bundle.py's; recording the files'
-checksums when a bundle is sealed is export/manifest.py's.
+checksums when a bundle is sealed is convert/manifest.py's.
 
 Schema versions: 1 wrote only the fields an exporter thought of (`batch_invariant` could be
 missing); 2 writes every common field. A version 1 manifest reads with the defaults version 1
@@ -39,6 +39,30 @@ GRAPH_ROLES = {
 # The context a causal LM or seq2seq model gets when its (version 1) manifest does not say.
 DEFAULT_CONTEXT_LENGTH = 1024
 TOKEN_TASKS = ("causal-lm", "seq2seq", "fill-mask")  # the tasks that need `context_length`
+# The runtime.GenerationConfig fields a manifest's `generation_defaults` may set: the decoding
+# settings and what a model fixes (stop strings, forced and suppressed tokens), not a request's
+# own (`json_schema`, `tool_calls`, `cache_salt`).
+GENERATION_DEFAULT_FIELDS = (
+    "max_new_tokens",
+    "min_new_tokens",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "num_return_sequences",
+    "seed",
+    "stop",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "suppress_tokens",
+)
 
 
 def _optional(default=None, **kwargs):
@@ -187,7 +211,7 @@ class Manifest:
     chat: ChatSection | None = _optional()  # a chat model's template
     memorisation_index: MemorisationIndex | None = _optional()
     # a GGUF import's LoRA slot graph: {"file", "format" (runtime.bundle.LORA_FORMAT), "slots":
-    # {slot: {"A", "B", "k", "parts"}}} (export/llama/gguf.py)
+    # {slot: {"A", "B", "k", "parts"}}} (convert/gguf.py)
     lora: Mapping[str, Any] | None = _optional()
     # an adapter bundle: {"base": {"name", "file", "sha256", …}, "file", "format", "rank",
     # "alpha", "scaling", "targets", "layers", …}; merged onto its base, `base.lora_slots` too
@@ -294,7 +318,7 @@ class Manifest:
             graphs=_graphs(raw),
             special_tokens=_special_tokens(raw),
             controls=_object(raw, "controls", {}),
-            generation_defaults=_object(raw, "generation_defaults", {}),
+            generation_defaults=_generation_defaults(raw),
             parity=_object(raw, "parity", {}),
             metrics=_object(raw, "metrics", {}),
             training_data=_object(raw, "training_data", {}),
@@ -485,6 +509,14 @@ def _special_tokens(raw: dict) -> SpecialTokens:
 
 def _chat(raw: dict) -> ChatSection | None:
     return ChatSection.from_json(_object(raw, "chat", None))
+
+
+def _generation_defaults(raw: dict) -> dict:
+    defaults = _object(raw, "generation_defaults", {})
+    unknown = [key for key in defaults if key not in GENERATION_DEFAULT_FIELDS]
+    if unknown:
+        raise ValueError(f"`generation_defaults` has unknown key `{unknown[0]}`")
+    return defaults
 
 
 def _memorisation_index(raw: dict) -> MemorisationIndex | None:

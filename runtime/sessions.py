@@ -1,8 +1,8 @@
 """The one place that creates onnxruntime sessions: execution providers, threads, spinning, and
 whether a session's outputs stay on its device (IO binding).
 
-Every runtime class (`Generator`, `HierarchicalGenerator`, `MaskedLM`) and bench/ build their
-sessions here, so they agree on the options:
+Every runtime class (`Generator`, `HierarchicalGenerator`, `MaskedLM`), the exporters' parity
+checks and bench/ build their sessions here, so they agree on the options:
 
 - providers: `available_providers(None)` is CUDA then CPU when onnxruntime-gpu sees a GPU, else
   CPU alone; a provider this onnxruntime does not offer raises `ValueError` (onnxruntime itself
@@ -94,11 +94,16 @@ def create_session(
     threads: int | None = None,
     spinning: bool = False,
     profile_prefix: str | os.PathLike | None = None,
+    errors_only: bool = False,
 ) -> ort.InferenceSession:
     """A session for `model` (a graph file, or its serialized bytes) with `session_options`;
     `providers` are checked by `available_providers` (None: its default). `profile_prefix`
-    turns onnxruntime's profiler on, writing its JSON under that file prefix."""
+    turns onnxruntime's profiler on, writing its JSON under that file prefix. `errors_only`
+    logs onnxruntime's errors but not its warnings (export/parity.py's reference graphs, whose
+    unused-initializer warnings say nothing about the bundle)."""
     options = session_options(threads, spinning)
+    if errors_only:
+        options.log_severity_level = 3
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = str(profile_prefix)

@@ -15,7 +15,7 @@ COMMANDS = {
     "bench": ("bench.cli", "benchmarks against transformers and optimum-onnx"),
     "study": ("scriptorium.study_cli", "seed 000/001 studies: masking, probes, BERT, vectors"),
     "fetch": (
-        "export.llama.flagship",
+        "convert.flagship",
         "fetch and convert the flagship (smollm2), a GGUF or an hf:// model",
     ),
     "app": ("app", "start the Gradio app"),

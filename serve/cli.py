@@ -26,7 +26,7 @@ import sys
 import threading
 from pathlib import Path
 
-from export.llama.flagship import FetchError, gguf_support, model_roots
+from convert.flagship import FetchError, gguf_support, model_roots
 from runtime.engine import parse_kv_budget
 
 ROOT = Path(__file__).resolve().parent.parent

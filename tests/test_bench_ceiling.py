@@ -9,7 +9,7 @@ import pytest
 from transformers import GPT2Config
 
 from bench import ceiling, common
-from export.quantize import QUANTIZED_OPS
+from convert.quantize import QUANTIZED_OPS
 
 CONFIG = GPT2Config(n_layer=2, n_embd=32, n_head=2, n_inner=48, vocab_size=50)
 

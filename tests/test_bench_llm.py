@@ -99,7 +99,7 @@ def test_gguf_byte_count_for_llama_cpp(run):
 
 
 def test_default_bundle_is_the_gguf_converted_into_the_cache(run, tmp_path, monkeypatch):
-    from export.llama import flagship
+    from convert import flagship
 
     gguf = run[2]
     monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))

@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 from bench import llm_kernels
-from export.llama.gguf import export_gguf
+from convert.gguf import export_gguf
 from tests.llm_fixtures import write_tiny_gguf
 
 

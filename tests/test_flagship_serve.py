@@ -25,7 +25,7 @@ SAMPLING = dict(temperature=0.9, top_p=0.95, seed=0, extra_body={"top_k": 40})
 
 @pytest.fixture(scope="module")
 def flagship_bundle():
-    from export.llama.flagship import flagship_bundle
+    from convert.flagship import flagship_bundle
 
     try:
         return flagship_bundle()

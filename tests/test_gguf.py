@@ -1,4 +1,4 @@
-"""The GGUF importer (export/llama/gguf.py) against transformers loading the same GGUF file.
+"""The GGUF importer (convert/gguf.py) against transformers loading the same GGUF file.
 
 Tiny random Llama and Qwen2 GGUFs are written here (tests/gguf_models.py) in each supported type;
 for each, the fp32 graph and the carried-over graph (MatMulNBits at accuracy levels 0 and 4) are
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from convert.gguf import export_gguf
+from convert.gguf_read import linear_from_blocks, read_gguf
+from convert.gguf_tokenizer import build_tokenizer
 from export.cli import main
-from export.llama.gguf import export_gguf
-from export.llama.gguf_read import linear_from_blocks, read_gguf
-from export.llama.gguf_tokenizer import build_tokenizer
 from runtime import load
 from runtime.bundle import LORA_FORMAT
 from runtime.config import GenerationConfig
@@ -105,7 +105,7 @@ def tiny(tmp_path_factory):
 
 
 def _logits(bundle: Path, gguf_path: Path, ids: list[int]) -> np.ndarray:
-    from export.llama.bundle import full_logits, parity_session
+    from convert.bundle import full_logits, parity_session
 
     return full_logits(parity_session(bundle / "model.onnx"), read_gguf(gguf_path), ids)
 
@@ -342,7 +342,7 @@ def _call(session, model, ids, past, seqlens, total):
 def test_rows_with_their_own_cache_lengths(tmp_path):
     """Continuous batching's need: one step over rows whose caches hold different lengths (each
     row's valid prefix first, `seqlens_k` per row) gives each row what it gets alone."""
-    from export.llama.bundle import parity_session
+    from convert.bundle import parity_session
 
     path = write_tiny_gguf(tmp_path / "tiny.gguf", "qwen2", "F32")
     export_gguf(path, tmp_path / "bundle", fp32=True, parity=False)
@@ -395,8 +395,8 @@ def test_import_is_torch_free(tmp_path):
 @pytest.mark.slow
 def test_smollm2_real_file(tmp_path):
     """The real 93 MB Q4_1 file: int4 carried over against transformers' dequantized model."""
-    from export.llama.bundle import full_logits, parity_session
-    from export.llama.fetch import find_gguf
+    from convert.bundle import full_logits, parity_session
+    from convert.fetch import find_gguf
 
     path = find_gguf()
     if path is None:

@@ -1,4 +1,4 @@
-"""The GGUF importer's per-node accuracy levels (export/llama/gguf.py, `head_accuracy_level`): the
+"""The GGUF importer's per-node accuracy levels (convert/gguf.py, `head_accuracy_level`): the
 layers' MatMulNBits at one level and the LM head's at another, recorded in the manifest and the
 model card, on a tiny random Q4_1 GGUF (tests/gguf_models.py)."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 import pytest
 
-from export.llama.bundle import full_logits, parity_session
-from export.llama.gguf import export_gguf, main
-from export.llama.gguf_read import read_gguf
+from convert.bundle import full_logits, parity_session
+from convert.gguf import export_gguf, main
+from convert.gguf_read import read_gguf
 from tests.gguf_models import write_tiny_gguf
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from export.llama.bundle import full_logits, parity_session
-from export.llama.gguf import export_gguf
-from export.llama.gguf_read import read_gguf
+from convert.bundle import full_logits, parity_session
+from convert.gguf import export_gguf
+from convert.gguf_read import read_gguf
 from runtime import load
 from runtime.config import GenerationConfig
 from tests.gguf_convert import convert, llama_cpp_source, make_checkpoint
@@ -167,8 +167,8 @@ def test_supported_list_is_shown_where_users_look(tmp_path, capsys):
     docs/GGUF.md's table has a row per architecture."""
     import gradio as gr
 
-    from export.llama.flagship import gguf_support
-    from export.llama.gguf_read import ARCHITECTURES, CARRIED, supported_gguf
+    from convert.flagship import gguf_support
+    from convert.gguf_read import ARCHITECTURES, CARRIED, supported_gguf
     from serve.cli import main as serve_main
     from tests.gguf_models import write_tiny_gguf
     from ui import models_tab

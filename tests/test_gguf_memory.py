@@ -13,7 +13,7 @@ import json
 from bench.gguf_memory import CHILD, measure, write_synthetic_gguf
 
 SHAPE = ("llama", 2, 1024, 4096, 16, 16, 64, 16000, 2048, 10000.0, 1e-5, False)
-IMPORTS = "import json, export.llama.gguf, onnxruntime, gguf, tokenizers; print(json.dumps({}))"
+IMPORTS = "import json, convert.gguf, onnxruntime, gguf, tokenizers; print(json.dumps({}))"
 
 
 def test_import_peak_memory_is_bounded_by_the_file(tmp_path):

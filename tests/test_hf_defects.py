@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from convert.manifest import model_shape
 from export.cli import main
-from export.manifest import model_shape
 from runtime import load
 from runtime.bundle import _shape_from_config
 from runtime.config import GenerationConfig
@@ -98,8 +98,8 @@ def test_a_failure_inside_optimum_is_one_line(tmp_path, capsys):
 
 def test_llama_parity_report_compares_like_with_like(tmp_path):
     """A checkpoint whose plain greedy continuation picks EOS (id 2) on some parity prompts."""
-    from export.llama.bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS
-    from export.llama.hf_checkpoint import export_hf_llama
+    from convert.bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS
+    from convert.hf_checkpoint import export_hf_llama
     from tests.test_hf_llama import make_checkpoint
 
     checkpoint = make_checkpoint(tmp_path / "checkpoint", "llama", tied=False)

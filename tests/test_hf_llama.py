@@ -1,4 +1,4 @@
-"""Hugging Face Llama / Qwen2 checkpoints to the lean bundle (export/llama/hf_checkpoint.py),
+"""Hugging Face Llama / Qwen2 checkpoints to the lean bundle (convert/hf_checkpoint.py),
 against transformers running the same checkpoint.
 
 Tiny random `LlamaForCausalLM` and `Qwen2ForCausalLM` models (2 layers, width 128, GQA 4 query / 2
@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from convert.bundle import full_logits, parity_session
+from convert.hf_checkpoint import LAYER_TENSORS, TOP_TENSORS, export_hf_llama, read_hf_llama
 from export.cli import main
-from export.llama.bundle import full_logits, parity_session
-from export.llama.hf_checkpoint import LAYER_TENSORS, TOP_TENSORS, export_hf_llama, read_hf_llama
 from runtime import load
 from runtime.config import GenerationConfig
 from tests.gguf_models import CHAT_TEMPLATE, CORPUS, SPECIALS
@@ -310,7 +310,7 @@ def test_conversion_is_torch_free(tmp_path):
     checkpoint = make_checkpoint(tmp_path / "checkpoint", "llama", tied=True)
     script = (
         "import sys\n"
-        "from export.llama.hf_checkpoint import export_hf_llama\n"
+        "from convert.hf_checkpoint import export_hf_llama\n"
         f"export_hf_llama({str(checkpoint)!r}, {str(tmp_path / 'bundle')!r}, 'int4', "
         "parity=False)\n"
         "print(sorted(m for m in ('torch', 'transformers', 'optimum') if m in sys.modules))\n"

@@ -436,7 +436,7 @@ def test_a_private_prefix_cache_keeps_each_visitors_prompts_apart(tmp_path):
 
     import app
     import runtime
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
     from tests.app_fixtures import serve
     from tests.gguf_models import write_tiny_gguf
     from ui import visitor, votes

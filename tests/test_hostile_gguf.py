@@ -24,10 +24,10 @@ import pytest
 from gguf import GGMLQuantizationType, GGUFValueType
 from markdown_it import MarkdownIt
 
+from convert import gguf as gguf_export
+from convert.gguf import export_gguf
+from convert.gguf_check import MAX_VOCAB, prescan
 from export.cli import main
-from export.llama import gguf as gguf_export
-from export.llama.gguf import export_gguf
-from export.llama.gguf_check import MAX_VOCAB, prescan
 from tests.gguf_models import tiny_vocabulary, write_tiny_gguf
 
 U32, U64 = GGUFValueType.UINT32, GGUFValueType.UINT64
@@ -282,7 +282,7 @@ def _slots() -> dict:
     ],
 )
 def test_bad_adapter_weights_are_refused_at_load(tmp_path, a, message):
-    from export.llama.adapter import write_adapter_file
+    from export.adapter import write_adapter_file
     from runtime.adapters import Adapter
     from runtime.bundle import BundleError
 
@@ -300,7 +300,7 @@ def test_bad_adapter_weights_are_refused_at_load(tmp_path, a, message):
 def test_non_finite_peft_weights_are_refused_at_export(tmp_path):
     from safetensors.numpy import save_file
 
-    from export.llama.adapter import read_peft
+    from export.adapter import read_peft
 
     (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 2, "lora_alpha": 4}))
     key = "base_model.model.model.layers.0.self_attn.o_proj.lora_{}.weight"

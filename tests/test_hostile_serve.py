@@ -53,7 +53,7 @@ def bible():
 
 @pytest.fixture(scope="module")
 def flagship():
-    from export.llama.flagship import flagship_bundle
+    from convert.flagship import flagship_bundle
 
     return runtime.load(flagship_bundle(), threads=1)
 

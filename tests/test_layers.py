@@ -28,17 +28,28 @@ ALLOWED = {
     # (runtime.hierarchical_text), so modeling may import runtime and nothing else of ours
     "modeling": {"runtime"},
     "study": {"runtime"},
-    "export": {"runtime", "modeling"},
-    "train": {"export", "modeling", "study", "runtime"},
+    # the torch-free conversions (GGUF, the flagship) and bundle writing, which app, serve and
+    # spaces use
+    "convert": {"runtime"},
+    "export": {"runtime", "modeling", "convert"},
+    "train": {"export", "convert", "modeling", "study", "runtime"},
     "ui": {"runtime", "study"},
-    # app, serve and spaces open the flagship GGUF through export.llama.flagship, which imports no
-    # torch
-    "serve": {"runtime", "export.llama.flagship"},
-    "bench": {"runtime", "modeling", "export", "train", "study", "serve"},
-    "app": {"ui", "runtime", "export.llama.flagship"},
-    "spaces": {"ui", "runtime", "export.llama.flagship"},
+    "serve": {"runtime", "convert"},
+    "bench": {"runtime", "modeling", "convert", "export", "train", "study", "serve"},
+    "app": {"ui", "runtime", "convert"},
+    "spaces": {"ui", "runtime", "convert"},
     # the `scriptorium` command dispatches to every subcommand's module
-    "scriptorium": {"runtime", "modeling", "export", "train", "study", "ui", "serve", "bench"},
+    "scriptorium": {
+        "runtime",
+        "modeling",
+        "convert",
+        "export",
+        "train",
+        "study",
+        "ui",
+        "serve",
+        "bench",
+    },
 }
 PACKAGES = tuple(ALLOWED)
 
@@ -125,21 +136,12 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_parser_sees_every_kind_of_import():
-    assert "export.manifest" in IMPORTS["export.ngram_index"]  # from export.manifest import …
+    assert "convert.manifest" in IMPORTS["export.ngram_index"]  # from convert.manifest import …
     assert "modeling.hierarchical" in IMPORTS["export.hierarchical"]  # from modeling import x
     assert "export.exporter" in IMPORTS["export.fill_mask"]  # from .exporter import …
     assert "runtime" in IMPORTS["app"]  # import runtime
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-
-
-def allowed(package: str, imported: str) -> bool:
-    """Whether `package` may import module `imported`: its whole package, or that one module
-    (or something inside it) where ALLOWED names a module."""
-    return any(
-        imported == entry or imported.startswith(entry + ".") or top(imported) == entry
-        for entry in ALLOWED[package]
-    )
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -149,7 +151,7 @@ def test_packages_import_only_the_layers_below_them(package):
         for module, imports in IMPORTS.items()
         if top(module) == package
         for imported in imports
-        if top(imported) != package and not allowed(package, imported)
+        if top(imported) != package and top(imported) not in ALLOWED[package]
     )
     assert not upward, f"{package} may import only {sorted(ALLOWED[package])}: {upward}"
 
@@ -380,3 +382,29 @@ def test_serve_names_no_decoding_parameter_it_only_passes_through():
         if re.search(rf"\b{name}\b", path.read_text(encoding="utf-8"))
     ]
     assert len(passed) >= 10 and not naming, naming
+
+
+# What the app, serve and a Space import must load no torch: each module of convert/ (the
+# flagship, the GGUF importer, the bundle writing), app.py and every module of ours it imports
+# (deferred ones included), and serve's command line with its imports.
+NO_TORCH_MODULES = sorted(
+    {module for module in FILES if top(module) == "convert"}
+    | {"app", "serve.cli"}
+    | IMPORTS["app"]
+    | IMPORTS["serve.cli"]
+)
+TORCH_PACKAGES = ("torch", "transformers", "optimum")
+
+
+def test_convert_the_app_and_serve_import_no_torch():
+    code = f"""
+import importlib, sys
+for module in {NO_TORCH_MODULES!r}:
+    importlib.import_module(module)
+print(sorted({{name.split(".")[0] for name in sys.modules}} & {set(TORCH_PACKAGES)!r}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(NO_TORCH_MODULES) > 10 and done.stdout.strip() == "[]", done.stdout

@@ -145,7 +145,7 @@ def test_with_past_graph_is_lean(built):
 
 @pytest.mark.parametrize("precision", ["int8", "int4"])
 def test_quantizers_reach_every_projection(built, tmp_path, precision):
-    from export.quantize import QUANTIZED_OPS, quantize_graph
+    from convert.quantize import QUANTIZED_OPS, quantize_graph
 
     _, (_, with_past), _ = built
     out = tmp_path / "quantized.onnx"

@@ -387,7 +387,7 @@ def test_shipped_masked_lms_verify_and_match_pytorch(name):
 def test_module_doctests():
     import doctest
 
-    from export import manifest
+    from convert import manifest
     from runtime import word_vectors as served
     from train import masked_lm
     from train import word_vectors as trained

@@ -288,16 +288,16 @@ def test_runtime_runs_without_torch_or_transformers(bundle):
 
 
 def test_gguf_conversion_runs_without_torch_or_transformers(tmp_path):
-    """The flagship's path: a GGUF converted into the cache (export/llama/flagship.py,
-    export/llama/gguf.py) and generated from, with torch, transformers and optimum unimportable."""
-    pytest.importorskip("export.llama.gguf", reason="export/llama/gguf.py (the importer) missing")
+    """The flagship's path: a GGUF converted into the cache (convert/flagship.py,
+    convert/gguf.py) and generated from, with torch, transformers and optimum unimportable."""
+    pytest.importorskip("convert.gguf", reason="convert/gguf.py (the importer) missing")
     from tests.llm_fixtures import write_tiny_gguf
 
     gguf = write_tiny_gguf(tmp_path / "tiny.Q4_1.gguf", "Q4_1")
     script = BLOCK_TORCH + textwrap.dedent(
         f"""
         import runtime
-        from export.llama.flagship import ensure_bundle
+        from convert.flagship import ensure_bundle
         gen = runtime.load(ensure_bundle({str(gguf)!r}))
         out = gen.generate("In the beginning", runtime.GenerationConfig(
             max_new_tokens=5, min_new_tokens=5))
@@ -314,7 +314,7 @@ def test_gguf_conversion_runs_without_torch_or_transformers(tmp_path):
 
 
 def test_a_manifests_own_stop_strings_end_every_generation(tmp_path):
-    from export.manifest import seal
+    from convert.manifest import seal
 
     bundle = shutil.copytree(
         Path(__file__).parent.parent / "models" / "bible-lm" / "int8", tmp_path / "lm"

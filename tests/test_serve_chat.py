@@ -67,8 +67,8 @@ def adapter_dir(tmp_path_factory) -> Path:
     import torch
     import transformers
 
-    from export.llama.adapter import export_adapter
-    from export.llama.flagship import ensure_bundle
+    from convert.flagship import ensure_bundle
+    from export.adapter import export_adapter
     from tests.gguf_models import write_tiny_gguf
 
     root = tmp_path_factory.mktemp("adapter")

@@ -29,7 +29,7 @@ KV_BUDGET = 4 * 2**20
 
 @pytest.fixture(scope="module")
 def flagship_dir() -> Path:
-    from export.llama.flagship import flagship_bundle
+    from convert.flagship import flagship_bundle
 
     return flagship_bundle()
 

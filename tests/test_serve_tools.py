@@ -221,7 +221,7 @@ def test_tool_choice_none_is_a_plain_chat_and_the_default_is_auto():
 
 @pytest.fixture(scope="module")
 def tiny_bundle(tmp_path_factory) -> Path:
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
     from tests.gguf_models import write_tiny_gguf
 
     root = tmp_path_factory.mktemp("tiny-qwen")
@@ -388,7 +388,7 @@ def test_each_template_gets_its_format(format, takes_tools):
 
 @pytest.fixture(scope="module")
 def flagship_bundle():
-    from export.llama.flagship import flagship_bundle
+    from convert.flagship import flagship_bundle
 
     try:
         return flagship_bundle()

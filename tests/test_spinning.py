@@ -79,7 +79,7 @@ def test_the_process_run_delay_is_read():
 
 @pytest.fixture(scope="module")
 def tiny_gguf_bundle(tmp_path_factory) -> Path:
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
 
     tmp = tmp_path_factory.mktemp("spinning")
     gguf = write_tiny_gguf(tmp / "tiny.Q4_1.gguf", "Q4_1")

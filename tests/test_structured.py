@@ -202,7 +202,7 @@ def test_a_constrained_request_is_the_same_alone_and_batched(bible_lm, sampled):
 
 @pytest.fixture(scope="module")
 def flagship():
-    from export.llama.flagship import flagship_bundle
+    from convert.flagship import flagship_bundle
 
     try:
         bundle = flagship_bundle()

@@ -97,7 +97,7 @@ def test_response_formats_become_the_config_s_schema():
 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
     from tests.gguf_models import write_tiny_gguf
 
     root = tmp_path_factory.mktemp("tiny-chat")

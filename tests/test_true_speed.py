@@ -28,7 +28,7 @@ MODEL = "tiny-llama"
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory):
-    from export.llama.gguf import export_gguf
+    from convert.gguf import export_gguf
     from tests.gguf_models import write_tiny_gguf
 
     root = tmp_path_factory.mktemp("true-speed")

@@ -3,7 +3,7 @@ shipped models and the SmolLM2 flagship: the phone layout, the adapters' control
 controls-only adapter generation, adapter text without format markup, and the tabs' defaults.
 
 The app serves models/ and the flagship's converted bundle (skipped when either is missing: the
-flagship is converted once by `python -m export.llama.flagship`). Generations are kept short (24 new
+flagship is converted once by `python -m convert.flagship`). Generations are kept short (24 new
 tokens or fewer) so that the module runs in about a minute on two cores.
 """
 
@@ -33,7 +33,7 @@ MARKUP = ("[e:", "[s:", "▯")
 
 @pytest.fixture(scope="module")
 def registry():
-    from export.llama.flagship import flagship_bundle
+    from convert.flagship import flagship_bundle
 
     if not all((MODELS / name / "manifest.json").exists() for name in (BIBLE, TREASURY)):
         pytest.skip("the SmolLM2 adapters are not in models/")

@@ -521,8 +521,8 @@ def export(
 
 def finish_card(bundle_dir: Path, sections: Sequence[tuple[str, str]], files: Sequence[Path]):
     """Append recipe sections (samples, limits, …) to the bundle's README, add `files` (the loss
-    plot), and seal the bundle again (export.manifest.seal: manifest.json's checksums)."""
-    from export import manifest as bundle_manifest
+    plot), and seal the bundle again (convert.manifest.seal: manifest.json's checksums)."""
+    from convert import manifest as bundle_manifest
 
     manifest = bundle_manifest.Manifest.read(bundle_dir / "manifest.json")
     for path in files:

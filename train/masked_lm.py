@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
+from convert.manifest import CARD_FILE
 from export import corpus
-from export.manifest import CARD_FILE
 from train import common, data, lm
 from train.recipe import Recipe
 from train.tokenizer import BOS, EN_VOCAB_SIZE, EOS, as_transformers
@@ -593,7 +593,7 @@ def refresh_study_plots(runs: list[Path], bundles: list[Path]) -> None:
     """Draw every run's masking study (its evaluation.json) in one figure, labelled by size, and
     put it, as masking.png, into each shipped bundle (its card shows that file), updating the
     checksums."""
-    from export.manifest import seal
+    from convert.manifest import seal
     from study.figures import masking_plot
 
     results = {}

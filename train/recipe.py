@@ -32,7 +32,7 @@ class Recipe(Protocol):
         ...
 
     def controls(self) -> dict:
-        """The manifest's control tokens (`export.manifest.check_controls` format)."""
+        """The manifest's control tokens (`convert.manifest.check_controls` format)."""
         ...
 
     def generation(self) -> dict:

@@ -118,7 +118,7 @@ def train_variant(sentences, sg: int, settings: dict, seed: int = 0):
 
 def save_bundle(keyed_vectors, out_dir: Path, manifest: Manifest) -> None:
     """vectors.npy + vocab.txt + manifest.json (checksums); keyed_vectors is gensim's."""
-    from export.manifest import seal
+    from convert.manifest import seal
 
     out_dir.mkdir(parents=True, exist_ok=True)
     np.save(out_dir / "vectors.npy", keyed_vectors.vectors.astype(np.float32))
@@ -130,7 +130,7 @@ def save_bundle(keyed_vectors, out_dir: Path, manifest: Manifest) -> None:
 def restrict(source: Path, out_dir: Path, max_words: int) -> None:
     """`source`'s bundle with only its `max_words` most frequent words: its first rows, in its
     order (gensim's `restrict_vocab`); the manifest records what was cut."""
-    from export.manifest import seal
+    from convert.manifest import seal
 
     manifest = Manifest.read(source / "manifest.json")
     vectors = np.load(source / manifest.vectors, allow_pickle=False)  # (V, D)
@@ -326,7 +326,7 @@ same way over its " word" tokens.
 def write_card(bundle: Path, results: dict[str, dict]) -> None:
     """README.md (model card) of one bundle, then manifest.json's metrics and checksums."""
     import runtime
-    from export.manifest import seal
+    from convert.manifest import seal
 
     manifest = Manifest.read(bundle / "manifest.json")
     vectors = runtime.load(bundle)

@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper
 
-from .builder import GraphBuilder
+from convert.builder import GraphBuilder
 
 _POSITION_OFFSET = 2  # BART's learned positions start at row 2 of the table
 _ACTIVATIONS = ("gelu",)  # exact GELU, which BiasGelu computes

@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper
 
-from .builder import GraphBuilder
+from convert.builder import GraphBuilder
 
 # FastGelu computes 0.5·x·(1 + tanh(0.797885·x + 0.035677·x³)), which is this formula.
 _TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")

@@ -1,5 +1,5 @@
 """Fine-tuning the pretrained flagship the seeds' way: LoRA on SmolLM2-135M-Instruct, with seed
-000's metadata format and feature dropout, shipped as an adapter (export/llama/adapter.py).
+000's metadata format and feature dropout, shipped as an adapter (export/adapter.py).
 
 Each training example is one passage (consecutive verses of one chapter, or one paragraph of a
 commentary) with its fields in seed 000's format, fields in a fixed order, each between a start
@@ -28,7 +28,7 @@ attention and MLP projections of every layer; training runs in train/common.py's
 autocast, checkpoints, resume, tqdm). `python -m train.adapter.finetune train --corpus bible --out
 DIR` trains; the adapter is saved with peft's `save_pretrained` into DIR/adapter.
 
-Does not cover: writing the adapter bundle (export/llama/adapter.py), applying it (runtime/), the
+Does not cover: writing the adapter bundle (export/adapter.py), applying it (runtime/), the
 evaluation of the shipped adapters (train/adapter/evaluation.py).
 """
 
@@ -229,7 +229,7 @@ def load_base(gguf_path: Path | None = None):
     """transformers' SmolLM2 (float32, dequantized from the GGUF) and its tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from export.llama.fetch import fetch_gguf
+    from convert.fetch import fetch_gguf
 
     gguf_path = Path(gguf_path) if gguf_path else fetch_gguf()
     kwargs = {"gguf_file": gguf_path.name}

@@ -3,13 +3,13 @@
     python -m train.adapter.ship --run checkpoints/adapter/bible --corpus bible \
         --out models/smollm2-bible
 
-writes the bundle with export/llama/adapter.py (controls built from the corpus's fields, the
+writes the bundle with export/adapter.py (controls built from the corpus's fields, the
 memorisation index of its training text), then measures it through the runtime
 (train/adapter/evaluation.py) beside the base and, for the Bible corpus, the from-scratch
 `bible-lm`, and puts every number in the manifest's `metrics` and the model card, whichever way it
 went.
 
-Does not cover: training (train/adapter/finetune.py), the bundle format (export/llama/adapter.py).
+Does not cover: training (train/adapter/finetune.py), the bundle format (export/adapter.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from convert.manifest import seal
 from export.corpus import load_verses
-from export.manifest import seal
 from runtime.manifest import Manifest
 from runtime.parameters import ADAPTER_PRESET, PRESETS
 from train import common, data
@@ -188,7 +188,7 @@ def _known(fields: dict, controls: dict) -> dict:
 
 def ship(run: Path, corpus: str, out: Path, verses: Path) -> dict:
     import runtime
-    from export.llama.adapter import export_adapter, model_card
+    from export.adapter import export_adapter, model_card
 
     training = common.read_json(run / "training.json")
     rows = load_verses(verses)

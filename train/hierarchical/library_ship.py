@@ -29,8 +29,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from convert.manifest import seal
 from export import hierarchical as hierarchical_export
-from export.manifest import seal
 from runtime.hierarchical import HierarchicalGenerator
 from runtime.manifest import Manifest
 from study import paraphrase_quality

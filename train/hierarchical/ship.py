@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
+from convert.manifest import seal
 from export import hierarchical as hierarchical_export
-from export.manifest import seal
 from modeling import hierarchical as model_definition
 from runtime.hierarchical import HierarchicalGenerator
 from runtime.manifest import Manifest

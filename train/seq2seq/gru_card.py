@@ -5,7 +5,7 @@ training summary and greedy samples), so every number in it is a measured one.
 Sections: what the model is and what seed 001 says to look for, the architecture and parameter
 count, files and quantization, training (and what was scaled down from Bahdanau et al.), the
 results and length-bucket tables, int8 against fp32, samples, then the closing sections every
-card has (export.manifest.card_closing: metrics, training data, licence).
+card has (convert.manifest.card_closing: metrics, training data, licence).
 
 Does not cover: computing the numbers (train/seq2seq/gru_eval.py), writing or sealing the
 bundle (train/seq2seq/gru.py, export/gru_seq2seq.py).
@@ -13,7 +13,7 @@ bundle (train/seq2seq/gru.py, export/gru_seq2seq.py).
 
 from __future__ import annotations
 
-from export.manifest import card_closing, card_table
+from convert.manifest import card_closing, card_table
 from runtime.manifest import Manifest
 from train.seq2seq import gru_eval
 

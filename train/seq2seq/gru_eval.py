@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.manifest import card_table
+from convert.manifest import card_table
 from train import common, evaluate
 
 from . import bart as seq2seq

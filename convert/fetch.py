@@ -28,7 +28,7 @@ A file from 3., 4. or 5. is used only when it hashes to the known sha256; a mism
 and said. Downloads show progress bars (the Hub's and pip's own, and tqdm while unzipping).
 `parse_hf_url` and `hub_path` serve `--models hf://org/repo/file.gguf` (one GGUF file) and
 `--models hf://org/repo` (a Llama / Qwen2 safetensors checkpoint folder) through the same Hub
-client. This module does not convert anything: export/llama/flagship.py does, and keys its bundles
+client. This module does not convert anything: convert/flagship.py does, and keys its bundles
 by the GGUF's sha256. `<cache>` is `$SCRIPTORIUM_CACHE`, by default `~/.cache/scriptorium`.
 """
 
@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 from runtime.bundle import cache_root, sha256_of
 
 ENVIRONMENT_VARIABLE = "SCRIPTORIUM_FLAGSHIP_GGUF"
-# What a checkpoint folder on the Hub needs for export/llama/hf_checkpoint.py; pickled *.bin never.
+# What a checkpoint folder on the Hub needs for convert/hf_checkpoint.py; pickled *.bin never.
 CHECKPOINT_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*"]
 # How long the Hub's host name may take to resolve before the Hub counts as unreachable.
 HUB_LOOKUP_SECONDS = 2.0

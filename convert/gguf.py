@@ -1,20 +1,20 @@
 """`scriptorium export gguf FILE.gguf OUT_DIR`: a GGUF file (the architectures of
-export/llama/gguf_read.py's ARCHITECTURES) to a Scriptorium bundle, with numpy, onnx, onnxruntime
+convert/gguf_read.py's ARCHITECTURES) to a Scriptorium bundle, with numpy, onnx, onnxruntime
 and tokenizers only (no torch, no transformers).
 
-`export_gguf(gguf_path, out_dir)` writes model.onnx (export/llama/graph.py; quantized weights
+`export_gguf(gguf_path, out_dir)` writes model.onnx (convert/graph.py; quantized weights
 carried over, or with `fp32` every weight dequantized), tokenizer.json
-(export/llama/gguf_tokenizer.py), README.md and manifest.json: task causal-lm, the GGUF's scalar
+(convert/gguf_tokenizer.py), README.md and manifest.json: task causal-lm, the GGUF's scalar
 metadata and sha256, the chat template and end-of-turn token ids, how each GGUF tensor type was
 stored, and a parity report.
 
-The parity report is torch-free (export/llama/bundle.py, shared with export/llama/hf_checkpoint.py):
+The parity report is torch-free (convert/bundle.py, shared with convert/hf_checkpoint.py):
 the bundle's graph against an fp32 graph of the same weights (for a quantized bundle; what quantized
 activations cost) and against its own full-sequence pass (the KV cache path), on a few prompts.
 Parity against transformers loading the same GGUF lives in tests/test_gguf.py.
 
 `main` prints one line for every refused input (the field, tensor or path and what was expected;
-export/llama/gguf_check.py) and exits with 2, or 1 when the disk fails (full, read-only).
+convert/gguf_check.py) and exits with 2, or 1 when the disk fails (full, read-only).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from pathlib import Path
 from runtime.bundle import LORA_FORMAT, sha256_of
 from runtime.manifest import ChatSection, Manifest, SpecialTokens
 
-from ..manifest import card_code
 from .bundle import (
     llama_manifest,
     model_card,
@@ -39,6 +38,7 @@ from .bundle import (
 from .gguf_read import GGUFModel, read_gguf, supported_gguf
 from .gguf_tokenizer import build_tokenizer
 from .graph import ACCURACY_LEVEL, build_llama_graph, parameter_count
+from .manifest import card_code
 
 # The parity report's fp32 reference graph is built only up to this size of float32 weights
 # (Qwen2.5-0.5B's 2 GB): onnxruntime holds all of it, which for a 1.7B model would be 6.8 GB
@@ -137,7 +137,7 @@ def export_gguf(
     skips the parity report (and the fp32 reference graph it builds, which it leaves out for
     models over REFERENCE_BYTES of float32 weights); `lora_slots` also writes
     model_lora.onnx, the decoder with a zero-rank LoRA slot on every projection that adapter
-    bundles fill (export/llama/adapter.py), sharing model.onnx's weights file."""
+    bundles fill (export/adapter.py), sharing model.onnx's weights file."""
     if accuracy_level not in (0, 1, 2, 3, 4):
         raise ValueError(f"`accuracy_level` must be one of 0-4, got {accuracy_level!r}")
     if head_accuracy_level not in (None, 0, 1, 2, 3, 4):

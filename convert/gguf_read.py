@@ -19,13 +19,13 @@ one scale each, `w = scale · (q − zero) + offset`, where `q` holds `bits`-bit
 
 A float zero point would make Q4_1 exact too, but onnxruntime runs that case on a slow path
 (docs/GGUF.md, "Quantization: carried over"); the offset is instead applied by the graph as
-per-block sums of the input times a small [K/32, N] matrix (export/llama/graph.py).
+per-block sums of the input times a small [K/32, N] matrix (convert/graph.py).
 
 Covers the architectures in `ARCHITECTURES` (anything else raises `ValueError` naming them and
 docs/GGUF.md's table), reading what llama.cpp reads for each, with llama.cpp's defaults for what
 its converter leaves out of the file (gemma3's sliding pattern, smollm3's layers without
-rotary). It does not build graphs or tokenizers (export/llama/graph.py,
-export/llama/gguf_tokenizer.py).
+rotary). It does not build graphs or tokenizers (convert/graph.py,
+convert/gguf_tokenizer.py).
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ def _field_value(reader_field):
 
 def read_gguf(path: str | Path) -> GGUFModel:
     """Parse `path` (never executed). Raises GGUFError (a ValueError) naming the field or tensor
-    for a file that is not a readable GGUF, is over a limit (export/llama/gguf_check.py), has an
+    for a file that is not a readable GGUF, is over a limit (convert/gguf_check.py), has an
     architecture other than ARCHITECTURES, or whose hyper-parameters, tensors and tokenizer
     fields do not agree."""
     from gguf import GGUFReader

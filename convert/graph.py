@@ -1,4 +1,4 @@
-"""A lean ONNX decoder graph for the Llama family (export/llama/gguf_read.py's ARCHITECTURES:
+"""A lean ONNX decoder graph for the Llama family (convert/gguf_read.py's ARCHITECTURES:
 llama, qwen2, qwen3, gemma, gemma2, gemma3, phi3, granite, olmo2, smollm3), built from a GGUF
 file's weights.
 
@@ -48,7 +48,7 @@ Nodes, using onnxruntime's contrib ops:
     LM head      Slice(last logits_to_keep positions) -> projection by the output (or token) table
                  (granite: then / logit scale; gemma2, gemma3: then cap·Tanh(logits / cap))
 
-A projection of 32-weight blocks with a per-block offset (Q4_1, Q4_K; export/llama/gguf_read.py)
+A projection of 32-weight blocks with a per-block offset (Q4_1, Q4_K; convert/gguf_read.py)
 adds to MatMulNBits' output the block sums of its input times an [K/32, N] offset matrix: Reshape +
 ReduceSum once per input (shared by q|k|v and by gate|up) and one small MatMul + Add. llama.cpp
 stores the q and k rows of llama, granite and smollm3 permuted for its adjacent-pair rotary
@@ -60,7 +60,7 @@ With a `lora_path` a second graph is written beside the first, sharing its weigh
 "Adapters"; a separate file because zero-rank slots cost measured decode speed): two more graph
 inputs, `lora.{i}.{slot}.A` (float32 [K, r]) and `lora.{i}.{slot}.B` ([r, N]), whose default
 initializers have rank r = 0, feeding x·A·B into the projection's output. With no adapter they
-are zero-rank no-ops; onnxruntime's LoraAdapter (export/llama/adapter.py) feeds an adapter's factors
+are zero-rank no-ops; onnxruntime's LoraAdapter (export/adapter.py) feeds an adapter's factors
 by those names. A fused projection (q|k|v, gate|up) has one slot for its parts; `lora_slots` in the
 report says which modules (Hugging Face names) each slot covers and their output rows.
 
@@ -80,7 +80,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..lean.builder import MICROSOFT, GraphBuilder
+from .builder import MICROSOFT, GraphBuilder
 from .gguf_read import BLOCK, DEFAULT_ZERO, FLOATS, GGUFModel, Linear, concat
 
 OPSET = 17
@@ -375,7 +375,7 @@ def build_llama_graph(
     head_accuracy_level: int | None = None,
 ) -> dict:
     """Write `model` as a lean decoder graph to `path`. With `fp32` every weight is dequantized to
-    float32; otherwise quantized types are carried over (export/llama/gguf_read.py), computed by
+    float32; otherwise quantized types are carried over (convert/gguf_read.py), computed by
     MatMulNBits at `accuracy_level`, and the LM head at `head_accuracy_level` (None: the same; what
     each costs and buys: docs/GGUF.md, "accuracy_level"). With `lora_path` the same graph with a
     zero-rank LoRA slot on every projection is written there too, sharing the weights file.

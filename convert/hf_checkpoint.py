@@ -4,7 +4,7 @@
 directory — config.json (`model_type` llama or qwen2), one or several *.safetensors files
 (model.safetensors.index.json for shards), tokenizer.json, tokenizer_config.json or
 chat_template.jinja, generation_config.json — and writes the bundle that the GGUF importer writes
-(export/llama/gguf.py): the lean decoder graph of export/llama/graph.py, the directory's own
+(convert/gguf.py): the lean decoder graph of convert/graph.py, the directory's own
 tokenizer.json, manifest.json and README.md. `scriptorium export MODEL_DIR OUT_DIR` and
 `export_bundle` route such directories here.
 
@@ -16,7 +16,7 @@ llama.cpp's convert_hf_to_gguf does (each head's two rotary halves interleaved),
 GroupQueryAttention's interleaved rotary on them exactly as on a GGUF of the same model; qwen2
 keeps HF's layout and the half-split rotary.
 
-Precisions, each projection built as `Linear` blocks of 32 weights (export/llama/gguf_read.py):
+Precisions, each projection built as `Linear` blocks of 32 weights (convert/gguf_read.py):
 fp32 (float MatMuls; a tied table is one Gemm), int8 (Q8_0 blocks: symmetric 8-bit, one scale per
 32 weights, MatMulNBits 8-bit) and int4 (Q4_1 blocks: 4-bit with a scale and a minimum per 32
 weights, which the graph applies exactly; the token table and LM head stay 8-bit as in llama.cpp's
@@ -45,7 +45,7 @@ from runtime.bundle import sha256_of
 from runtime.chat import hf_chat_fields
 from runtime.manifest import ChatSection, Manifest, SpecialTokens
 
-from .. import manifest as bundle_manifest
+from . import manifest as bundle_manifest
 from .bundle import (
     PARITY_NEW_TOKENS,
     PARITY_PROMPTS,

@@ -1,18 +1,18 @@
-"""`python -m export.llama.adapter PEFT_DIR OUT_DIR [--base FILE.gguf]` (also `scriptorium export
+"""`python -m export.adapter PEFT_DIR OUT_DIR [--base FILE.gguf]` (also `scriptorium export
 adapter`): a peft LoRA fine-tune of a GGUF model to an adapter bundle (docs/bundle.md, "Adapter
 bundles").
 
 The fine-tune is peft's `save_pretrained` directory (adapter_config.json and
 adapter_model.safetensors, read with safetensors' numpy loader, never unpickled) of a LoRA on
 transformers' model loaded from the base GGUF, i.e. in Hugging Face layout. `export_adapter`
-turns its factors into the inputs of the base bundle's LoRA slots (export/llama/graph.py): per
+turns its factors into the inputs of the base bundle's LoRA slots (convert/graph.py): per
 slot, A = the parts' Aᵀ side by side (K, r_total) and B = their scaling·Bᵀ block-diagonal
 (r_total, N), in the slot's module order. llama.cpp stores llama's q and k rows permuted for its
 adjacent-pair rotary embedding (convert_hf_to_gguf's `permute`) and the lean graph uses them as
 stored, so B's output rows of q_proj and k_proj get the same permutation (qwen2: none). The
 factors are written with onnxruntime's `AdapterFormat` to `adapter.onnx_adapter`.
 
-The base is converted into the per-user cache if needed (export.llama.flagship.ensure_bundle); the
+The base is converted into the per-user cache if needed (convert.flagship.ensure_bundle); the
 bundle records the base GGUF's sha256, by which the runtime finds it. The parity report compares
 the runtime with the adapter against peft's merged model (`merge_and_unload`) in transformers on
 a few prompts, beside the base's own parity (runtime without adapter against transformers
@@ -32,11 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from convert.bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS, reference_greedy
+from convert.manifest import CONTROL_KINDS, card_closing, card_code, card_table, card_text, seal
 from runtime.bundle import LORA_FORMAT, read_manifest, sha256_of
 from runtime.manifest import Manifest
-
-from ..manifest import CONTROL_KINDS, card_closing, card_code, card_table, card_text, seal
-from .bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS, reference_greedy
 
 ADAPTER_FILE = "adapter.onnx_adapter"
 BUNDLE_FILES = ("manifest.json", ADAPTER_FILE, "README.md", "training_ngrams.npy")
@@ -264,10 +263,9 @@ def export_adapter(
     {value: text}, description}}) and `prompt_prefix` are how the runtime builds a prompt
     (docs/bundle.md, "Controls"); `training_texts` builds the memorisation meter's index
     (export/ngram_index.py) of `corpus`; `parity=False` skips the parity report (transformers)."""
+    from convert.fetch import fetch_gguf
+    from convert.flagship import ensure_bundle
     from runtime import GenerationConfig, load
-
-    from .fetch import fetch_gguf
-    from .flagship import ensure_bundle
 
     peft_dir, out_dir = Path(peft_dir), Path(out_dir)
     base_gguf = Path(base_gguf) if base_gguf is not None else fetch_gguf()
@@ -327,7 +325,7 @@ def export_adapter(
         gen = load(out_dir, threads=2, base=base_dir)
         manifest = dataclasses.replace(manifest, parity=parity_report(gen, base_gguf, peft_dir))
     if training_texts is not None:
-        from ..ngram_index import write_ngram_index
+        from .ngram_index import write_ngram_index
 
         index = write_ngram_index(out_dir, training_texts, corpus)
         manifest = dataclasses.replace(manifest, memorisation_index=index)
@@ -411,13 +409,13 @@ def model_card(manifest: Manifest) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m export.llama.adapter",
+        prog="python -m export.adapter",
         description="Write an adapter bundle from a peft LoRA fine-tune of a GGUF model.",
     )
     parser.add_argument("peft_dir", help="peft save_pretrained directory")
     parser.add_argument("out_dir", help="adapter bundle directory to write")
     parser.add_argument(
-        "--base", help="the base GGUF file (default: the flagship's, export/llama/fetch.py)"
+        "--base", help="the base GGUF file (default: the flagship's, convert/fetch.py)"
     )
     parser.add_argument("--name", help="display name (default: the peft directory's name)")
     parser.add_argument("--controls", help="JSON file: {name: {kind, values: {value: text}}}")
@@ -436,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             parity=not args.no_parity,
         )
     except (FileNotFoundError, ValueError) as error:
-        print(f"python -m export.llama.adapter: error: {error}", file=sys.stderr)
+        print(f"python -m export.adapter: error: {error}", file=sys.stderr)
         return 2
     parity = manifest.parity
     size = sum(entry.size for entry in manifest.files.values())

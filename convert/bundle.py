@@ -1,12 +1,12 @@
-"""The lean Llama bundle that both torch-free importers write: export/llama/gguf.py (a GGUF file)
-and export/llama/hf_checkpoint.py (a Hugging Face Llama / Qwen2 checkpoint).
+"""The lean Llama bundle that both torch-free importers write: convert/gguf.py (a GGUF file)
+and convert/hf_checkpoint.py (a Hugging Face Llama / Qwen2 checkpoint).
 
 Covers what the two share: preparing the output directory, the torch-free parity report (the
 bundle's graph against an fp32 graph of the same weights and against its own full-sequence pass,
 on a few prompts: max |Δlogit|, teacher-forced top-1 agreement, greedy continuations), the
 manifest's common fields (`llama_manifest`: shape, graph, `batch_invariant` read from the graph
 itself), the model card, sealing the bundle, and the lines the CLI prints. It does not read GGUF
-files or checkpoints, or build graphs (export/llama/graph.py does).
+files or checkpoints, or build graphs (convert/graph.py does).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import onnx
 
 from runtime.manifest import Manifest
 
-from ..manifest import card_code, card_text, graph_entry, seal
-from ..quantize import batch_invariant
 from .gguf_read import GGUFModel
+from .manifest import card_code, card_text, graph_entry, seal
+from .quantize import batch_invariant
 
 PARITY_PROMPTS = [
     "The capital of France is",

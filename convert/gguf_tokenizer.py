@@ -113,7 +113,7 @@ def _sentencepiece_bpe(fields: dict) -> Tokenizer:
 
 def build_tokenizer(fields: dict) -> Tokenizer:
     """The tokenizer of a GGUF file's `tokenizer.ggml.*` fields (lists as read by `gguf`, checked
-    by export/llama/gguf_check.py). Raises ValueError for other vocabulary kinds, an unknown
+    by convert/gguf_check.py). Raises ValueError for other vocabulary kinds, an unknown
     pre-tokenizer name, or a vocabulary that `tokenizers` refuses."""
     kind = fields.get("tokenizer.ggml.model")
     if "tokenizer.ggml.tokens" not in fields:

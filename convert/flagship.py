@@ -1,17 +1,17 @@
 """The flagship, SmolLM2-135M-Instruct, and any other GGUF or Hub checkpoint, as bundles in a
 per-user cache.
 
-    >>> from export.llama.flagship import flagship_bundle
+    >>> from convert.flagship import flagship_bundle
     >>> path = flagship_bundle()  # doctest: +SKIP
 
 `ensure_bundle(gguf_path=None)` converts a GGUF file (default: the flagship's, found or fetched
-by export/llama/fetch.py) with export/llama/gguf.py (numpy, gguf and onnx: no torch) into
+by convert/fetch.py) with convert/gguf.py (numpy, gguf and onnx: no torch) into
 `<cache>/gguf/<sha256 of the GGUF>/<name>/` once (`<name>`: the file name without `.gguf`) and
 returns that bundle on every later call; `flagship_bundle` first looks in the cache under the
 flagship's known sha256, so a converted flagship needs no GGUF at all, and
 `faithful_flagship_bundle` keeps its faithful conversion (float activations) beside it.
 `checkpoint_bundle` does the same for a Hugging Face Llama / Qwen2 checkpoint folder from the Hub
-(export/llama/hf_checkpoint.py, int8), keyed by the Hub commit. `<cache>` is `$SCRIPTORIUM_CACHE`,
+(convert/hf_checkpoint.py, int8), keyed by the Hub commit. `<cache>` is `$SCRIPTORIUM_CACHE`,
 by default `~/.cache/scriptorium`.
 
 A conversion writes into a temporary sibling directory (`.<key>-<pid>-…`) that is renamed into
@@ -19,12 +19,12 @@ place only when complete, so an interrupted conversion never looks finished; suc
 left by a process that no longer runs (a conversion killed with SIGKILL) are removed at the next
 conversion. A cached bundle whose files no longer match the sha256 its manifest records, or that
 lacks the LoRA slot graph adapter bundles need (of `runtime.bundle.LORA_FORMAT`), is rebuilt, and
-the log says so. `python -m export.llama.flagship [FILE.gguf]` (and `scriptorium fetch smollm2`)
+the log says so. `python -m convert.flagship [FILE.gguf]` (and `scriptorium fetch smollm2`)
 fetch and convert from the command line. `model_roots` gives the app and `scriptorium serve` the
 directories to look for models in: the flagship's `<sha256>` folder (when it can be had: else one
 line in the log, and `MISSING_FLAGSHIP` says how to get it), and each `.gguf` or `hf://` model
 they are given replaced by its own folder, so the bundle is listed under its name.
-This module does not say what a bundle holds (export/llama/gguf.py and docs/bundle.md do).
+This module does not say what a bundle holds (convert/gguf.py and docs/bundle.md do).
 """
 
 from __future__ import annotations
@@ -130,13 +130,13 @@ def _convert_once(
 
 def ensure_bundle(gguf_path: str | Path | None = None) -> Path:
     """The bundle converted from `gguf_path` (default: the flagship's GGUF, found or fetched by
-    export/llama/fetch.py), converting it into the cache first if it is missing or corrupted."""
+    convert/fetch.py), converting it into the cache first if it is missing or corrupted."""
     source = Path(gguf_path) if gguf_path is not None else fetch_gguf(FLAGSHIP)
     if not source.is_file():
         raise FileNotFoundError(f"`gguf_path` must be a GGUF file, got {str(source)!r}")
 
     def convert(out_dir: Path) -> None:
-        from export.llama.gguf import export_gguf
+        from convert.gguf import export_gguf
 
         export_gguf(source, out_dir)
 
@@ -165,7 +165,7 @@ def faithful_flagship_bundle() -> Path:
     name = source.name.removesuffix(".gguf") + FAITHFUL
 
     def convert(out_dir: Path) -> None:
-        from export.llama.gguf import export_gguf
+        from convert.gguf import export_gguf
 
         export_gguf(
             source, out_dir, accuracy_level=0, head_accuracy_level=4, name=name, lora_slots=False
@@ -182,7 +182,7 @@ def checkpoint_bundle(folder: str | Path) -> Path:
     repo = folder.parent.parent.name.removeprefix("models--")
 
     def convert(out_dir: Path) -> None:
-        from export.llama.hf_checkpoint import export_hf_llama
+        from convert.hf_checkpoint import export_hf_llama
 
         export_hf_llama(folder, out_dir, precision="int8", parity=False)
 
@@ -193,7 +193,7 @@ def checkpoint_bundle(folder: str | Path) -> Path:
 
 def gguf_support() -> str | None:
     """One line naming the GGUF architectures and weight types that convert
-    (export/llama/gguf_read.py `supported_gguf`), or None where the importer is not installed (a
+    (convert/gguf_read.py `supported_gguf`), or None where the importer is not installed (a
     Space ships its models converted, without it)."""
     try:
         from .gguf_read import supported_gguf

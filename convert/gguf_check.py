@@ -8,7 +8,7 @@ must fit in the bytes left in the file and within the caps; every tensor's type,
 must describe exactly the bytes up to the next tensor (a changed type byte changes its size).
 
 `check_hyperparameters`, `check_tensors` and `check_tokenizer_fields` check what the reader
-returned, for the importer (export/llama/gguf_read.py): integer hyper-parameters in range, every
+returned, for the importer (convert/gguf_read.py): integer hyper-parameters in range, every
 tensor the graph reads present with the shape they imply and a float type for norms and biases,
 the tokenizer fields of the right types, special token ids inside the vocabulary and the
 vocabulary no larger than the embedding table.

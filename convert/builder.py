@@ -3,7 +3,7 @@
 `GraphBuilder` collects nodes, initializers named after the PyTorch parameters they hold, and the
 value types that onnx's shape inference cannot work out for onnxruntime's contrib ops;
 `save_model` writes the result as one self-contained file. The graphs themselves are in
-export/lean/gpt2.py, export/lean/bart.py and export/llama/graph.py.
+export/lean/gpt2.py, export/lean/bart.py and convert/graph.py.
 """
 
 from __future__ import annotations
