@@ -40,9 +40,9 @@ def interleaved_medians(runs: dict, repeats: int = 5, warmup: int = 1) -> dict:
 
 
 def cache_name(engine: str, precision: str) -> str:
-    """Directory name of a cached export. int8 and int4 names carry export/'s weight format, and
-    Scriptorium's bundles a digest of export/'s source, so a change to either builds fresh
-    graphs instead of timing stale ones.
+    """Directory name of a cached export. int8 and int4 names carry convert/'s weight format,
+    and Scriptorium's bundles a digest of export/'s and convert/'s source, so a change to either
+    builds fresh graphs instead of timing stale ones.
 
     >>> cache_name("optimum", "fp32")
     'optimum-fp32'
@@ -59,13 +59,14 @@ def cache_name(engine: str, precision: str) -> str:
 
 
 def _export_source_digest() -> str:
-    """8 hex digits that change whenever a file of the export package changes."""
+    """8 hex digits that change whenever a file of export/ or convert/ (the bundle writing and
+    quantization export/ uses) changes."""
     import hashlib
 
-    package = Path(__file__).resolve().parent.parent / "export"
     digest = hashlib.sha256()
-    for path in sorted(package.glob("*.py")):
-        digest.update(path.name.encode() + path.read_bytes())
+    for package in ("export", "convert"):
+        for path in sorted((REPO / package).glob("*.py")):
+            digest.update(f"{package}/{path.name}".encode() + path.read_bytes())
     return digest.hexdigest()[:8]
 
 
