@@ -365,6 +365,12 @@ def main(argv: list[str] | None = None) -> int:
         help="KV cache of a replica's batch and prefix cache, bytes or with K, M, G (default 2G)",
     )
     parser.add_argument(
+        "--no-ray",
+        dest="ray",
+        action="store_false",
+        help="serve from this one process, without Ray: one replica per model (one machine)",
+    )
+    parser.add_argument(
         "--no-batching",
         dest="batching",
         action="store_false",
@@ -380,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         autoscale = parse_autoscale(args.autoscale)
         kv_budget = parse_kv_budget(args.kv_budget)
+        if not args.ray:
+            check_without_ray(args)
     except ValueError as error:
         parser.error(str(error))
     try:
@@ -406,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if (warning := exposure_warning(args.host, args.api_key)) is not None:
         print(f"{parser.prog}: warning: {warning}", file=sys.stderr, flush=True)
+    if not args.ray:
+        serve_without_ray(specs, args)
+        return 0
     connect(args.address, args.num_cpus, args.api_key)
     # After ray.init: its core worker installs a handler of its own that aborts the driver.
     # Ours turns SIGTERM into the same clean stop as Ctrl-C, also while deploy() still waits.
@@ -424,6 +435,36 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shut_down(joined=bool(args.address))
     return 0
+
+
+RAY_ONLY_FLAGS = ("address", "num_cpus", "cpus_per_replica", "autoscale")
+
+
+def check_without_ray(args: argparse.Namespace) -> None:
+    """ValueError when `--no-ray` comes with a flag only Ray can honour (more than one replica,
+    autoscaling, a cluster, Ray's CPU reservations)."""
+    given = [name for name in RAY_ONLY_FLAGS if getattr(args, name) is not None]
+    if args.replicas != 1:
+        given.insert(0, "replicas")
+    if given:
+        flags = ", ".join(f"`--{name.replace('_', '-')}`" for name in given)
+        raise ValueError(f"`--no-ray` serves one replica per model on this machine, got {flags}")
+
+
+def serve_without_ray(specs, args: argparse.Namespace) -> None:
+    """serve/one_process.py's server on --host:--port until SIGINT or SIGTERM."""
+    from . import one_process
+
+    where = f"http://{args.host}:{args.port}/v1"
+    models = ", ".join(s.model_id for s in specs)
+    one_process.run(
+        specs,
+        args.host,
+        args.port,
+        limits_from(vars(args)),
+        args.api_key,
+        ready=lambda: print(f"serving {models} at {where} (one process)", flush=True),
+    )
 
 
 def _interrupt(signum, frame) -> None:

@@ -21,7 +21,7 @@ from ray import serve
 import runtime
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
 
-from .gateway import Gateway
+from .gateway import GatewayIngress
 from .replica import ModelServer
 
 
@@ -76,7 +76,7 @@ def build_app(
         handles[spec.model_id] = deployment.bind(
             spec.path, spec.threads, spec.concurrency, spec.loader, spec.kv_budget
         )
-    gateway = serve.deployment(Gateway).options(
+    gateway = serve.deployment(GatewayIngress).options(
         name="gateway", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=1000
     )
     paths = {spec.model_id: spec.path for spec in specs}

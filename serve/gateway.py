@@ -72,9 +72,6 @@ def _client_of(raw: Request) -> str:
     return raw.client.host if raw.client is not None else ""
 
 
-# `serve.ingress` copies the FastAPI app when the class is defined: the routes' helpers must
-# already exist then.
-@serve.ingress(http)
 class Gateway:
     """Routes OpenAI requests to the `ModelServer` deployment of their model."""
 
@@ -401,3 +398,8 @@ class Gateway:
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+# Serve's ingress: `serve.ingress` makes each route's `self` a FastAPI dependency on the serving
+# replica's instance (serve/one_process.py overrides it with its own), then copies the app.
+GatewayIngress = serve.ingress(http)(Gateway)

@@ -1,6 +1,7 @@
 """Same seed, same text through the API: the real flagship served by `scriptorium serve` (one
-replica, its engine batching every request) answers each of several concurrent chat requests,
-greedy and seeded-sampled, with the reply it gives alone in process, token for token.
+replica, its engine batching every request; on Ray and in one process, `--no-ray`) answers each
+of several concurrent chat requests, greedy and seeded-sampled, with the reply it gives alone in
+process, token for token.
 Batch invariance itself: tests/test_flagship_invariance.py."""
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ def client(ray_cluster, flagship_bundle):
 
 
 def test_concurrent_api_replies_are_the_replies_alone(client, flagship_bundle):
+    replies_are_the_replies_alone(client, flagship_bundle)
+
+
+def test_concurrent_replies_in_one_process_are_the_replies_alone(flagship_bundle):
+    from tests.test_serve_one_process import serve_in_thread
+
+    url, _, stop = serve_in_thread([ModelSpec("flagship", str(flagship_bundle), threads=1)])
+    try:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=300)
+        replies_are_the_replies_alone(client, flagship_bundle)
+    finally:
+        stop()
+
+
+def replies_are_the_replies_alone(client, flagship_bundle) -> None:
+    """Every reply to the concurrent `CHATS` (greedy, then sampled) is the reply alone."""
     local = runtime.load(flagship_bundle, threads=1, batching=False)
     jobs = [(chat, {"temperature": 0}) for chat in CHATS] + [(chat, SAMPLING) for chat in CHATS]
     answers: list = [None] * len(jobs)
