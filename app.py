@@ -73,7 +73,7 @@ def build(registry: ModelRegistry, store=None, private_prefix_cache: bool | None
             paraphrase_tab.build(registry)
             embeddings_tab.build(registry)
             masked_lm_tab.build(registry)
-            models_tab.build(registry, HERE / "bench" / "results", problems, gguf_support())
+            models_tab.build(registry, problems, gguf_support())
         links.attach(demo, tabs)
         demo.load(None, js=widgets.LIMIT_NOTES, api_visibility="private")  # runs in the page only
         demo.load(None, js=style.LABEL_MENU, api_visibility="private")

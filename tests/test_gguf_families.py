@@ -180,7 +180,7 @@ def test_supported_list_is_shown_where_users_look(tmp_path, capsys):
         serve_main(["--help"])
     assert " ".join(line.split()) in " ".join(capsys.readouterr().out.split())
     with gr.Blocks() as demo:  # the line app.py hands the tab
-        models_tab.build(ModelRegistry({}), tmp_path, gguf=gguf_support())
+        models_tab.build(ModelRegistry({}), gguf=gguf_support())
     shown = [getattr(block, "value", "") or "" for block in demo.blocks.values()]
     assert any(line in str(text) for text in shown)
     refused = write_tiny_gguf(tmp_path / "q8k.gguf", "llama", "Q8_K")

@@ -86,6 +86,8 @@ def test_build_assembles_a_deployable_folder(space, models_tree):
         assert (space / name).is_file()
     assert (space / "ui" / "generate_tab.py").is_file()
     assert (space / "runtime" / "generator.py").is_file()
+    # the Models tab's benchmark summary, not bench/results (the app reads only its own file)
+    assert (space / "ui" / "benchmarks.json").is_file() and not (space / "bench").exists()
     assert not list(space.rglob("__pycache__")) and not (space / "tests").exists()
     bundles = sorted(p.parent.relative_to(space / "models") for p in space.rglob("manifest.json"))
     assert [str(b) for b in bundles] == [

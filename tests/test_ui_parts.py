@@ -15,7 +15,7 @@ from tests.manifest_fixtures import manifest_of
 from ui import checks, plots, streaming
 from ui.compare_tab import preset_config
 from ui.embeddings_tab import parse_pairs
-from ui.models_tab import benchmark_summary, facts, sampling_rows, speed_rows
+from ui.models_tab import benchmark_summary, facts, read_summary
 from ui.registry import ModelRegistry, languages
 from ui.rewrite_tab import target_controls
 from ui.translate_tab import format_translations
@@ -329,11 +329,13 @@ def test_format_translations():
     assert format_translations(outputs, 2, 2) == "1. t0\n2. t1\n\n1. t2\n2. t3"
 
 
-def test_benchmark_summary_on_the_committed_results(tmp_path):
-    assert "No benchmark results yet" in benchmark_summary(tmp_path / "none")
+def test_benchmark_summary_shows_the_committed_results(tmp_path):
+    """The Models tab's tables hold bench/results' numbers, through the app's own summary
+    (ui/benchmarks.json; tests/test_bench_summary.py checks that it matches bench/results)."""
+    assert "No benchmark results yet" in benchmark_summary(read_summary(tmp_path / "none.json"))
     results = Path(__file__).resolve().parents[1] / "bench" / "results"
     decode = json.loads((results / "decode.json").read_text())["tok_per_s"]
-    summary = benchmark_summary(results)
+    summary = benchmark_summary(read_summary())
     for key, speeds in decode.items():  # every peer of every workload, against our precision
         engine, precision = key.split("/")
         if engine in ("scriptorium", "matmuls only"):
@@ -354,21 +356,24 @@ def test_benchmark_summary_on_the_committed_results(tmp_path):
 
 
 def test_benchmark_summary_rows(tmp_path):
-    speeds = {
-        "tok_per_s": {
-            "ctranslate2/int8": {"greedy": 100.0},
-            "scriptorium/fp32": {"greedy": 40.0},
-            "scriptorium/int8": {"greedy": 80.0},
-        }
+    summary = {
+        "speed": [
+            {
+                "model": "seq2seq",
+                "workload": "greedy",
+                "peer": "ctranslate2 int8",
+                "peer_tok_s": 100.0,
+                "ours_tok_s": 80.0,
+            }
+        ],
+        "sampling": [{"peer": "peer", "cases": 2, "median": 7.0, "low": 4.0, "high": 10.0}],
+        "quality": {"split": "test", "rows": []},
     }
-    assert speed_rows(speeds) == [["greedy", "ctranslate2 int8", "100.0", "80.0", "0.80×"]]
-    times = [{"us": {"scriptorium": 2.0, "peer": 20.0}}, {"us": {"scriptorium": 1.0, "peer": 4.0}}]
-    assert sampling_rows({"results": times}) == [["peer", "2", "7.0×", "4.0× – 10.0×"]]
-    (tmp_path / "seq2seq.json").write_text(json.dumps(speeds))
-    (tmp_path / "decode.json").write_text("{")
-    assert "| seq2seq | greedy | ctranslate2 int8 | 100.0 | 80.0 | 0.80× |" in benchmark_summary(
-        tmp_path
-    )
+    shown = benchmark_summary(summary)
+    assert "| seq2seq | greedy | ctranslate2 int8 | 100.0 | 80.0 | 0.80× |" in shown
+    assert "| peer | 2 | 7.0× | 4.0× – 10.0× |" in shown and "Quantization" not in shown
+    (tmp_path / "broken.json").write_text("{")
+    assert read_summary(tmp_path / "broken.json") == {}
 
 
 def test_facts():

@@ -1,15 +1,15 @@
 """The Models tab: each model's card, key facts and parity report, and a benchmark summary.
 
 Model cards are the bundles' README.md (their images inlined by the registry); facts and parity
-come from manifest.json; the benchmark summary is computed from bench/results/{decode,seq2seq,
-sampling,quality}.json: our speed against each peer and quantization quality. Endpoints:
+come from manifest.json; the benchmark summary (our speed against each peer, the sampling kernel,
+quantization quality) is ui/benchmarks.json, which bench/app_summary.py writes from bench/results
+(`python -m bench summary`): the app never reads bench/results. Endpoints:
 `/model_info` → (card, facts, parity) and `/list_models` → every model with what it is for.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import gradio as gr
@@ -101,78 +101,22 @@ def model_list(registry) -> dict:
     return out
 
 
-OURS = "scriptorium"
-CEILING = "matmuls only"  # decode.json's bound (the graph's matmuls alone), not a peer
+SUMMARY = Path(__file__).with_name("benchmarks.json")  # written by bench/app_summary.py
 BENCHMARKS_DOC = "docs/BENCHMARKS.md"
+NO_SUMMARY = (
+    "No benchmark results yet: `python -m bench summary` writes them into ui/benchmarks.json from "
+    "bench/results."
+)
 
 
-def _read(results_dir: Path, name: str) -> dict | None:
+def read_summary(path: Path = SUMMARY) -> dict:
+    """The benchmark summary bench/ wrote for the app (bench/app_summary.py); {} when the file is
+    missing or unreadable."""
     try:
-        result = json.loads((Path(results_dir) / name).read_text())
+        summary = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        return None
-    return result if isinstance(result, dict) else None
-
-
-def speed_rows(result: dict) -> list[list[str]]:
-    """[workload, peer, peer tok/s, ours tok/s, speed-up] for every peer and workload of a
-    decode.json / seq2seq.json `tok_per_s` ({"engine/precision": {workload: tok/s}}); ours is
-    scriptorium at the peer's precision, or at fp32 if it has no such precision.
-
-    >>> speeds = {"hf/fp32": {"greedy": 20.0}, "scriptorium/fp32": {"greedy": 50.0}}
-    >>> speed_rows({"tok_per_s": speeds})
-    [['greedy', 'hf fp32', '20.0', '50.0', '2.50×']]
-    """
-    speeds = result.get("tok_per_s") or {}
-    ours = {key.split("/")[1]: row for key, row in speeds.items() if key.split("/")[0] == OURS}
-    rows = []
-    for key, peer in speeds.items():
-        engine, precision = key.split("/") if "/" in key else (key, "fp32")
-        if engine in (OURS, CEILING):
-            continue
-        mine = ours.get(precision) or ours.get("fp32") or {}
-        for workload, value in peer.items():
-            if workload in mine and value:
-                rows.append(
-                    [
-                        workload,
-                        f"{engine} {precision}",
-                        f"{value:.1f}",
-                        f"{mine[workload]:.1f}",
-                        f"{mine[workload] / value:.2f}×",
-                    ]
-                )
-    return rows
-
-
-def sampling_rows(result: dict) -> list[list[str]]:
-    """[peer, cases, median speed-up, range] of sampling.json: its time per step over ours."""
-    ratios: dict[str, list[float]] = {}
-    for row in result.get("results") or []:
-        times = row.get("us") or {}
-        if not times.get(OURS):
-            continue
-        for peer, value in times.items():
-            if peer != OURS and value:
-                ratios.setdefault(peer, []).append(value / times[OURS])
-    return [
-        [
-            peer,
-            str(len(values)),
-            f"{statistics.median(values):.1f}×",
-            f"{min(values):.1f}× – {max(values):.1f}×",
-        ]
-        for peer, values in ratios.items()
-    ]
-
-
-def quality_rows(result: dict) -> list[list[str]]:
-    """[precision, perplexity, change vs fp32] of quality.json."""
-    perplexity, change = result.get("perplexity") or {}, result.get("change_pct") or {}
-    return [
-        [precision, f"{value:.2f}", f"{change.get(precision, 0.0):+.2f}%"]
-        for precision, value in perplexity.items()
-    ]
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -180,40 +124,61 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def benchmark_summary(results_dir: Path) -> str:
-    """A short Markdown summary of bench/results: our decoding speed against each peer
-    (decode.json, seq2seq.json), the sampling kernel against each peer (sampling.json) and
-    what quantization does to perplexity (quality.json); the full tables are in BENCHMARKS_DOC.
+def benchmark_summary(summary: dict) -> str:
+    """The summary as Markdown: our decoding speed against each peer, the sampling kernel
+    against each peer and what quantization does to perplexity; the full tables are in
+    BENCHMARKS_DOC.
+
+    >>> speed = [{"model": "seq2seq", "workload": "greedy", "peer": "hf fp32",
+    ...           "peer_tok_s": 20.0, "ours_tok_s": 50.0}]
+    >>> print(benchmark_summary({"speed": speed}).splitlines()[4])
+    | seq2seq | greedy | hf fp32 | 20.0 | 50.0 | 2.50× |
     """
     parts = []
-    titles = {"decode.json": "causal LM", "seq2seq.json": "seq2seq"}
-    speed = []
-    for name, title in titles.items():
-        result = _read(results_dir, name)
-        if result:
-            speed += [[title, *row] for row in speed_rows(result)]
+    speed = [
+        [
+            row["model"],
+            row["workload"],
+            row["peer"],
+            f"{row['peer_tok_s']:.1f}",
+            f"{row['ours_tok_s']:.1f}",
+            f"{row['ours_tok_s'] / row['peer_tok_s']:.2f}×",
+        ]
+        for row in summary.get("speed") or []
+    ]
     if speed:
         headers = ["model", "workload", "peer", "peer tok/s", "scriptorium tok/s", "speed-up"]
         parts.append(
             "**Decoding speed** (tokens/s, higher is better; scriptorium at the peer's "
             "precision)\n\n" + _table(headers, speed)
         )
-    sampling = _read(results_dir, "sampling.json")
-    if sampling and sampling_rows(sampling):
+    sampling = [
+        [
+            row["peer"],
+            str(row["cases"]),
+            f"{row['median']:.1f}×",
+            f"{row['low']:.1f}× – {row['high']:.1f}×",
+        ]
+        for row in summary.get("sampling") or []
+    ]
+    if sampling:
         headers = ["peer", "cases", "median speed-up", "range"]
         parts.append(
             "**Sampling kernel** (one filter + draw step; the peer's time over ours)\n\n"
-            + _table(headers, sampling_rows(sampling))
+            + _table(headers, sampling)
         )
-    quality = _read(results_dir, "quality.json")
-    if quality and quality_rows(quality):
-        split = quality.get("split", "held-out")
+    quality = summary.get("quality") or {}
+    perplexity = [
+        [row["precision"], f"{row['perplexity']:.2f}", f"{row['change_pct']:+.2f}%"]
+        for row in quality.get("rows") or []
+    ]
+    if perplexity:
         parts.append(
-            f"**Quantization quality** (perplexity on the {split} books, lower is better)\n\n"
-            + _table(["precision", "perplexity", "change vs fp32"], quality_rows(quality))
+            f"**Quantization quality** (perplexity on the {quality['split']} books, lower is "
+            "better)\n\n" + _table(["precision", "perplexity", "change vs fp32"], perplexity)
         )
     if not parts:
-        return "No benchmark results yet: run `scriptorium bench …` to write bench/results/*.json."
+        return NO_SUMMARY
     parts.append(
         f"Measured on a shared 2-core host. Every table, the setup and the notes: "
         f"`{BENCHMARKS_DOC}` in the repository."
@@ -237,10 +202,13 @@ def problems_markdown(problems: dict[str, str]) -> str:
 
 
 def build(
-    registry, results_dir: Path, problems: dict[str, str] | None = None, gguf: str | None = None
+    registry,
+    problems: dict[str, str] | None = None,
+    gguf: str | None = None,
+    summary: Path = SUMMARY,
 ) -> None:
     """The tab; `problems`: files other than models that the app could not use ({name: why}),
-    listed with the registry's."""
+    listed with the registry's; `summary`: the benchmark summary's file."""
     names = registry.names
     with gr.Tab("Models", id="models") as tab:
         listed = problems_markdown({**registry.problems, **(problems or {})})
@@ -267,7 +235,7 @@ def build(
         if gguf:  # which GGUF files convert, where the importer is installed
             gr.Markdown(f"GGUF files load too (`--models FILE.gguf`): {gguf}.")
         gr.Markdown("### Benchmarks")
-        gr.Markdown(benchmark_summary(results_dir), elem_id="benchmark-summary")
+        gr.Markdown(benchmark_summary(read_summary(summary)), elem_id="benchmark-summary")
 
         @checks.shown_to_user
         def model_info(model):
