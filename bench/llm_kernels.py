@@ -103,13 +103,9 @@ def kernel_runner(model, threads: int, spinning: bool, tokens: int):
     bound once; and the bytes of weights one pass reads."""
     import onnxruntime as ort
 
-    from runtime.sessions import session_options
+    from runtime.sessions import DEVICE_PROVIDERS, create_session
 
-    session = ort.InferenceSession(
-        model.SerializeToString(),
-        sess_options=session_options(threads, spinning),
-        providers=["CPUExecutionProvider"],
-    )
+    session = create_session(model.SerializeToString(), DEVICE_PROVIDERS["cpu"], threads, spinning)
     rng = np.random.default_rng(0)
     binding = session.io_binding()
     for info in session.get_inputs():

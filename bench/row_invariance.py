@@ -27,7 +27,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from runtime.bundle import read_manifest
-from runtime.sessions import session_options
+from runtime.sessions import DEVICE_PROVIDERS, create_session
 
 from .common import RESULTS
 
@@ -73,9 +73,7 @@ def _probe_session(bundle: Path, threads: int) -> tuple[ort.InferenceSession, li
     probe = bundle / ".row_invariance.onnx"  # beside model.onnx.data, which it refers to
     onnx.save(model, str(probe))
     try:
-        session = ort.InferenceSession(
-            str(probe), session_options(threads), ["CPUExecutionProvider"]
-        )
+        session = create_session(probe, DEVICE_PROVIDERS["cpu"], threads)
     finally:
         probe.unlink()
     return session, watched

@@ -62,12 +62,9 @@ def prepare_out_dir(out_dir: Path) -> None:
 
 def parity_session(path: Path, threads: int = 2):
     """A plain CPU session of the graph at `path`, for the parity report."""
-    import onnxruntime as ort
+    from runtime.sessions import DEVICE_PROVIDERS, create_session
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    return create_session(path, DEVICE_PROVIDERS["cpu"], threads=threads)
 
 
 def _runtime_model(session, model: GGUFModel):

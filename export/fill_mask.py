@@ -34,6 +34,7 @@ from convert.manifest import seal
 from convert.optimize import optimize_graph
 from convert.quantize import INT8_FORMAT, batch_invariant, quantize_graph
 from runtime.manifest import Manifest, SpecialTokens
+from runtime.sessions import DEVICE_PROVIDERS, create_session
 
 from .exporter import EMBEDDINGS_FILE, parity_holds, quiet, versions
 
@@ -116,11 +117,7 @@ def _with_two_token_types(model, model_dir: Path, work: Path) -> Path:
 
 
 def _session(path: Path):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return create_session(path, DEVICE_PROVIDERS["cpu"], threads=1)
 
 
 def parity(path: Path, model, tokenizer, mask_id: int) -> dict:

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import torch
 
 from convert.manifest import seal
@@ -40,6 +39,7 @@ from export.exporter import ParityError
 from modeling import hierarchical as model_definition
 from runtime import hierarchical_text
 from runtime.manifest import Graph, Manifest
+from runtime.sessions import DEVICE_PROVIDERS, create_session
 
 TASK = "hierarchical-lm"
 OPSET = 17
@@ -226,8 +226,7 @@ def graph_parity(model, out: Path, graphs: dict[str, str], decoders: dict) -> di
     """max |Δ| of each graph against PyTorch over batch sizes 1, 3, 7 and lengths 1, 4, 9."""
     config = model.config
     sessions = {
-        role: ort.InferenceSession(str(out / f), providers=["CPUExecutionProvider"])
-        for role, f in graphs.items()
+        role: create_session(out / f, DEVICE_PROVIDERS["cpu"]) for role, f in graphs.items()
     }
     generator = torch.Generator().manual_seed(0)
     worst = {role: 0.0 for role in graphs}
