@@ -8,16 +8,18 @@ The run the lead makes on a quiet machine (then again with `--contended`):
 
     nice -n 10 python -m bench serve-peers --clients 1 4 16 64 --rounds 3
 
-Both servers serve the flagship's GGUF (SmolLM2-135M-Instruct Q4_1, export/llama/fetch.py) with
+Both servers serve the flagship's GGUF (SmolLM2-135M-Instruct Q4_1, convert/fetch.py) with
 `--threads` threads each. By default one server is up at a time, through all its levels and
 rounds, then stopped before the other starts: an idle Ray cluster runs processes of its own (its
 controller, raylet, dashboard), and beside them llama-server's threads, which meet at a barrier
 after every graph node, lose most of their speed (docs/BENCHMARKS.md); `--together` keeps both
 up for the whole run with rounds interleaved instead:
 
-- ours: `python -m serve --models GGUF --threads-per-replica T --num-cpus T --max-ongoing N`
-  (one replica; the GGUF converted once, export/llama/flagship.py; batching and whatever prefix
-  caching runtime/engine.py does are its defaults);
+- ours: `python -m serve --models GGUF --no-ray --threads-per-replica T --max-ongoing N` (one
+  process, as docs/SCALING.md advises on one machine; the GGUF converted once,
+  convert/flagship.py; batching and whatever prefix caching runtime/engine.py does are its
+  defaults); with `--with-ray` also "scriptorium serve (Ray)", the same on a local Ray cluster of
+  T CPUs (`--num-cpus T` instead of `--no-ray`);
 - the peer: `llama-server` built from the llama.cpp that llama-cpp-python's sdist
   (`PEER_VERSION`) vendors, with `peer_command`'s flags: T threads for decoding and for
   prompts, `--parallel N` slots of `SLOT_CONTEXT` tokens each, continuous batching and prompt
@@ -37,7 +39,7 @@ a chat client does. Per (server, C) it reports the aggregate output tokens/s (ev
 tokens over the wall time until the last conversation ends; median over rounds), time to first
 token p50 / p95 (request sent → first content chunk), inter-token latency p95 (gaps between
 content chunks), failed requests, replies not exactly `NEW_TOKENS` tokens long, and the peak
-memory of the server's whole process tree (ours: the Ray driver, its cluster processes and the
+memory of the server's whole process tree (ours on Ray: the driver, its cluster processes and the
 replica) as the sum of each process's PSS (RSS with shared pages split between their users, so
 Ray's shared memory and libraries count once) and of its engine process (ours' replica,
 llama-server itself), sampled every `RSS_INTERVAL_S`, and the CPU milliseconds per output token
@@ -72,6 +74,9 @@ from . import llama_server_build as build
 from .llama_server_build import PEER_VERSION, peer_or_reason, peer_version
 from .serve import _free_port, percentile
 from .serve_peers_schemas import OURS, PEER
+
+OURS_RAY = f"{OURS} (Ray)"
+SERVERS = (OURS, OURS_RAY, PEER)  # in every table's order
 
 SYSTEM_TOKENS = 200
 TURNS = 3
@@ -208,7 +213,7 @@ def results_table(results: list[dict]) -> str:
     rows = []
     for clients in sorted({r["clients"] for r in results}):
         level = {r["server"]: r for r in results if r["clients"] == clients}
-        for server in (OURS, PEER):
+        for server in SERVERS:
             if server not in level:
                 continue
             r, peer = level[server], level.get(PEER)
@@ -268,10 +273,15 @@ def peer_command(binary: Path, gguf: Path, threads: int, parallel: int, port: in
     ]
 
 
-def ours_command(gguf: Path, threads: int, parallel: int, port: int) -> list[str]:
+def ours_command(
+    gguf: Path, threads: int, parallel: int, port: int, ray: bool = False
+) -> list[str]:
+    """Ours' command line: in one process (`--no-ray`, docs/SCALING.md's advice for one
+    machine), or with `ray` on a local Ray cluster of `threads` CPUs."""
+    where = ("--num-cpus", str(threads)) if ray else ("--no-ray",)
     return [
-        *(sys.executable, "-m", "serve", "--models", str(gguf)),
-        *("--host", "127.0.0.1", "--port", str(port), "--num-cpus", str(threads)),
+        *(sys.executable, "-m", "serve", "--models", str(gguf), *where),
+        *("--host", "127.0.0.1", "--port", str(port)),
         *("--threads-per-replica", str(threads), "--max-ongoing", str(max(parallel, 1))),
     ]
 
@@ -408,14 +418,14 @@ def role_of(cmdline: list[str]) -> str:
     ('gateway', 'engine')
     """
     line = " ".join(cmdline)
-    if cmdline and Path(cmdline[0]).name == "llama-server":
+    if cmdline and Path(cmdline[0]).name == "llama-server" or "--no-ray" in cmdline:
         return ENGINE
     return next((role for title, role in RAY_ROLES if title in line), "ray")
 
 
 def exact_length_body(server: str) -> dict:
     """The request fields beyond OpenAI's that make a reply exactly `NEW_TOKENS` tokens."""
-    return {"min_tokens": NEW_TOKENS} if server == OURS else {"ignore_eos": True}
+    return {"ignore_eos": True} if server == PEER else {"min_tokens": NEW_TOKENS}
 
 
 def stream_reply(client, server: Server, messages: list[dict]) -> Reply:
@@ -581,7 +591,8 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     figure, (rate, ttft, memory) = plt.subplots(1, 3, figsize=(15, 4))
-    for server, colour in ((OURS, "tab:blue"), (PEER, "tab:orange")):
+    colours = {OURS: "tab:blue", OURS_RAY: "tab:green", PEER: "tab:orange"}
+    for server, colour in colours.items():
         rows = sorted((r for r in results if r["server"] == server), key=lambda r: r["clients"])
         if not rows:
             continue
@@ -637,6 +648,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="clients",
         help="llama-server's --parallel: each level's clients (restarted per level, default) "
         "or the largest --clients for every level",
+    )
+    parser.add_argument(
+        "--with-ray", action="store_true", help=f"also {OURS_RAY!r}: ours on a local Ray cluster"
     )
     parser.add_argument(
         "--schemas", action="store_true", help="bench/schemas.py's structured outputs instead"
@@ -700,6 +714,8 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(args.work).expanduser() / "serve-peers"
     logs.mkdir(parents=True, exist_ok=True)
     commands = {OURS: ours_command(gguf, args.threads, parallel, _free_port())}
+    if args.with_ray:
+        commands[OURS_RAY] = ours_command(gguf, args.threads, parallel, _free_port(), ray=True)
     if binary:
         commands[PEER] = peer_command(binary, gguf, args.threads, parallel, _free_port())
     for_load = None
