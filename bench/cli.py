@@ -25,6 +25,9 @@ BENCHMARKS = {
     "grammar-libs": "bench.grammar_libs",
     "row-invariance": "bench.row_invariance",
     "gguf-memory": "bench.gguf_memory",
+    "peer-batch": "bench.peer_batch",
+    "adapter-penalties": "bench.adapter_penalties",
+    "lean-probe": "bench.lean_probe",
     # last, so that `all` rewrites the app's summary (ui/benchmarks.json) from what the others wrote
     "summary": "bench.app_summary",
 }
