@@ -1,4 +1,4 @@
-"""Building ONNX graphs by hand from PyTorch weights: the shared part of export's lean graphs.
+"""Building ONNX graphs by hand from weights: the shared part of the lean graphs.
 
 `GraphBuilder` collects nodes, initializers named after the PyTorch parameters they hold, and the
 value types that onnx's shape inference cannot work out for onnxruntime's contrib ops;
