@@ -21,8 +21,8 @@ import pytest
 from tests.test_layers import ALLOWED, FILES, IMPORTS, REPO, top
 
 DOCS = REPO / "docs"
-DESIGN = (DOCS / "DESIGN.md").read_text(encoding="utf-8")
-LAYOUT = (DOCS / "LAYOUT.md").read_text(encoding="utf-8")
+DESIGN = (REPO / "docs/DESIGN.md").read_text(encoding="utf-8")
+LAYOUT = (REPO / "docs/LAYOUT.md").read_text(encoding="utf-8")
 MAPS = {"docs/DESIGN.md": DESIGN, "docs/LAYOUT.md": LAYOUT}
 EVERY_DOC = {
     str(path.relative_to(REPO)): path.read_text(encoding="utf-8")
