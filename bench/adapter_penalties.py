@@ -47,7 +47,7 @@ def control_choices(manifest: Manifest, count: int) -> list[dict]:
     for index in range(count):
         choice = {}
         for name, spec in controls.items():
-            values = list(spec["values"])
+            values = list(spec.values)
             choice[name] = values[(index * 7) % len(values)]  # spread over long value lists
         choices.append(choice)
     return choices
@@ -73,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         defaults = gen.manifest.generation_defaults
         sampling = {
             "do_sample": True,
-            "temperature": defaults.get("temperature", 1.0),
-            "top_p": defaults.get("top_p", 1.0),
+            "temperature": 1.0 if defaults.temperature is None else defaults.temperature,
+            "top_p": 1.0 if defaults.top_p is None else defaults.top_p,
         }
         runs = [
             (mode, fields, controls, seed)

@@ -165,7 +165,7 @@ from convert.gguf import export_gguf
 gguf, out, parity = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 start = time.perf_counter()
 manifest = export_gguf(gguf, out, parity=parity)
-print(json.dumps({"seconds": time.perf_counter() - start, "parity": manifest.parity}))
+print(json.dumps({"seconds": time.perf_counter() - start, "parity": manifest.parity.to_json()}))
 """
 LOAD = """
 import json, sys, time

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             "environment": common.environment(args.threads),
             "gguf": {"file": args.gguf.name},
             "bundle": str(args.bundle),
-            "accuracy_level": manifest.export.get("quantization", {}).get("accuracy_level"),
+            "accuracy_level": manifest.export.quantization_report.accuracy_level,
             "new_tokens": tokens,
             "repeats": args.repeats,
             "kernel_graph_nodes": nodes,

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 
     common.set_torch_threads(args.threads)
     ours = HierarchicalGenerator.open(args.bundle, threads=args.threads)
-    run = args.run or Path(ours.manifest.export["autoencoder_source"])
+    run = args.run or Path(ours.manifest.export.autoencoder_source)
     model = modeling.hierarchical.load_run(run)
     vocab = CharVocab(model.config.charset)
     words = len(split_words(SENTENCE))

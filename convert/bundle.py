@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from runtime.manifest import Manifest
+from runtime.manifest import Manifest, Parity
 
 from .gguf_read import GGUFModel
 from .manifest import card_code, card_text, graph_entry, seal
@@ -201,33 +201,33 @@ def write_bundle(out_dir: Path, manifest: Manifest, card: str) -> Manifest:
     return seal(out_dir, manifest)
 
 
-def parity_lines(parity: dict) -> list[str]:
+def parity_lines(parity: Parity) -> list[str]:
     """The model card's parity section: the report against the fp32 graph (and transformers')."""
     if not parity:
         return ["Not measured (exported without the parity report)."]
     lines = [
-        f"Reference: {parity['reference']}; {parity['prompts']} prompts, "
-        f"{parity['new_tokens']} greedy tokens each.",
+        f"Reference: {parity.reference}; {parity.prompts} prompts, "
+        f"{parity.new_tokens} greedy tokens each.",
         "",
         "| | |",
         "|---|---|",
-        f"| largest abs logit (scale) | {parity['max_abs_logit']:.4g} |",
-        f"| cached steps vs full pass, max abs Δlogit | {parity['cached_step_max_abs_diff']:.3g} |",
+        f"| largest abs logit (scale) | {parity.max_abs_logit:.4g} |",
+        f"| cached steps vs full pass, max abs Δlogit | {parity.cached_step_max_abs_diff:.3g} |",
     ]
-    if "max_abs_logit_diff" in parity:
+    if parity.max_abs_logit_diff is not None:
         lines += [
-            f"| max abs Δlogit vs reference | {parity['max_abs_logit_diff']:.4g} |",
-            f"| teacher-forced top-1 agreement | {parity['top1_agreement']:.4f} |",
-            f"| greedy continuations identical | {parity['greedy_identical']} |",
+            f"| max abs Δlogit vs reference | {parity.max_abs_logit_diff:.4g} |",
+            f"| teacher-forced top-1 agreement | {parity.top1_agreement:.4f} |",
+            f"| greedy continuations identical | {parity.greedy_identical} |",
         ]
-    theirs = parity.get("transformers")
+    theirs = parity.transformers
     if theirs:
         lines += [
             "",
-            f"Against {theirs['reference']}: max abs Δlogit {theirs['max_abs_logit_diff']:.4g} "
-            f"(logit scale {theirs['max_abs_logit']:.4g}), teacher-forced top-1 agreement "
-            f"{theirs['top1_agreement']:.4f}, greedy continuations identical "
-            f"{theirs['greedy_identical']}.",
+            f"Against {theirs.reference}: max abs Δlogit {theirs.max_abs_logit_diff:.4g} "
+            f"(logit scale {theirs.max_abs_logit:.4g}), teacher-forced top-1 agreement "
+            f"{theirs.top1_agreement:.4f}, greedy continuations identical "
+            f"{theirs.greedy_identical}.",
         ]
     return lines
 
@@ -284,23 +284,23 @@ def summary(manifest: Manifest, out_dir: str) -> str:
     lines = [
         f"wrote {manifest.name} ({manifest.architecture}, {manifest.precision}) to "
         f"{out_dir}: {len(manifest.files)} files, {size / 1e6:.1f} MB",
-        f"weights: {manifest.export['quantization']['summary']}",
+        f"weights: {manifest.export.quantization_report.summary}",
     ]
-    if "max_abs_logit_diff" in parity:
+    if parity.max_abs_logit_diff is not None:
         lines.append(
-            f"vs fp32 graph of the same weights: max |Δlogit| {parity['max_abs_logit_diff']:.3g} "
-            f"(scale {parity['max_abs_logit']:.3g}), top-1 agreement "
-            f"{parity['top1_agreement']:.4f}, greedy identical {parity['greedy_identical']}"
+            f"vs fp32 graph of the same weights: max |Δlogit| {parity.max_abs_logit_diff:.3g} "
+            f"(scale {parity.max_abs_logit:.3g}), top-1 agreement "
+            f"{parity.top1_agreement:.4f}, greedy identical {parity.greedy_identical}"
         )
     if parity:
         lines.append(
-            f"cached steps vs full pass: max |Δlogit| {parity['cached_step_max_abs_diff']:.3g}"
+            f"cached steps vs full pass: max |Δlogit| {parity.cached_step_max_abs_diff:.3g}"
         )
-    theirs = parity.get("transformers")
+    theirs = parity.transformers
     if theirs:
         lines.append(
-            f"vs transformers: max |Δlogit| {theirs['max_abs_logit_diff']:.3g} (scale "
-            f"{theirs['max_abs_logit']:.3g}), top-1 agreement {theirs['top1_agreement']:.4f}, "
-            f"greedy identical {theirs['greedy_identical']}"
+            f"vs transformers: max |Δlogit| {theirs.max_abs_logit_diff:.3g} (scale "
+            f"{theirs.max_abs_logit:.3g}), top-1 agreement {theirs.top1_agreement:.4f}, "
+            f"greedy identical {theirs.greedy_identical}"
         )
     return "\n".join(lines)

@@ -62,7 +62,7 @@ def is_complete(bundle: Path, lora: bool = True) -> bool:
         manifest = read_manifest(bundle, verify=True)
     except (BundleError, FileNotFoundError, ValueError, KeyError, OSError):
         return False
-    return not lora or (manifest.lora or {}).get("format") == LORA_FORMAT
+    return not lora or (manifest.lora is not None and manifest.lora.format == LORA_FORMAT)
 
 
 def _cached_bundle(folder: Path, lora: bool = True) -> Path | None:
@@ -207,10 +207,10 @@ def ships_flagship(root: Path) -> bool:
     Space's models/ holds it, spaces/build.py), so nothing needs fetching."""
     for path in Path(root).glob("*/manifest.json"):
         try:
-            source = Manifest.read(path).export.get("gguf", {})
+            source = Manifest.read(path).export.gguf
         except (OSError, ValueError):
             continue
-        if isinstance(source, dict) and source.get("sha256") == FLAGSHIP.sha256:
+        if source is not None and source.sha256 == FLAGSHIP.sha256:
             return True
     return False
 

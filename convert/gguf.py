@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from runtime.bundle import LORA_FORMAT, sha256_of
-from runtime.manifest import ChatSection, Manifest, SpecialTokens
+from runtime.manifest import ChatSection, Lora, LoraSlot, Manifest, SpecialTokens
 
 from .bundle import (
     llama_manifest,
@@ -72,10 +72,10 @@ def chat_info(model: GGUFModel, tokenizer) -> ChatSection | None:
     )
 
 
-def lora_entry(path: Path, slots: dict) -> dict:
+def lora_entry(path: Path, slots: dict[str, LoraSlot]) -> Lora:
     """The manifest's `lora` object: the slot graph's file and, per slot, its two input names,
     its input width and the modules it covers with their output rows (docs/GGUF.md)."""
-    return {"file": path.name, "format": LORA_FORMAT, "slots": slots}
+    return Lora(file=path.name, format=LORA_FORMAT, slots=slots)
 
 
 def _precision(storage: dict, fp32: bool) -> str:
@@ -93,23 +93,23 @@ def _versions() -> dict:
 
 def _card(manifest: Manifest) -> str:
     """README.md of a GGUF bundle, from its manifest."""
-    source, quant = manifest.export["gguf"], manifest.export["quantization"]
+    source, quant = manifest.export.gguf, manifest.export.quantization_report
     return model_card(
         manifest,
-        origin=f"Imported from the GGUF file {card_code(source['file'])} (sha256 "
-        f"`{source['sha256']}`) by "
+        origin=f"Imported from the GGUF file {card_code(source.file)} (sha256 "
+        f"`{source.sha256}`) by "
         "`scriptorium export gguf`, without torch or transformers.",
-        query_heads=source["metadata_summary"]["query_heads"],
+        query_heads=source.metadata_summary.query_heads,
         weights=[
-            f"MatMulNBits accuracy level: {quant['accuracy_level']}"
+            f"MatMulNBits accuracy level: {quant.accuracy_level}"
             + (
-                f", LM head {quant['head_accuracy_level']}."
-                if quant.get("head_accuracy_level") not in (None, quant["accuracy_level"])
+                f", LM head {quant.head_accuracy_level}."
+                if quant.head_accuracy_level not in (None, quant.accuracy_level)
                 else "."
             ),
             "",
-            *[f"- {kind}: {how}" for kind, how in quant["storage"].items()],
-            *[f"- note: {note}" for note in quant["notes"]],
+            *[f"- {kind}: {how}" for kind, how in (quant.storage or {}).items()],
+            *[f"- note: {note}" for note in quant.notes or ()],
         ],
         no_chat="The GGUF has no chat template.",
     )

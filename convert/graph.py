@@ -80,6 +80,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from runtime.manifest import LoraSlot
+
 from .builder import MICROSOFT, GraphBuilder
 from .gguf_read import BLOCK, DEFAULT_ZERO, FLOATS, GGUFModel, Linear, concat
 
@@ -127,7 +129,7 @@ class LlamaGraph(GraphBuilder):
         self.block_sums: dict[str, str] = {}  # input name -> its (B, S, K/32) block sums
         self.weight_bytes = 0
         self.lora = lora  # give every projection a LoRA slot
-        self.slots: dict[str, dict] = {}  # slot name -> {A, B, k, parts: [[module, rows], …]}
+        self.slots: dict[str, LoraSlot] = {}  # slot name -> its inputs, width and parts
         self.slot_inputs: list = []  # the slots' graph inputs (overridable initializers)
 
     def slot(self, x: str, y: str, name: str, k: int, parts: list[list]) -> str:
@@ -151,7 +153,7 @@ class LlamaGraph(GraphBuilder):
         (low,) = self.node("Transpose", [low_t], [f"{name}.xa"], perm=[0, 2, 1])  # (B, S, r)
         (delta,) = self.node("MatMul", [low, b], [f"{name}.delta"])  # (B, S, N)
         (y,) = self.node("Add", [y, delta], [f"{name}.out"])
-        self.slots[name] = {"A": a, "B": b, "k": k, "parts": parts}
+        self.slots[name] = LoraSlot(A=a, B=b, k=k, parts=tuple(tuple(part) for part in parts))
         return y
 
     def array(self, name: str, value: np.ndarray) -> str:
@@ -290,7 +292,7 @@ class LlamaGraph(GraphBuilder):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         slot_nodes = {n.name for n in self.nodes if n.output[0].startswith("lora.")}
-        slot_weights = {name for slot in self.slots.values() for name in (slot["A"], slot["B"])}
+        slot_weights = {name for slot in self.slots.values() for name in (slot.A, slot.B)}
         renamed = {f"{name}.out": None for name in self.slots}  # each slot's sum -> the plain y
         for node in self.nodes:
             if node.output[0] in renamed:

@@ -388,16 +388,16 @@ def _can_compare_with_transformers() -> bool:
 
 def _card(manifest: Manifest) -> str:
     """README.md of a bundle exported from a Hugging Face checkpoint, from its manifest."""
-    source, quant = manifest.export["huggingface"], manifest.export["quantization"]
+    source, quant = manifest.export.huggingface, manifest.export.quantization_report
     return model_card(
         manifest,
-        origin=f"Exported from the Hugging Face checkpoint `{source['directory']}` (config.json "
-        f"sha256 `{source['config_sha256']}`) by `scriptorium export`, without torch.",
-        query_heads=source["query_heads"],
+        origin=f"Exported from the Hugging Face checkpoint `{source.directory}` (config.json "
+        f"sha256 `{source.config_sha256}`) by `scriptorium export`, without torch.",
+        query_heads=source.query_heads,
         weights=[
-            f"{quant['method']}; MatMulNBits accuracy level: {quant['accuracy_level']}.",
+            f"{quant.method}; MatMulNBits accuracy level: {quant.accuracy_level}.",
             "",
-            *[f"- {kind}: {how}" for kind, how in quant["storage"].items()],
+            *[f"- {kind}: {how}" for kind, how in (quant.storage or {}).items()],
         ],
         no_chat="The checkpoint has no chat template.",
     )

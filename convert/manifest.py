@@ -17,7 +17,7 @@ from pathlib import Path
 
 from runtime.bundle import longrope_context, sha256_of
 from runtime.config import GenerationConfig
-from runtime.manifest import FileEntry, Graph, Manifest
+from runtime.manifest import FileEntry, Graph, Manifest, Parity
 
 PRECISIONS = ("fp32", "int8", "int4")
 CONTROLS_FILE = "scriptorium_controls.json"
@@ -209,19 +209,18 @@ def file_entries(directory: Path) -> dict[str, FileEntry]:
 
 
 def seal(
-    bundle_dir: Path, manifest: Manifest | dict | None = None, *, ensure_ascii: bool = True
+    bundle_dir: Path, manifest: Manifest | None = None, *, ensure_ascii: bool = True
 ) -> Manifest:
     """Record the sha256 and size of every file of `bundle_dir` in the manifest's `files` and
     write manifest.json (`Manifest.write`); return the sealed manifest. The bundle's own
-    manifest.json is read when `manifest` is None, and a JSON document (a dict) is read as a
-    manifest (`Manifest.from_json`). Call it last: the runtime refuses a bundle whose files
-    changed after sealing. `ensure_ascii=False` writes non-ASCII characters as they are (the
-    manifests written by train/ and export/ngram_index.py), True escapes them."""
+    manifest.json is read when `manifest` is None. Call it last: the runtime refuses a bundle
+    whose files changed after sealing. `ensure_ascii=False` writes non-ASCII characters as they
+    are (the manifests written by train/ and export/ngram_index.py), True escapes them."""
     path = Path(bundle_dir) / "manifest.json"
     if manifest is None:
         manifest = Manifest.read(path)
-    elif isinstance(manifest, dict):
-        manifest = Manifest.from_json(manifest)
+    elif not isinstance(manifest, Manifest):
+        raise ValueError(f"`manifest` must be a Manifest, got {type(manifest).__name__}")
     sealed = dataclasses.replace(manifest, files=file_entries(Path(bundle_dir)))
     return sealed.write(path, ensure_ascii=ensure_ascii)
 
@@ -314,13 +313,13 @@ def model_card(manifest: Manifest) -> str:
     """README.md: the model card, rendered from the manifest only."""
     export = manifest.export
     lines = [f"# {manifest.name}", ""]
-    if export.get("description"):
-        lines += [export["description"], ""]
+    if export.description:
+        lines += [export.description, ""]
     lines += card_table(
         [
             ("task", manifest.task),
             ("architecture", manifest.architecture),
-            ("parameters", f"{export.get('parameters', 0):,}"),
+            ("parameters", f"{export.parameters or 0:,}"),
             ("precision", manifest.precision),
             (
                 "layers × heads × head size",
@@ -334,21 +333,20 @@ def model_card(manifest: Manifest) -> str:
     lines += ["", "## Files", ""]
     lines += [f"- `{role}`: `{graph.file}`" for role, graph in manifest.graphs.items()]
     lines += ["- `tokenizer.json`, `manifest.json` (checksums of every file)"]
-    optimizer = export.get("optimizer", {})
     lines += [
         "",
-        f"Optimized with onnxruntime's transformer optimizer: {optimizer.get('summary', 'no')}.",
+        f"Optimized with onnxruntime's transformer optimizer: {export.optimizer_summary or 'no'}.",
     ]
     if manifest.precision != "fp32":
-        lines += [f"Quantization: {export.get('quantization', {}).get('summary', '')}."]
+        lines += [f"Quantization: {export.quantization_report.summary or ''}."]
     parity = manifest.parity
     lines += ["", f"## Parity with {_reference_name(parity)}", ""] + _parity_lines(parity)
     lines += ["", "## Controls", ""]
     if manifest.controls:
         for name, spec in manifest.controls.items():
-            values = ", ".join(f"`{v}` → `{t}`" for v, t in spec["values"].items())
-            about = f" — {spec['description']}" if spec.get("description") else ""
-            lines += [f"- **{name}** ({spec['kind']}){about}: {values}"]
+            values = ", ".join(f"`{v}` → `{t}`" for v, t in spec.values.items())
+            about = f" — {spec.description}" if spec.description else ""
+            lines += [f"- **{name}** ({spec.kind}){about}: {values}"]
     else:
         lines += ["None: the model takes plain text."]
     return "\n".join(lines + card_closing(manifest))
@@ -374,33 +372,34 @@ def card_closing(manifest: Manifest) -> list[str]:
     ]
 
 
-def _reference_name(parity: dict) -> str:
+def _reference_name(parity: Parity) -> str:
     """PyTorch (an export's report), or the fp32 graph (export/requantize.py's)."""
-    return "the fp32 graph" if "fp32" in parity.get("perplexity", {}) else "PyTorch"
+    fp32 = parity.perplexity is not None and parity.perplexity.fp32 is not None
+    return "the fp32 graph" if fp32 else "PyTorch"
 
 
-def _parity_lines(parity: dict) -> list[str]:
+def _parity_lines(parity: Parity) -> list[str]:
     if not parity:
         return ["Not measured."]
-    logits, greedy, ppl = parity["logits"], parity["greedy"], parity["perplexity"]
-    reference = "fp32" if "fp32" in ppl else "pytorch"
-    label = {"fp32": "perplexity fp32 → this graph", "pytorch": "perplexity PyTorch → ONNX"}
+    logits, greedy, ppl = parity.logits, parity.greedy, parity.perplexity
+    reference = ppl.fp32 if ppl.fp32 is not None else ppl.pytorch
+    label = "perplexity fp32 → this graph" if ppl.fp32 is not None else "perplexity PyTorch → ONNX"
     return [
-        f"Reference: {parity['reference']}.",
+        f"Reference: {parity.reference}.",
         "",
         *card_table(
             [
-                ("max abs Δlogit, prefill", logits["prefill_max_abs_diff"]),
-                ("max abs Δlogit, cached step", logits["cached_step_max_abs_diff"]),
-                ("largest abs logit (scale)", logits["max_abs_logit"]),
-                ("argmax agreement", logits["argmax_agreement"]),
+                ("max abs Δlogit, prefill", logits.prefill_max_abs_diff),
+                ("max abs Δlogit, cached step", logits.cached_step_max_abs_diff),
+                ("largest abs logit (scale)", logits.max_abs_logit),
+                ("argmax agreement", logits.argmax_agreement),
                 (
-                    f"greedy: identical sequences of {greedy['new_tokens']} tokens",
-                    f"{greedy['identical_sequences']} / {greedy['prompts']}",
+                    f"greedy: identical sequences of {greedy.new_tokens} tokens",
+                    f"{greedy.identical_sequences} / {greedy.prompts}",
                 ),
-                ("greedy: token agreement", greedy["token_agreement"]),
-                (label[reference], f"{ppl[reference]:.4g} → {ppl['onnx']:.4g}"),
-                ("perplexity change", f"{ppl['relative_change_pct']:+.3f} %"),
+                ("greedy: token agreement", greedy.token_agreement),
+                (label, f"{reference:.4g} → {ppl.onnx:.4g}"),
+                ("perplexity change", f"{ppl.relative_change_pct:+.3f} %"),
             ]
         ),
     ]

@@ -27,7 +27,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,7 @@ import numpy as np
 from convert.bundle import PARITY_NEW_TOKENS, PARITY_PROMPTS, reference_greedy
 from convert.manifest import CONTROL_KINDS, card_closing, card_code, card_table, card_text, seal
 from runtime.bundle import LORA_FORMAT, read_manifest, sha256_of
-from runtime.manifest import Manifest
+from runtime.manifest import LoraSlot, Manifest
 
 ADAPTER_FILE = "adapter.onnx_adapter"
 BUNDLE_FILES = ("manifest.json", ADAPTER_FILE, "README.md", "training_ngrams.npy")
@@ -101,20 +101,20 @@ def gguf_rows(b: np.ndarray, module: str, base: dict) -> np.ndarray:
     return b.reshape(heads, 2, b.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(b.shape)
 
 
-def slot_parameters(factors: dict, slots: dict, scale: float, base: dict) -> dict:
+def slot_parameters(factors: dict, slots: Mapping[str, LoraSlot], scale: float, base: dict) -> dict:
     """{slot input name: float32 array} for every slot with at least one adapted module."""
     params = {}
     used = set()
     for slot in slots.values():
-        layer = int(slot["A"].split(".")[1])
+        layer = int(slot.A.split(".")[1])
         a_parts, b_blocks, offset = [], [], 0
-        for module, rows in slot["parts"]:
+        for module, rows in slot.parts:
             pair = factors.get((layer, module))
             if pair is not None:
                 a, b = pair
-                if a.shape[1] != slot["k"] or b.shape[0] != rows or a.shape[0] != b.shape[1]:
+                if a.shape[1] != slot.k or b.shape[0] != rows or a.shape[0] != b.shape[1]:
                     raise ValueError(
-                        f"LoRA factors of layer {layer} {module} must be (r, {slot['k']}) and "
+                        f"LoRA factors of layer {layer} {module} must be (r, {slot.k}) and "
                         f"({rows}, r), got {a.shape} and {b.shape}"
                     )
                 a_parts.append(a.T)  # (K, r)
@@ -129,8 +129,8 @@ def slot_parameters(factors: dict, slots: dict, scale: float, base: dict) -> dic
         for start, block in b_blocks:
             b[rank : rank + block.shape[0], start : start + block.shape[1]] = block
             rank += block.shape[0]
-        params[slot["A"]] = np.ascontiguousarray(a, np.float32)
-        params[slot["B"]] = np.ascontiguousarray(b, np.float32)
+        params[slot.A] = np.ascontiguousarray(a, np.float32)
+        params[slot.B] = np.ascontiguousarray(b, np.float32)
     unused = sorted(set(factors) - used)
     if unused:
         raise ValueError(f"the base graph has no LoRA slot for {unused[0]} (layer, module)")
@@ -278,10 +278,10 @@ def export_adapter(
     base = read_manifest(base_dir, verify=False)
     shape = {
         "architecture": base.architecture,
-        "query_heads": base.export["gguf"]["metadata_summary"]["query_heads"],
+        "query_heads": base.export.gguf.metadata_summary.query_heads,
         "kv_heads": base.num_heads,
     }
-    params = slot_parameters(factors, base.lora["slots"], scaling(config), shape)
+    params = slot_parameters(factors, base.lora.slots, scaling(config), shape)
     _prepare(out_dir)
     write_adapter_file(params, out_dir / ADAPTER_FILE)
     targets = sorted({module for _, module in factors}, key=MODULES.index)
@@ -349,24 +349,24 @@ def model_card(manifest: Manifest) -> str:
     """README.md of an adapter bundle, from its manifest; names, licence and description (its
     base GGUF's metadata, a peft directory's name) written as text (`card_text`, `card_code`)."""
     spec, parity = manifest.adapter, manifest.parity
-    base = spec["base"]
+    base = spec.base
     lines = [
         f"# {card_text(manifest.name)}",
         "",
-        card_text(manifest.export["description"]),
+        card_text(manifest.export.description or ""),
         "",
         f"An adapter bundle: LoRA weights only, applied by the runtime to the base model "
-        f"{card_code(base['name'])} (GGUF {card_code(base['file'])}, sha256 `{base['sha256']}`), "
+        f"{card_code(base.name)} (GGUF {card_code(base.file)}, sha256 `{base.sha256}`), "
         "which the runtime "
         "finds in its converted-GGUF cache.",
         "",
         *card_table(
             [
-                ("rank", spec["rank"]),
-                ("alpha", spec["alpha"]),
-                ("scaling", spec["scaling"]),
-                ("modules", ", ".join(spec["targets"])),
-                ("layers", len(spec["layers"])),
+                ("rank", spec.rank),
+                ("alpha", spec.alpha),
+                ("scaling", spec.scaling),
+                ("modules", ", ".join(spec.targets)),
+                ("layers", len(spec.layers)),
                 ("licence", card_text(manifest.license) if manifest.license else "not stated"),
             ]
         ),
@@ -375,8 +375,8 @@ def model_card(manifest: Manifest) -> str:
         "",
     ]
     for control, about in manifest.controls.items():
-        values = ", ".join(f"{card_code(v)} → {card_code(t)}" for v, t in about["values"].items())
-        lines += [f"- **{card_text(control)}** ({card_text(about['kind'])}): {values}"]
+        values = ", ".join(f"{card_code(v)} → {card_code(t)}" for v, t in about.values.items())
+        lines += [f"- **{card_text(control)}** ({card_text(about.kind)}): {values}"]
     if not manifest.controls:
         lines += ["None."]
     if manifest.prompt_prefix:
@@ -387,17 +387,17 @@ def model_card(manifest: Manifest) -> str:
     lines += ["", "## Parity", ""]
     if parity:
         lines += [
-            f"Reference: {parity['reference']}; {parity['prompts']} prompts.",
+            f"Reference: {parity.reference}; {parity.prompts} prompts.",
             "",
             *card_table(
                 [
-                    ("largest abs logit (scale)", parity["max_abs_logit"]),
-                    ("max abs Δlogit vs reference", parity["max_abs_logit_diff"]),
-                    ("teacher-forced top-1 agreement", parity["top1_agreement"]),
-                    (f"greedy {parity['new_tokens']} tokens identical", parity["greedy_identical"]),
+                    ("largest abs logit (scale)", parity.max_abs_logit),
+                    ("max abs Δlogit vs reference", parity.max_abs_logit_diff),
+                    ("teacher-forced top-1 agreement", parity.top1_agreement),
+                    (f"greedy {parity.new_tokens} tokens identical", parity.greedy_identical),
                     (
                         "base without adapter vs transformers, max abs Δlogit",
-                        parity["base_max_abs_logit_diff"],
+                        parity.base_max_abs_logit_diff,
                     ),
                 ]
             ),
@@ -439,15 +439,15 @@ def main(argv: list[str] | None = None) -> int:
     parity = manifest.parity
     size = sum(entry.size for entry in manifest.files.values())
     print(
-        f"wrote {manifest.name} (adapter on {manifest.adapter['base']['name']}) to "
+        f"wrote {manifest.name} (adapter on {manifest.adapter.base.name}) to "
         f"{args.out_dir}: {size / 1e6:.2f} MB"
     )
     if parity:
         print(
-            f"vs peft merged: max |Δlogit| {parity['max_abs_logit_diff']:.3g} (scale "
-            f"{parity['max_abs_logit']:.3g}; base alone {parity['base_max_abs_logit_diff']:.3g}), "
-            f"top-1 agreement {parity['top1_agreement']:.4f}, greedy identical "
-            f"{parity['greedy_identical']}"
+            f"vs peft merged: max |Δlogit| {parity.max_abs_logit_diff:.3g} (scale "
+            f"{parity.max_abs_logit:.3g}; base alone {parity.base_max_abs_logit_diff:.3g}), "
+            f"top-1 agreement {parity.top1_agreement:.4f}, greedy identical "
+            f"{parity.greedy_identical}"
         )
     return 0
 

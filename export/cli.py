@@ -74,31 +74,30 @@ def _headline(manifest: Manifest, out_dir: str) -> str:
 
 
 def fill_mask_summary(manifest: Manifest, out_dir: str) -> str:
-    bundle = manifest.parity["bundle"]
+    bundle = manifest.parity.bundle
     return "\n".join(
         [
             _headline(manifest, out_dir),
             f"mask token {manifest.mask_token!r}; against PyTorch on "
-            f"{bundle['sentences']} sentences: max |Δlogit| {bundle['max_abs_logit_diff']:.3g} "
-            f"(logit scale {bundle['max_abs_logit']:.3g}), masked-position argmax agreement "
-            f"{bundle['masked_argmax_agreement']:.3f}",
+            f"{bundle.sentences} sentences: max |Δlogit| {bundle.max_abs_logit_diff:.3g} "
+            f"(logit scale {bundle.max_abs_logit:.3g}), masked-position argmax agreement "
+            f"{bundle.masked_argmax_agreement:.3f}",
         ]
     )
 
 
 def summary(manifest: Manifest, out_dir: str) -> str:
     parity = manifest.parity
-    logits, greedy, ppl = parity["logits"], parity["greedy"], parity["perplexity"]
+    logits, greedy, ppl = parity.logits, parity.greedy, parity.perplexity
     return "\n".join(
         [
             _headline(manifest, out_dir),
-            f"optimizer: {manifest.export['optimizer']['summary']}",
-            f"max |Δlogit| prefill {logits['prefill_max_abs_diff']:.3g}, cached step "
-            f"{logits['cached_step_max_abs_diff']:.3g} (logit scale {logits['max_abs_logit']:.3g})",
-            f"greedy: {greedy['identical_sequences']}/{greedy['prompts']} identical sequences, "
-            f"token agreement {greedy['token_agreement']:.3f}",
-            f"perplexity: {ppl['pytorch']:.4g} -> {ppl['onnx']:.4g} "
-            f"({ppl['relative_change_pct']:+.3f} %)",
+            f"optimizer: {manifest.export.optimizer_summary}",
+            f"max |Δlogit| prefill {logits.prefill_max_abs_diff:.3g}, cached step "
+            f"{logits.cached_step_max_abs_diff:.3g} (logit scale {logits.max_abs_logit:.3g})",
+            f"greedy: {greedy.identical_sequences}/{greedy.prompts} identical sequences, "
+            f"token agreement {greedy.token_agreement:.3f}",
+            f"perplexity: {ppl.pytorch:.4g} -> {ppl.onnx:.4g} ({ppl.relative_change_pct:+.3f} %)",
         ]
     )
 

@@ -632,13 +632,13 @@ def _export(
     bar.update()
 
     bar.set_postfix_str(STEPS[4])
-    greedy = manifest.parity["greedy"]
-    if precision == "fp32" and greedy["identical_sequences"] != greedy["prompts"]:
+    greedy = manifest.parity.greedy
+    if precision == "fp32" and greedy.identical_sequences != greedy.prompts:
         raise ParityError(
             f"fp32 export does not reproduce PyTorch's greedy tokens: "
-            f"{greedy['identical_sequences']} of {greedy['prompts']} prompts identical "
-            f"(first divergence at {greedy['first_divergence']}); logits: "
-            f"{manifest.parity['logits']}"
+            f"{greedy.identical_sequences} of {greedy.prompts} prompts identical "
+            f"(first divergence at {greedy.first_divergence}); logits: "
+            f"{manifest.parity.logits}"
         )
     manifest = bundle_manifest.write_bundle_metadata(staging, manifest)
     bar.update()

@@ -320,11 +320,11 @@ def export_fill_mask_bundle(
 def model_card(manifest: Manifest) -> str:
     """README.md of a fill-mask bundle, from its manifest."""
     export = manifest.export
-    bundle = manifest.parity["bundle"]
+    bundle = manifest.parity.bundle
     rows = [
         ("task", f"fill-mask (mask token `{manifest.mask_token}`)"),
         ("architecture", manifest.architecture),
-        ("parameters", f"{export['parameters']:,}"),
+        ("parameters", f"{export.parameters:,}"),
         ("precision", manifest.precision),
         (
             "layers × heads × head size",
@@ -336,14 +336,14 @@ def model_card(manifest: Manifest) -> str:
         ("licence", manifest.license or "not stated"),
     ]
     parity_rows = [
-        ("masked positions compared", bundle["masked_positions"]),
-        ("max abs Δlogit", bundle["max_abs_logit_diff"]),
-        ("largest abs logit (scale)", bundle["max_abs_logit"]),
-        ("argmax agreement at masked positions", bundle["masked_argmax_agreement"]),
-        ("argmax agreement, all positions", bundle["argmax_agreement"]),
-        ("smallest cosine of last hidden states", bundle["min_hidden_cosine"]),
+        ("masked positions compared", bundle.masked_positions),
+        ("max abs Δlogit", bundle.max_abs_logit_diff),
+        ("largest abs logit (scale)", bundle.max_abs_logit),
+        ("argmax agreement at masked positions", bundle.masked_argmax_agreement),
+        ("argmax agreement, all positions", bundle.argmax_agreement),
+        ("smallest cosine of last hidden states", bundle.min_hidden_cosine),
     ]
-    lines = [f"# {manifest.name}", "", export.get("description", ""), ""]
+    lines = [f"# {manifest.name}", "", export.description or "", ""]
     lines += bundle_manifest.card_table(rows)
     lines += [
         "",
@@ -352,12 +352,12 @@ def model_card(manifest: Manifest) -> str:
         "- `model.onnx`: input_ids, attention_mask, token_type_ids → logits, last_hidden_state",
         "- `embeddings.npy`: input token embeddings (float16), `tokenizer.json`, `manifest.json`",
         "",
-        f"Optimized with onnxruntime's transformer optimizer: {export['optimizer']['summary']}.",
-        f"Quantization: {export['quantization']['summary']}.",
+        f"Optimized with onnxruntime's transformer optimizer: {export.optimizer_summary}.",
+        f"Quantization: {export.quantization_report.summary}.",
         "",
         "## Parity with PyTorch",
         "",
-        f"{bundle['sentences']} Bible sentences with 15 % of their tokens masked, this bundle "
+        f"{bundle.sentences} Bible sentences with 15 % of their tokens masked, this bundle "
         "against the PyTorch checkpoint:",
         "",
         *bundle_manifest.card_table(parity_rows),

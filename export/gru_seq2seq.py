@@ -42,7 +42,7 @@ from onnx import helper, numpy_helper
 from convert.manifest import seal
 from export.exporter import ParityError
 from modeling import gru_seq2seq as model_definition
-from runtime.bundle import SCHEMA_VERSION
+from runtime.manifest import ExportInfo, GenerationDefaults, Graph, Manifest, SpecialTokens
 from runtime.recurrent import ATTENTION, SOURCE_MASK, RecurrentSeq2SeqLM
 from runtime.sessions import create_session
 
@@ -334,53 +334,50 @@ def export_bundle(
     graphs = {}
     for role, file in (("encoder", ENCODER_FILE), ("decoder", DECODER_FILE)):
         graph = onnx.load(str(out_dir / file)).graph
-        graphs[role] = {
-            "file": file,
-            "inputs": [node.name for node in graph.input],
-            "outputs": [node.name for node in graph.output],
-        }
+        graphs[role] = Graph(
+            file=file,
+            inputs=tuple(node.name for node in graph.input),
+            outputs=tuple(node.name for node in graph.output),
+        )
     parameters = model_definition.count_parameters(model)
     manifest_name = name or f"rewriter-{config.architecture}"
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "name": manifest_name,
-        "task": "seq2seq",
-        "architecture": config.architecture,
-        "precision": precision,
-        "files": {},  # `seal` records them
+    manifest = Manifest(
+        name=manifest_name,
+        task="seq2seq",
+        architecture=config.architecture,
+        precision=precision,
         # Dynamic int8 quantizes a whole batch's activations with one scale.
-        "batch_invariant": precision == "fp32",
-        "graphs": graphs,
+        batch_invariant=precision == "fp32",
+        graphs=graphs,
         # The transformer-shaped sizes the schema asks of every seq2seq bundle: one decoder
         # layer, one attention "head" over the source, as wide as the decoder state.
-        "num_layers": 1,
-        "num_heads": 1,
-        "head_size": config.decoder_hidden,
-        "hidden_size": config.decoder_hidden,
-        "vocab_size": config.vocab_size,
-        "context_length": CONTEXT_LENGTH,
-        "special_tokens": {
-            "bos_token_id": config.bos_token_id,
-            "eos_token_id": config.eos_token_id,
-            "pad_token_id": config.pad_token_id,
-            "decoder_start_token_id": config.bos_token_id,
-        },
-        "add_bos_token": False,
-        "controls": {},
-        "generation_defaults": {"max_new_tokens": CONTEXT_LENGTH - 1, "num_beams": 3},
-        "parity": parity,
-        "metrics": metrics or {},
-        "training_data": training_data or {},
-        "license": "Public domain: weights trained only on public-domain Bible translations",
-        "export": {
-            "source": run_dir.name,
-            "description": DESCRIPTIONS[config.architecture],
-            "parameters": parameters,
-            "model": asdict(config),
-            "quantization": quantization,
-            "opset": OPSET,
-        },
-    }
+        num_layers=1,
+        num_heads=1,
+        head_size=config.decoder_hidden,
+        hidden_size=config.decoder_hidden,
+        vocab_size=config.vocab_size,
+        context_length=CONTEXT_LENGTH,
+        special_tokens=SpecialTokens(
+            bos_token_id=config.bos_token_id,
+            eos_token_id=config.eos_token_id,
+            pad_token_id=config.pad_token_id,
+            decoder_start_token_id=config.bos_token_id,
+        ),
+        add_bos_token=False,
+        generation_defaults=GenerationDefaults(max_new_tokens=CONTEXT_LENGTH - 1, num_beams=3),
+        parity=parity,
+        metrics=metrics or {},
+        training_data=training_data or {},
+        license="Public domain: weights trained only on public-domain Bible translations",
+        export=ExportInfo(
+            source=run_dir.name,
+            description=DESCRIPTIONS[config.architecture],
+            parameters=parameters,
+            model=asdict(config),
+            quantization=quantization,
+            opset=OPSET,
+        ),
+    )
     card = model_card(
         f"{manifest_name} ({precision})",
         DESCRIPTIONS[config.architecture],

@@ -418,16 +418,17 @@ def quantize_bundle(source: Path, out: Path) -> Manifest:
     reports = {}
     for role, graph in fp32.graphs.items():
         reports[role] = quantize_graph(source / graph.file, out / graph.file, "int8", False)
-    export = {**fp32.export, "quantization": {role: r["ops"] for role, r in reports.items()}}
-    model = model_definition.load_run(Path(export["source"]))
+    quantization = {role: r["ops"] for role, r in reports.items()}
+    export = dataclasses.replace(fp32.export, quantization=quantization)
+    model = model_definition.load_run(Path(export.source))
     autoencoder = (
-        model_definition.load_run(Path(export["autoencoder_source"]))
-        if export.get("autoencoder_source")
+        model_definition.load_run(Path(export.autoencoder_source))
+        if export.autoencoder_source
         else None
     )
-    parity = {**fp32.parity, "fp32_greedy": fp32.parity["greedy"]}
+    parity = dataclasses.replace(fp32.parity, fp32_greedy=fp32.parity.greedy)
     manifest = dataclasses.replace(fp32, precision="int8", export=export, parity=parity)
     readme = (source / "README.md").read_text()
     _write(out, manifest, readme)
-    parity = {**parity, "greedy": greedy_parity(out, model, autoencoder)}
+    parity = dataclasses.replace(parity, greedy=greedy_parity(out, model, autoencoder))
     return _write(out, dataclasses.replace(manifest, parity=parity), readme)

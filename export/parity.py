@@ -330,7 +330,12 @@ def _reference_greedy_config(ref: Reference, generation_defaults: dict):
         eos_token_id=special.get("eos_token_id"),
         pad_token_id=ref.pad_id(),
         decoder_start_token_id=special.get("decoder_start_token_id"),
-        **{key: generation_defaults[key] for key in forced if key in generation_defaults},
+        # transformers takes suppressed tokens as a list
+        **{
+            key: list(value) if isinstance(value, tuple) else value
+            for key, value in generation_defaults.items()
+            if key in forced
+        },
     )
 
 
@@ -381,6 +386,6 @@ def check_bundle(bundle_dir: Path, graphs: dict[str, Path], ref: Reference, mani
     return {
         "reference": f"PyTorch {torch.__version__} float32 (transformers)",
         "logits": logits,
-        "greedy": greedy_parity(bundle_dir, ref, manifest.generation_defaults),
+        "greedy": greedy_parity(bundle_dir, ref, manifest.generation_defaults.given()),
         "perplexity": perplexity_parity(onnx, ref),
     }

@@ -35,7 +35,7 @@ from convert.quantize import (
     quantize_graph,
 )
 from runtime.bundle import read_manifest
-from runtime.manifest import Manifest
+from runtime.manifest import Manifest, Parity
 
 PRECISIONS = ("int8", "int4")
 
@@ -81,7 +81,7 @@ def requantize(fp32_dir, out_dir, precision: str = "int8") -> Manifest:
             batch_invariant=all(
                 batch_invariant(onnx.load(str(staging / g.file))) for g in graphs.values()
             ),
-            export={**source.export, "quantization": quantization},
+            export=dataclasses.replace(source.export, quantization=quantization),
         )
         bundle_manifest.write_bundle_metadata(staging, manifest)  # seal, so runtime.load opens it
         reference = runtime.load(fp32_dir, threads=1, batching=False)
@@ -96,7 +96,7 @@ def requantize(fp32_dir, out_dir, precision: str = "int8") -> Manifest:
     return manifest
 
 
-def parity_against(gen, reference, reference_parity: dict) -> dict:
+def parity_against(gen, reference, reference_parity: Parity) -> dict:
     """export/parity.py's report for generator `gen` with generator `reference` (the fp32 graph)
     in PyTorch's place."""
     from .parity import GREEDY_NEW_TOKENS, PERPLEXITY_TEXT, PROMPTS
@@ -134,7 +134,7 @@ def parity_against(gen, reference, reference_parity: dict) -> dict:
         divergence.append(None if ours == theirs else prefix)
     ppl = {name: g.score(PERPLEXITY_TEXT) for name, g in (("fp32", reference), ("onnx", gen))}
     perplexity = {name: math.exp(-s.total / len(s.logprobs)) for name, s in ppl.items()}
-    fp32_vs_pytorch = reference_parity.get("logits", {}).get("prefill_max_abs_diff")
+    fp32_vs_pytorch = (reference_parity.logits or {}).get("prefill_max_abs_diff")
     against = f", itself within {fp32_vs_pytorch:.2g} of PyTorch" if fp32_vs_pytorch else ""
     return {
         "reference": f"the fp32 bundle's ONNX graph (float32{against})",

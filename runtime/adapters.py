@@ -18,18 +18,20 @@ runtime/bundle.py's; this module runs nothing itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from .bundle import BundleError
+from .manifest import LoraSlot
 
 
 class Adapter:
     """An adapter's LoRA factors, checked against the slots of its base's graph."""
 
-    def __init__(self, path: Path, slots: dict):
+    def __init__(self, path: Path, slots: Mapping[str, LoraSlot]):
         self.path = Path(path)
         try:
             self.parameters = ort.AdapterFormat.read_adapter(str(self.path)).get_parameters()
@@ -44,10 +46,14 @@ class Adapter:
         self.run_options.add_active_adapter(self.lora)
 
 
-def _check_parameters(path: Path, parameters: dict, slots: dict) -> None:
+def _check_parameters(path: Path, parameters: dict, slots: Mapping[str, LoraSlot]) -> None:
     """Every parameter fills one side of a slot with the slot's width, A and B of one rank, as
     finite float32 (the slot inputs' type; NaN would make every generation junk)."""
-    sides = {slot[side]: (name, side) for name, slot in slots.items() for side in ("A", "B")}
+    sides = {
+        factor: (name, side)
+        for name, slot in slots.items()
+        for side, factor in (("A", slot.A), ("B", slot.B))
+    }
     for param, value in parameters.items():
         if param not in sides:
             raise BundleError(f"{path}: parameter {param!r} is not a LoRA slot of the base graph")
@@ -58,8 +64,8 @@ def _check_parameters(path: Path, parameters: dict, slots: dict) -> None:
             raise BundleError(f"{path}: {param!r} holds non-finite values (NaN or infinity)")
         name, side = sides[param]
         slot, shape = slots[name], value.shape()
-        width = slot["k"] if side == "A" else sum(rows for _, rows in slot["parts"])
-        other = parameters.get(slot["B" if side == "A" else "A"])
+        width = slot.k if side == "A" else sum(rows for _, rows in slot.parts)
+        other = parameters.get(slot.B if side == "A" else slot.A)
         if other is None:
             raise BundleError(f"{path}: slot {name!r} has {side} but not its other factor")
         rank = other.shape()[0 if side == "A" else 1]

@@ -106,8 +106,7 @@ def _read(path: Path) -> Manifest:
 
 def _gguf_sha256(manifest: Manifest) -> str | None:
     """The sha256 of the GGUF file a bundle was converted from (convert/gguf.py records it)."""
-    gguf = manifest.export.get("gguf")
-    return gguf.get("sha256") if isinstance(gguf, dict) else None
+    return manifest.export.gguf.sha256 if manifest.export.gguf else None
 
 
 def adapter_base(directory: Path, manifest: Manifest, base: str | Path | None = None) -> Path:
@@ -116,9 +115,9 @@ def adapter_base(directory: Path, manifest: Manifest, base: str | Path | None = 
     Raises `BundleError` naming the base, its sha256 and the command that converts it when there
     is none, and when the bundle found is not that base or has no LoRA slot graph of this
     runtime's format."""
-    spec = manifest.adapter["base"]
-    sha, name = spec["sha256"], spec.get("name", "?")
-    convert = f"python -m convert.flagship {spec.get('file') or name + '.gguf'}"
+    spec = manifest.adapter.base
+    sha, name = spec.sha256, spec.name or "?"
+    convert = f"python -m convert.flagship {spec.file or name + '.gguf'}"
     if base is None:
         folder = cache_root() / sha
         found = (
@@ -144,7 +143,7 @@ def adapter_base(directory: Path, manifest: Manifest, base: str | Path | None = 
             f"adapter {manifest.name!r} was trained on {name!r} (GGUF sha256 {sha}); the "
             f"bundle {base} was converted from a GGUF with sha256 {actual}"
         )
-    fmt = (own.lora or {}).get("format")
+    fmt = own.lora.format if own.lora else None
     if fmt != LORA_FORMAT:
         raise BundleError(
             f"the base bundle {base} has no LoRA slot graph of format {LORA_FORMAT} (it has "
@@ -174,9 +173,9 @@ def merge_adapter(base: Manifest, adapter: Manifest) -> Manifest:
     (`ADAPTER_FIELDS`: name, controls, prompt_prefix, generation defaults, metrics, …) and files
     over it, the decoder graph being the base's LoRA slot graph (its slots under
     `adapter.base.lora_slots`), and the memorisation index the adapter's or none."""
-    decoder = dataclasses.replace(base.graphs["decoder"], file=base.lora["file"])
-    spec = dict(adapter.adapter, base=dict(adapter.adapter["base"]))
-    spec["base"]["lora_slots"] = base.lora["slots"]
+    decoder = dataclasses.replace(base.graphs["decoder"], file=base.lora.file)
+    on_base = dataclasses.replace(adapter.adapter.base, lora_slots=base.lora.slots)
+    spec = dataclasses.replace(adapter.adapter, base=on_base)
     own = {name: getattr(adapter, name) for name in ADAPTER_FIELDS}
     return dataclasses.replace(
         base, **own, adapter=spec, files=adapter.files, graphs={"decoder": decoder}
@@ -196,7 +195,7 @@ def verify_files(directory: Path, manifest: Manifest) -> None:
                 f"file has {actual}; the file is corrupted or was changed after export"
             )
     if manifest.adapter is not None:
-        needed = [manifest.adapter["file"]]
+        needed = [manifest.adapter.file]
     elif manifest.task == "word-vectors":
         needed = [manifest.vectors, manifest.vocab]
     elif manifest.task == "hierarchical-lm":

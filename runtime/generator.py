@@ -95,7 +95,7 @@ class Generator(ChatMixin, ScoringMixin):
         adapter = None
         if adapter_directory is not None:
             spec = manifest.adapter
-            adapter = Adapter(adapter_directory / spec["file"], spec["base"]["lora_slots"])
+            adapter = Adapter(adapter_directory / spec.file, spec.base.lora_slots)
             path = directory / graphs["decoder"].file
             sessions = {"decoder": shared_session(path, self.providers, threads, spinning)}
         else:
@@ -121,7 +121,7 @@ class Generator(ChatMixin, ScoringMixin):
         pad = special.pad_token_id
         self.pad_token_id = pad if pad is not None else (self.eos_token_id or 0)
         self.context_length = manifest.context_length
-        self.defaults = GenerationConfig.from_dict(manifest.generation_defaults)
+        self.defaults = GenerationConfig.from_dict(manifest.generation_defaults.given())
         self._ngram_index: np.ndarray | None = None  # loaded on the first `memorised` call
         # With batching, greedy and sampled generations of a causal LM run in one engine loop
         # (runtime/engine.py) that batches concurrent calls step by step.
@@ -142,8 +142,8 @@ class Generator(ChatMixin, ScoringMixin):
         """Each control's values, e.g. {"section": ["law", …], "length_ratio": [0.1, …, 2.0]}."""
         out = {}
         for name, spec in self.manifest.controls.items():
-            values = list(spec["values"])
-            out[name] = [float(v) for v in values] if spec.get("kind") == "numeric" else values
+            values = list(spec.values)
+            out[name] = [float(v) for v in values] if spec.kind == "numeric" else values
         return out
 
     @property

@@ -191,7 +191,7 @@ class HierarchicalGenerator:
         self.initial_states = {
             role: np.load(self.directory / file) for role, file in manifest.initial_states.items()
         }
-        self.defaults = GenerationConfig.from_dict(manifest.generation_defaults)
+        self.defaults = GenerationConfig.from_dict(manifest.generation_defaults.given())
         self.eos_token_id = END_OF_SENTENCE
         self._allowed = [self._allowed_mask(i) for i in range(self.word_chars)]
 

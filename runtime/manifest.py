@@ -3,10 +3,13 @@
 Covers every field a bundle's manifest may hold (common ones, then each task's), the default of
 each optional field, parsing a manifest.json (`Manifest.read`, `Manifest.from_json`) with the
 migration of older schema versions, and writing one (`Manifest.write`, `Manifest.to_json`).
-Every exporter builds a `Manifest` and writes it; the runtime reads only through here. A field
-of the wrong kind, a missing required field or an unknown schema version is a one-line
-`ValueError` naming the field. To add a field: declare it on `Manifest` with a comment and its
-default, parse it in `Manifest.from_json`, and say it in docs/bundle.md.
+Every exporter builds a `Manifest` and writes it; every other module reads a manifest through
+its typed fields and sections (`Control`, `GenerationDefaults`, `Parity`, `ExportInfo`, `Lora`,
+`Adapter`, …), never by key (tests/test_manifest_access.py). A field of the wrong kind, a key a
+section does not declare, a missing required field or an unknown schema version is a one-line
+`ValueError` naming the field. To add a top-level field: declare it on `Manifest` with a
+comment and its default, parse it in `Manifest.from_json`, and say it in docs/bundle.md; a
+field of a section needs only its declaration (`_parse` reads it, `_to_json` writes it).
 
 It does not touch the bundle's other files: verifying checksums, finding an adapter's base and
 inferring a manifest for an optimum export are runtime/bundle.py's; recording the files'
@@ -20,11 +23,16 @@ readers assumed (`migrate_v1`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .parameters import PARAMETERS
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -39,30 +47,6 @@ GRAPH_ROLES = {
 # The context a causal LM or seq2seq model gets when its (version 1) manifest does not say.
 DEFAULT_CONTEXT_LENGTH = 1024
 TOKEN_TASKS = ("causal-lm", "seq2seq", "fill-mask")  # the tasks that need `context_length`
-# The runtime.GenerationConfig fields a manifest's `generation_defaults` may set: the decoding
-# settings and what a model fixes (stop strings, forced and suppressed tokens), not a request's
-# own (`json_schema`, `tool_calls`, `cache_salt`).
-GENERATION_DEFAULT_FIELDS = (
-    "max_new_tokens",
-    "min_new_tokens",
-    "do_sample",
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
-    "repetition_penalty",
-    "no_repeat_ngram_size",
-    "num_beams",
-    "length_penalty",
-    "early_stopping",
-    "num_return_sequences",
-    "seed",
-    "stop",
-    "forced_bos_token_id",
-    "forced_eos_token_id",
-    "suppress_tokens",
-)
 
 
 def _optional(default=None, **kwargs):
@@ -84,16 +68,35 @@ def _to_json(value):
     return value
 
 
+# --- the typed sections ---------------------------------------------------------------------------
+# Each section is a frozen dataclass read by `_parse` and written by `_to_json`, the module's one
+# parser and one writer: a key the section does not declare is refused naming the field
+# ("`generation_defaults` has unknown key `foo`"), a value of the wrong kind likewise, and an
+# optional field that was not in the file is not written back. `Any` marks a report kept as the
+# exporter wrote it (JSON values: numbers, strings, lists, objects), read only to show it.
+
+
+class _Section:
+    """A typed section: written back as the JSON object it was read from (`_to_json`)."""
+
+    def to_json(self) -> dict:
+        return _to_json(self)
+
+    def __bool__(self) -> bool:
+        """Whether the section holds anything (an exporter that wrote no parity report)."""
+        return bool(self.to_json())
+
+
 @dataclass(frozen=True)
-class FileEntry:
+class FileEntry(_Section):
     """One file of the bundle, as the runtime verifies it before creating any session."""
 
-    sha256: str  # hex digest of the file's bytes
-    size: int  # bytes
+    sha256: str = ""  # hex digest of the file's bytes ("": an optimum export's, not recorded)
+    size: int = 0  # bytes
 
 
 @dataclass(frozen=True)
-class Graph:
+class Graph(_Section):
     """One ONNX graph of the bundle, by role ("decoder", "encoder", "model", …)."""
 
     file: str  # file name in the bundle
@@ -117,7 +120,7 @@ class SpecialTokens:
 
 
 @dataclass(frozen=True)
-class ChatSection:
+class ChatSection(_Section):
     """A chat model's template (causal LMs; runtime/chat.py renders it in a sandbox)."""
 
     template: str  # the Jinja chat template, as transformers renders it
@@ -132,23 +135,11 @@ class ChatSection:
         """The section of a manifest's `chat` object; None when it has no template."""
         if not chat or chat.get("template") is None:
             return None
-        template = chat["template"]
-        if not isinstance(template, str):
-            raise _kind_error("chat.template", "a string", template)
-        ids = chat.get("end_of_turn_token_ids") or []
-        if not isinstance(ids, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in ids
-        ):
-            raise _kind_error("chat.end_of_turn_token_ids", "a list of integers", ids)
-        texts = chat.get("end_of_turn_tokens") or []
-        if not isinstance(texts, list):
-            raise _kind_error("chat.end_of_turn_tokens", "a list", texts)
-        special = _object(chat, "special_tokens", None, name="chat.special_tokens")
-        return cls(template, special, tuple(ids), tuple(texts))
+        return _parse(cls, chat, "chat")
 
 
 @dataclass(frozen=True)
-class MemorisationIndex:
+class MemorisationIndex(_Section):
     """The training data's sorted n-gram hashes (export/ngram_index.py, runtime/memorisation.py)."""
 
     file: str  # .npy of uint64 hashes, sorted
@@ -159,11 +150,279 @@ class MemorisationIndex:
 
 
 @dataclass(frozen=True)
+class Control(_Section):
+    """One control (docs/bundle.md, "Controls"; runtime/text.py applies it): each value is a
+    special token put before the prompt."""
+
+    kind: str  # "choice" or "numeric" (the values are numbers, the nearest one is used)
+    values: Mapping[str, str]  # value -> the special token's text
+    description: str | None = _optional()  # what the control steers, for people
+
+
+def _given(self) -> dict[str, Any]:
+    """The fields this manifest gives, by `GenerationConfig` name."""
+    return {
+        f.name: getattr(self, f.name)
+        for f in dataclasses.fields(self)
+        if getattr(self, f.name) is not None
+    }
+
+
+# The GenerationConfig fields a model was meant to run with (runtime/config.py), None where not
+# given: every decoding parameter runtime/parameters.py declares but a request's own JSON schema,
+# then what a model fixes: stop strings, forced tokens (BART, Marian) and tokens never generated.
+GenerationDefaults = dataclasses.make_dataclass(
+    "GenerationDefaults",
+    [
+        (p.name, (Any if p.type is object else p.type) | None, _optional())
+        for p in PARAMETERS
+        if p.name != "json_schema"
+    ]
+    + [
+        ("stop", tuple[str, ...] | None, _optional()),
+        ("forced_bos_token_id", int | None, _optional()),
+        ("forced_eos_token_id", int | None, _optional()),
+        ("suppress_tokens", tuple[int, ...] | None, _optional()),
+    ],
+    bases=(_Section,),
+    frozen=True,
+    namespace={"given": _given, "__module__": __name__},
+)
+
+
+# The GenerationConfig fields a manifest may set: the decoding settings and what a model fixes
+# (stop strings, forced and suppressed tokens), never a request's own (`json_schema`,
+# `tool_calls`, `cache_salt`).
+GENERATION_DEFAULT_FIELDS = tuple(f.name for f in dataclasses.fields(GenerationDefaults))
+
+
+@dataclass(frozen=True)
+class LoraSlot(_Section):
+    """One LoRA slot of a GGUF import's slot graph (docs/GGUF.md): x·A·B added to the outputs
+    of the modules it covers."""
+
+    A: str  # the graph input of the (k, r) factor
+    B: str  # the graph input of the (r, rows) factor
+    k: int  # input width
+    parts: tuple[tuple[str, int], ...]  # (module, output rows) in the order B's columns hold them
+
+
+@dataclass(frozen=True)
+class Lora(_Section):
+    """A GGUF import's LoRA slot graph (convert/gguf.py), which adapter bundles run on."""
+
+    file: str  # the slot graph's file in the bundle
+    format: int  # its layout's version (runtime.bundle.LORA_FORMAT)
+    slots: Mapping[str, LoraSlot]  # slot name ("lora.{layer}.{modules}") -> slot
+
+
+@dataclass(frozen=True)
+class AdapterBase(_Section):
+    """The base model an adapter bundle was trained on, named by its GGUF file's sha256."""
+
+    sha256: str  # of the base's GGUF file (the converted bundle records it: `export.gguf`)
+    name: str | None = _optional()  # the base's display name
+    file: str | None = _optional()  # the GGUF file's name
+    architecture: str | None = _optional()
+    # the base's LoRA slots, filled when the adapter is merged onto its base (never written)
+    lora_slots: Mapping[str, LoraSlot] | None = _optional()
+
+
+@dataclass(frozen=True)
+class Adapter(_Section):
+    """An adapter bundle's LoRA weights (train/adapter/, export/adapter.py): onnxruntime's
+    adapter file over its base's LoRA slot graph."""
+
+    base: AdapterBase
+    file: str  # the onnxruntime adapter file in the bundle
+    format: int | None = _optional()  # the adapter file's layout version
+    rank: int | None = _optional()
+    alpha: float | None = _optional()
+    use_rslora: bool | None = _optional()
+    scaling: float | None = _optional()  # alpha / rank (or / sqrt(rank)), folded into B
+    targets: tuple[str, ...] | None = _optional()  # the modules adapted
+    layers: tuple[int, ...] | None = _optional()  # the layers adapted
+
+
+@dataclass(frozen=True)
+class GgufHeads(_Section):
+    """A GGUF model's attention heads, as its metadata gives them."""
+
+    query_heads: int
+    kv_heads: int
+
+
+@dataclass(frozen=True)
+class GgufSource(_Section):
+    """The GGUF file a bundle was converted from (convert/gguf.py)."""
+
+    file: str
+    sha256: str  # adapters name their base by it
+    size: int | None = _optional()
+    metadata: Any = _optional()  # the file's metadata, as read (arrays summarised)
+    metadata_summary: GgufHeads | None = _optional()
+    tokenizer: Any = _optional()  # the tokenizer's model and pre-tokenizer
+
+
+@dataclass(frozen=True)
+class Quantization(_Section):
+    """How a bundle's weights were quantized (the exporters', convert/quantize.py's and the GGUF
+    and Hugging Face imports' reports)."""
+
+    summary: str | None = _optional()  # one line for people
+    method: str | None = _optional()  # the quantization scheme
+    source: str | None = _optional()  # what was quantized (export/requantize.py: the fp32 graph)
+    graphs: Any = _optional()  # role -> that graph's quantizer report
+    accuracy_level: int | None = _optional()  # MatMulNBits' (0: float activations)
+    head_accuracy_level: int | None = _optional()  # the LM head's, where it differs
+    storage: Mapping[str, str] | None = _optional()  # GGUF tensor type -> how it is stored
+    notes: tuple[str, ...] | None = _optional()
+    tied_embeddings: bool | None = _optional()
+
+
+@dataclass(frozen=True)
+class HuggingFaceSource(_Section):
+    """The Hugging Face checkpoint a bundle was exported from without torch
+    (convert/hf_checkpoint.py)."""
+
+    directory: str  # the checkpoint folder's name
+    config_sha256: str  # of its config.json
+    weights_sha256: Mapping[str, str] | None = _optional()  # weight file -> sha256
+    weight_dtypes: tuple[str, ...] | None = _optional()
+    config: Any = _optional()  # the config's fields the conversion read
+    query_heads: int | None = _optional()
+    kv_heads: int | None = _optional()
+    qk_rows: str | None = _optional()  # how q and k rows were laid out for the rotary kernel
+
+
+@dataclass(frozen=True)
+class GraphSize(_Section):
+    """A converted graph's size."""
+
+    nodes: int
+    weight_bytes: int
+
+
+@dataclass(frozen=True)
+class ExportInfo(_Section):
+    """How a bundle was made. Every exporter fills the fields that apply to it."""
+
+    source: str | None = _optional()  # "model", "gguf", "huggingface", "peft", a run folder …
+    description: str | None = _optional()  # one line for people
+    parameters: int | None = _optional()  # weights, counted
+    autoencoder_source: str | None = _optional()  # hierarchical: the autoencoder's run
+    model: Any = _optional()  # GRU seq2seq: the model's settings
+    opset: int | None = _optional()  # the ONNX opset
+    optimizer: Any = _optional()  # the graph optimizer's report (export/exporter.py)
+    # how the weights were quantized, or per graph (role or file) its quantized operators' counts
+    # (the hierarchical and GRU exporters')
+    quantization: Quantization | Mapping[str, Mapping[str, int]] | None = _optional()
+    versions: Mapping[str, str] | None = _optional()  # package -> version used
+    peft_config: Any = _optional()  # an adapter's PEFT settings
+    gguf: GgufSource | None = _optional()  # a GGUF import's source file
+    huggingface: HuggingFaceSource | None = _optional()  # a Hugging Face checkpoint's source
+    graph: GraphSize | None = _optional()  # a GGUF or Hugging Face import's graph
+
+    @property
+    def quantization_report(self) -> Quantization:
+        """The quantization report (empty for a bundle that has none, or only operator counts)."""
+        found = self.quantization
+        return found if isinstance(found, Quantization) else Quantization()
+
+    @property
+    def optimizer_summary(self) -> str | None:
+        """One line on what the graph optimizer did, when the report has one."""
+        found = isinstance(self.optimizer, Mapping) and self.optimizer.get("summary")
+        return found if isinstance(found, str) else None
+
+
+@dataclass(frozen=True)
+class LogitsParity(_Section):
+    """A transformer export's logits against its reference, over the parity prompts."""
+
+    prefill_max_abs_diff: float | None = _optional()
+    cached_step_max_abs_diff: float | None = _optional()
+    max_abs_logit: float | None = _optional()  # the reference's logit scale
+    argmax_agreement: float | None = _optional()
+    prompts: int | None = _optional()
+
+
+@dataclass(frozen=True)
+class GreedyParity(_Section):
+    """Greedy generations through the bundle against the reference's."""
+
+    prompts: int | None = _optional()
+    sentences: int | None = _optional()  # hierarchical: the sentences decoded
+    new_tokens: int | None = _optional()
+    identical_sequences: int | None = _optional()
+    token_agreement: float | None = _optional()
+    first_divergence: tuple[int | None, ...] | None = _optional()  # per prompt; None: identical
+    identical: int | None = _optional()  # hierarchical: of `compared`
+    compared: int | None = _optional()
+    max_abs_logit_diff: float | None = _optional()
+    decoders: tuple[str, ...] | None = _optional()  # hierarchical: the decoders compared
+
+
+@dataclass(frozen=True)
+class PerplexityParity(_Section):
+    """Perplexity of one text through the reference and the bundle."""
+
+    tokens: int | None = _optional()
+    pytorch: float | None = _optional()  # the reference when it is PyTorch
+    fp32: float | None = _optional()  # the reference when it is the fp32 graph
+    onnx: float | None = _optional()
+    relative_change_pct: float | None = _optional()
+
+
+@dataclass(frozen=True)
+class MaskedParity(_Section):
+    """A fill-mask graph against PyTorch on sentences with 15 % of their tokens masked."""
+
+    sentences: int | None = _optional()
+    masked_positions: int | None = _optional()
+    max_abs_logit_diff: float | None = _optional()
+    max_abs_logit: float | None = _optional()
+    masked_argmax_agreement: float | None = _optional()
+    argmax_agreement: float | None = _optional()
+    min_hidden_cosine: float | None = _optional()  # of the last hidden states
+
+
+@dataclass(frozen=True)
+class Parity(_Section):
+    """The export's parity report: how closely the bundle's graphs follow their reference. Each
+    exporter fills its own fields; numbers are maxima over the report's prompts or sentences."""
+
+    reference: str | None = _optional()  # what the bundle was compared with
+    prompts: int | None = _optional()
+    sentences: int | None = _optional()
+    new_tokens: int | None = _optional()
+    max_abs_logit: float | None = _optional()  # the reference's logit scale
+    max_abs_logit_diff: float | None = _optional()
+    cached_step_max_abs_diff: float | None = _optional()
+    base_max_abs_logit_diff: float | None = _optional()  # adapters: the base's own diff
+    top1_agreement: float | None = _optional()
+    greedy_identical: str | None = _optional()  # "3 / 4"
+    logits_max_abs_diff: float | None = _optional()  # GRU seq2seq
+    attention_max_abs_diff: float | None = _optional()  # GRU seq2seq with attention
+    logits: LogitsParity | None = _optional()  # transformer exports
+    greedy: GreedyParity | None = _optional()
+    fp32_greedy: GreedyParity | None = _optional()  # hierarchical int8: the fp32 graphs'
+    perplexity: PerplexityParity | None = _optional()
+    transformers: Parity | None = _optional()  # Hugging Face imports: against transformers
+    unoptimized_fp32: MaskedParity | None = _optional()  # fill-mask: before optimization
+    bundle: MaskedParity | None = _optional()  # fill-mask: the bundle's graph
+    graphs_max_abs_diff: Mapping[str, float] | None = _optional()  # hierarchical: role -> diff
+    gru_linear_before_reset: Mapping[str, tuple[int, ...]] | None = _optional()
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """A bundle's manifest.json. Free-form sections (`controls`, `generation_defaults`,
-    `parity`, `metrics`, `training_data`, `export`, …) are the JSON objects as written, never
-    changed in place: build a changed manifest with `dataclasses.replace`. Code reads the typed
-    fields; what passes the manifest on as JSON (serve's `/v1/models/{id}`) sends `to_json()`."""
+    """A bundle's manifest.json. Sections are typed (`Control`, `GenerationDefaults`, `Parity`,
+    `ExportInfo`, `Lora`, `Adapter`, …): a section given as its JSON object is parsed when the
+    manifest is built, so exporters may pass either. `metrics` (name -> value) and
+    `training_data` (copied from the training run's card) are JSON as written, shown, never
+    interpreted. Never changed in place: build a changed manifest with `dataclasses.replace`.
+    What passes the manifest on as JSON (serve's `/v1/models/{id}`) sends `to_json()`."""
 
     # --- common to every task -----------------------------------------------------------------
     name: str  # display name
@@ -179,17 +438,14 @@ class Manifest:
     schema_version: int = SCHEMA_VERSION  # the version this manifest was written in
     graphs: Mapping[str, Graph] = field(default_factory=dict)  # role -> graph
     special_tokens: SpecialTokens = field(default_factory=SpecialTokens)
-    # control name -> {"kind": "choice" | "numeric", "values": {value: token text}, …}
-    # (docs/bundle.md, "Controls"; runtime/text.py applies them)
-    controls: Mapping[str, Any] = field(default_factory=dict)
-    # GenerationConfig fields the model was meant to run with (runtime.GenerationConfig names)
-    generation_defaults: Mapping[str, Any] = field(default_factory=dict)
-    parity: Mapping[str, Any] = field(default_factory=dict)  # the export's parity report
+    controls: Mapping[str, Control] = field(default_factory=dict)  # control name -> control
+    # GenerationConfig fields the model was meant to run with
+    generation_defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
+    parity: Parity = field(default_factory=Parity)  # the export's parity report
     metrics: Mapping[str, Any] = field(default_factory=dict)  # evaluation: name -> value
     training_data: Mapping[str, Any] = field(default_factory=dict)  # corpus, split, licence …
     license: str = ""  # the weights' licence ("": not stated)
-    # how the bundle was made: source, description, parameters, optimizer, quantization, versions
-    export: Mapping[str, Any] = field(default_factory=dict)
+    export: ExportInfo = field(default_factory=ExportInfo)  # how the bundle was made
     embeddings: str | None = _optional()  # .npy of the input token embeddings [V, D], float16
     # True for a manifest the runtime inferred from a plain optimum export (no checksums)
     inferred: bool = _optional()
@@ -210,12 +466,8 @@ class Manifest:
     stop: tuple[str, ...] | None = _optional()  # stop strings every generation ends at
     chat: ChatSection | None = _optional()  # a chat model's template
     memorisation_index: MemorisationIndex | None = _optional()
-    # a GGUF import's LoRA slot graph: {"file", "format" (runtime.bundle.LORA_FORMAT), "slots":
-    # {slot: {"A", "B", "k", "parts"}}} (convert/gguf.py)
-    lora: Mapping[str, Any] | None = _optional()
-    # an adapter bundle: {"base": {"name", "file", "sha256", …}, "file", "format", "rank",
-    # "alpha", "scaling", "targets", "layers", …}; merged onto its base, `base.lora_slots` too
-    adapter: Mapping[str, Any] | None = _optional()
+    lora: Lora | None = _optional()  # a GGUF import's LoRA slot graph
+    adapter: Adapter | None = _optional()  # an adapter bundle's weights and base
 
     # --- fill-mask ----------------------------------------------------------------------------
     mask_token: str | None = _optional()
@@ -242,8 +494,16 @@ class Manifest:
     train_seconds: float | None = _optional()
 
     def __post_init__(self):
+        hints = _hints(Manifest)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:  # None: not given
+                object.__setattr__(self, f.name, _parse(hints[f.name], value, f.name))
         if self.task not in TASKS:
             raise ValueError(f"`task` must be one of {TASKS}, got {self.task!r}")
+        corpus = self.training_data.get("corpus")
+        if corpus is not None and not isinstance(corpus, str):
+            raise _kind_error("training_data.corpus", "a string", corpus)
         if self.schema_version not in READABLE_VERSIONS:
             raise ValueError(
                 f"`schema_version` must be one of {READABLE_VERSIONS}, got {self.schema_version!r}"
@@ -258,6 +518,31 @@ class Manifest:
         for role in GRAPH_ROLES.get(self.task, ()):
             if role not in self.graphs:
                 raise ValueError(f"`graphs` has no {role!r} graph for task {self.task}")
+
+    # --- the training facts code reads from the free-form `training_data` ---------------------
+    @property
+    def corpus(self) -> str | None:
+        """What the model was trained on (`training_data.corpus`), when stated."""
+        return self._training_fact("corpus")
+
+    @property
+    def source_language(self) -> str | None:
+        """A translator's source language (`training_data.source_language`), when stated."""
+        return self._training_fact("source_language")
+
+    @property
+    def target_language(self) -> str | None:
+        """A translator's target language (`training_data.target_language`), when stated."""
+        return self._training_fact("target_language")
+
+    @property
+    def language_pair(self) -> str | None:
+        """A language pair such as "en-es" (`training_data.pair`), when stated."""
+        return self._training_fact("pair")
+
+    def _training_fact(self, key: str) -> str | None:
+        value = self.training_data.get(key)
+        return None if value is None else str(value)
 
     # --- reading ------------------------------------------------------------------------------
     @classmethod
@@ -293,71 +578,21 @@ class Manifest:
         task = raw.get("task")
         if task not in TASKS:
             raise ValueError(f"`task` must be one of {TASKS}, got {task!r:.80}")
-        adapter = _object(raw, "adapter", None)
-        if adapter is not None:
+        if raw.get("adapter") is not None:
             missing = [key for key in ("name", "files") if key not in raw]
-            missing += [f"adapter.{key}" for key in ("base", "file") if key not in adapter]
-            if missing:
-                raise ValueError(f"missing keys {missing}")
-            if not isinstance(adapter["base"], dict) or "sha256" not in adapter["base"]:
-                raise ValueError(
-                    f"`adapter.base` must be an object with a `sha256`, got {adapter['base']!r:.80}"
-                )
         else:
             missing = [key for key in ("name", "files", *_required(task)) if key not in raw]
-            if missing:
-                raise ValueError(f"missing keys {missing}")
-        return cls(
-            schema_version=SCHEMA_VERSION,
-            name=_text(raw, "name", required=True),
-            task=task,
-            files={name: _file_entry(name, entry) for name, entry in _files(raw).items()},
-            architecture=_text(raw, "architecture", ""),
-            precision=_text(raw, "precision", ""),
-            batch_invariant=_flag(raw, "batch_invariant", False),
-            graphs=_graphs(raw),
-            special_tokens=_special_tokens(raw),
-            controls=_object(raw, "controls", {}),
-            generation_defaults=_generation_defaults(raw),
-            parity=_object(raw, "parity", {}),
-            metrics=_object(raw, "metrics", {}),
-            training_data=_object(raw, "training_data", {}),
-            license=_text(raw, "license", ""),
-            export=_object(raw, "export", {}, nullable=False),
-            embeddings=_text(raw, "embeddings", None),
-            inferred=_flag(raw, "inferred", None),
-            num_layers=_integer(raw, "num_layers"),
-            num_heads=_integer(raw, "num_heads"),
-            head_size=_integer(raw, "head_size"),
-            hidden_size=_integer(raw, "hidden_size"),
-            vocab_size=_integer(raw, "vocab_size"),
-            context_length=_integer(raw, "context_length"),
-            add_bos_token=_flag(raw, "add_bos_token", None),
-            prompt_prefix=_text(raw, "prompt_prefix", None),
-            stop=_texts(raw, "stop"),
-            chat=_chat(raw),
-            memorisation_index=_memorisation_index(raw),
-            lora=_object(raw, "lora", None),
-            adapter=adapter,
-            mask_token=_text(raw, "mask_token", None),
-            mask_token_id=_integer(raw, "mask_token_id"),
-            initial_states=_object(raw, "initial_states", None),
-            kind=_text(raw, "kind", None),
-            charset=_texts(raw, "charset"),
-            specials=_texts(raw, "specials"),
-            word_chars=_integer(raw, "word_chars"),
-            max_words=_integer(raw, "max_words"),
-            value_size=_integer(raw, "value_size"),
-            word_size=_integer(raw, "word_size"),
-            partial_size=_integer(raw, "partial_size"),
-            vectors=_text(raw, "vectors", None),
-            vocab=_text(raw, "vocab", None),
-            vector_size=_integer(raw, "vector_size"),
-            settings=_object(raw, "settings", None),
-            phrases=_object(raw, "phrases", None),
-            restricted=_object(raw, "restricted", None),
-            train_seconds=_number(raw, "train_seconds"),
-        )
+        if missing:
+            raise ValueError(f"missing keys {missing}")
+        for key in NOT_NULL:
+            if key in raw and raw[key] is None:
+                _parse(_hints(cls)[key], None, key)  # raises, naming the field
+        # null: the field's default, as older exporters wrote "not stated"
+        given = {key: value for key, value in raw.items() if value is not None}
+        chat = given.get("chat")
+        if isinstance(chat, dict) and chat.get("template") is None:
+            del given["chat"]  # a template of null: not a chat model
+        return cls(**{"batch_invariant": False, **given, "schema_version": SCHEMA_VERSION})
 
     # --- writing ------------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -402,134 +637,95 @@ def _kind_error(key: str, what: str, value) -> ValueError:
     return ValueError(f"`{key}` must be {what}, got {value!r:.80}")
 
 
-def _text(raw: dict, key: str, default=None, required: bool = False, name: str | None = None):
-    value = raw.get(key)
-    if value is None and not required:
-        return default
-    if not isinstance(value, str):
-        raise _kind_error(name or key, "a string", value)
-    return value
+# The fields a manifest.json may not hold as null (the others' null reads as their default).
+NOT_NULL = ("name", "files", "graphs", "export")
 
 
-def _texts(raw: dict, key: str) -> tuple[str, ...] | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise _kind_error(key, "a list of strings", value)
-    return tuple(value)
-
-
-def _integer(raw: dict, key: str, name: str | None = None) -> int | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _kind_error(name or key, "an integer", value)
-    return value
-
-
-def _number(raw: dict, key: str) -> float | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise _kind_error(key, "a number", value)
-    return value
-
-
-def _flag(raw: dict, key: str, default):
-    value = raw.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _kind_error(key, "true or false", value)
-    return value
-
-
-def _object(raw: dict, key: str, default, nullable: bool = True, name: str | None = None):
-    if key not in raw or (raw[key] is None and nullable):
-        return default
-    value = raw[key]
-    if not isinstance(value, dict):
-        raise ValueError(f"`{name or key}` must be an object, got {type(value).__name__}")
-    return value
-
-
-def _files(raw: dict) -> dict:
-    return _object(raw, "files", {}, nullable=False)
-
-
-def _file_entry(name: str, entry) -> FileEntry:
-    if not isinstance(entry, dict):
-        raise ValueError(f"`files.{name}` must be an object, got {entry!r:.80}")
-    sha256 = _text(entry, "sha256", "", name=f"files.{name}.sha256")
-    size = entry.get("size", 0)
-    if not isinstance(size, int) or isinstance(size, bool):
-        raise _kind_error(f"files.{name}.size", "an integer", size)
-    return FileEntry(sha256=sha256, size=size)
-
-
-def _graphs(raw: dict) -> dict[str, Graph]:
-    graphs = _object(raw, "graphs", {}, nullable=False)
-    parsed = {}
-    for role, entry in graphs.items():
-        where = f"graphs.{role}"
-        if not isinstance(entry, dict):
-            raise ValueError(f"`{where}` must be an object, got {entry!r:.80}")
-        if not isinstance(entry.get("file"), str):
-            raise _kind_error(f"{where}.file", "a string", entry.get("file"))
-        names = {}
-        for side in ("inputs", "outputs"):
-            value = entry.get(side, [])
-            if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
-                raise _kind_error(f"{where}.{side}", "a list of strings", value)
-            names[side] = tuple(value)
-        kv_cache = entry.get("kv_cache")
-        if kv_cache is not None and not isinstance(kv_cache, str):
-            raise _kind_error(f"{where}.kv_cache", "a string", kv_cache)
-        one_row_steps = entry.get("one_row_steps")
-        if one_row_steps is not None and not isinstance(one_row_steps, bool):
-            raise _kind_error(f"{where}.one_row_steps", "true or false", one_row_steps)
-        parsed[role] = Graph(
-            file=entry["file"], kv_cache=kv_cache, one_row_steps=one_row_steps, **names
+def _parse(kind, value, where: str):
+    """`value` (JSON, or already the typed value) as `kind`, a section's declared type; a
+    `ValueError` naming the field `where` when it is not."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if kind is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arm in (arm for arm in args if arm is not type(None)):
+            try:
+                return _parse(arm, value, where)
+            except ValueError as error:
+                errors.append(error)
+        raise errors[0]  # the first kind's reason: a section's names its unknown key
+    if dataclasses.is_dataclass(kind):
+        return value if isinstance(value, kind) else _parse_section(kind, value, where)
+    if origin is Mapping or kind is Mapping:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"`{where}` must be an object, got {type(value).__name__}")
+        item = args[1] if args else Any
+        return {key: _parse(item, entry, f"{where}.{key}") for key, entry in value.items()}
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise _kind_error(where, _describe(kind), value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_parse(args[0], entry, f"{where}[{i}]") for i, entry in enumerate(value))
+        if len(value) != len(args):
+            raise _kind_error(where, _describe(kind), value)
+        return tuple(
+            _parse(arm, entry, f"{where}[{i}]") for i, (arm, entry) in enumerate(zip(args, value))
         )
-    return parsed
+    if not _is_kind(kind, value):
+        raise _kind_error(where, _describe(kind), value)
+    return value
 
 
-def _special_tokens(raw: dict) -> SpecialTokens:
-    tokens = _object(raw, "special_tokens", {})
-    return SpecialTokens(
-        **{
-            f.name: _integer(tokens, f.name, f"special_tokens.{f.name}")
-            for f in dataclasses.fields(SpecialTokens)
-        }
-    )
-
-
-def _chat(raw: dict) -> ChatSection | None:
-    return ChatSection.from_json(_object(raw, "chat", None))
-
-
-def _generation_defaults(raw: dict) -> dict:
-    defaults = _object(raw, "generation_defaults", {})
-    unknown = [key for key in defaults if key not in GENERATION_DEFAULT_FIELDS]
+def _parse_section(kind, value, where: str):
+    if not isinstance(value, Mapping):
+        raise ValueError(f"`{where}` must be an object, got {type(value).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown = [key for key in value if key not in fields]
     if unknown:
-        raise ValueError(f"`generation_defaults` has unknown key `{unknown[0]}`")
-    return defaults
-
-
-def _memorisation_index(raw: dict) -> MemorisationIndex | None:
-    entry = _object(raw, "memorisation_index", None)
-    if entry is None:
-        return None
-    missing = [f"memorisation_index.{key}" for key in ("file", "n") if entry.get(key) is None]
+        raise ValueError(f"`{where}` has unknown key `{unknown[0]}`")
+    required = [
+        name
+        for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [f"{where}.{name}" for name in required if value.get(name) is None]
     if missing:
         raise ValueError(f"missing keys {missing}")
-    return MemorisationIndex(
-        file=_text(entry, "file", name="memorisation_index.file"),
-        n=_integer(entry, "n", "memorisation_index.n"),
-        ngrams=_integer(entry, "ngrams", "memorisation_index.ngrams") or 0,
-        hash=_text(entry, "hash", "", name="memorisation_index.hash"),
-        corpus=_text(entry, "corpus", "", name="memorisation_index.corpus"),
+    hints = _hints(kind)
+    return kind(
+        **{key: _parse(hints[key], entry, f"{where}.{key}") for key, entry in value.items()}
     )
+
+
+@functools.cache
+def _hints(kind) -> dict:
+    """A section's field types (its annotations, evaluated once)."""
+    return typing.get_type_hints(kind)
+
+
+def _is_kind(kind, value) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _describe(kind) -> str:
+    """How an error names the kind a field must be."""
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in args if arm is not type(None))
+    if origin is tuple:
+        return (
+            f"a list of {_describe(args[0]).split(' ', 1)[1]}s"
+            if args[-1] is Ellipsis
+            else "a list"
+        )
+    return names.get(kind, "an object")

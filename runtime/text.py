@@ -8,8 +8,11 @@ This module does not run models.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
+from .manifest import Control
 from .outputs import StreamEvent
 
 REPLACEMENT = "\ufffd"  # what a byte-level decoder prints for an incomplete UTF-8 sequence
@@ -64,14 +67,14 @@ def find_stop(text: str, stops) -> int | None:
     return min(hits) if hits else None
 
 
-def control_prefix(controls_spec: dict, chosen: dict | None) -> str:
+def control_prefix(controls_spec: Mapping[str, Control], chosen: dict | None) -> str:
     """The control-token string to put in front of the text, in manifest order.
 
     `controls_spec` is the manifest's `controls`; `chosen` maps control names to values. A
     "numeric" control takes any number and uses the nearest listed value.
 
-    >>> spec = {"length_ratio": {"kind": "numeric", "values": {"0.5": "<r0.5>", "1.0": "<r1.0>"}},
-    ...         "section": {"kind": "choice", "values": {"law": "<|law|>"}}}
+    >>> spec = {"length_ratio": Control("numeric", {"0.5": "<r0.5>", "1.0": "<r1.0>"}),
+    ...         "section": Control("choice", {"law": "<|law|>"})}
     >>> control_prefix(spec, {"section": "law", "length_ratio": 0.8})
     '<r1.0><|law|>'
     """
@@ -84,8 +87,8 @@ def control_prefix(controls_spec: dict, chosen: dict | None) -> str:
     for name, spec in controls_spec.items():
         if name not in chosen or chosen[name] is None:
             continue
-        value, values = chosen[name], spec["values"]
-        if spec.get("kind") == "numeric":
+        value, values = chosen[name], spec.values
+        if spec.kind == "numeric":
             try:
                 number = float(value)
             except (TypeError, ValueError):

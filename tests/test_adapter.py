@@ -114,7 +114,7 @@ def _logits(model: CausalLM, ids: list[int]) -> np.ndarray:
 def test_adapter_matches_peft_merged_model(tiny, architecture, quant):
     gguf, peft_dir, bundle = tiny(architecture, quant)
     gen = runtime.load(bundle, threads=1)
-    slots = gen.manifest.adapter["base"]["lora_slots"]
+    slots = gen.manifest.adapter.base.lora_slots
     fused = "lora.0.q_proj+k_proj+v_proj" in slots
     assert fused == (quant != "mixed") and ("lora.0.k_proj" in slots) == (not fused)
     reference_model = merged(gguf, peft_dir)
@@ -294,7 +294,8 @@ def test_metadata_controls_and_prompt_prefix(tiny, tmp_path):
 
     registry = ModelRegistry.discover([tmp_path])
     assert "controlled" in registry.causal_lms() and "controlled" in registry.chat_models()
-    assert registry.controls_of("controlled") == CONTROLS
+    controls = registry.controls_of("controlled")
+    assert {name: control.to_json() for name, control in controls.items()} == CONTROLS
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import runtime
+from runtime.manifest import Manifest
 from tests.tiny_models import PROMPTS, make_checkpoint
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -296,12 +297,12 @@ def test_dynamic_int8_is_refused_for_batching(tmp_path):
     assert report["ops"]["DynamicQuantizeLinear"] > 0 and report["batch_invariant"] is False
     manifest = json.loads((bundle / "manifest.json").read_text())
     manifest.update(precision="int8", batch_invariant=report["batch_invariant"])
-    bundle_manifest.seal(bundle, manifest)
+    bundle_manifest.seal(bundle, Manifest.from_json(manifest))
     with pytest.raises(ValueError, match="`batching` must be None or False for 'bible-lm'"):
         runtime.load(bundle, batching=True)
     assert runtime.load(bundle).engine is None  # the default leaves it unbatched
     del manifest["batch_invariant"]  # a bundle from before the flag: unbatched too
-    bundle_manifest.seal(bundle, manifest)
+    bundle_manifest.seal(bundle, Manifest.from_json(manifest))
     assert runtime.load(bundle).engine is None
     with pytest.raises(ValueError, match="`batching` must be None, True or False, got 'yes'"):
         runtime.load(bundle, batching="yes")

@@ -78,7 +78,7 @@ def test_summary_of_every_shipped_model_names_its_size_and_corpus():
         line = summary("m", manifest)
         assert line.startswith("**m**: a ") and "\n" not in line
         assert "trained on " in line, line
-        parameters = manifest.export.get("parameters")
+        parameters = manifest.export.parameters
         if parameters:
             assert f"{parameters / 1e6:.1f}M-parameter" in line
 

@@ -117,8 +117,8 @@ def test_the_faithful_conversion_has_float_activations_and_steps_one_row_at_a_ti
     bundle = flagship.faithful_flagship_bundle()
     assert bundle.name == "tiny-llama.Q4_1-faithful"
     manifest = read_manifest(bundle)
-    assert manifest.export["quantization"]["accuracy_level"] == 0
-    assert manifest.export["quantization"]["head_accuracy_level"] == 4
+    assert manifest.export.quantization.accuracy_level == 0
+    assert manifest.export.quantization.head_accuracy_level == 4
     assert manifest.graphs["decoder"].one_row_steps and manifest.lora is None
     assert flagship.faithful_flagship_bundle() == bundle and len(conversions) == 1
     shipped = read_manifest(flagship.flagship_bundle())

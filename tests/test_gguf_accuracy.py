@@ -39,15 +39,15 @@ def test_the_head_gets_its_own_accuracy_level(tmp_path, tied):
     levels = _levels(bundle)
     assert levels.pop("logits") == 4
     assert levels and set(levels.values()) == {0}  # every other projection
-    quantization = manifest.export["quantization"]
-    assert (quantization["accuracy_level"], quantization["head_accuracy_level"]) == (0, 4)
+    quantization = manifest.export.quantization
+    assert (quantization.accuracy_level, quantization.head_accuracy_level) == (0, 4)
     assert "MatMulNBits accuracy level: 0, LM head 4." in (bundle / "README.md").read_text()
 
 
 def test_without_a_head_level_the_head_follows_the_layers(tmp_path, gguf):
     manifest = export_gguf(gguf, tmp_path / "bundle", accuracy_level=4, parity=False)
     assert set(_levels(tmp_path / "bundle").values()) == {4}
-    assert manifest.export["quantization"]["head_accuracy_level"] == 4
+    assert manifest.export.quantization.head_accuracy_level == 4
 
 
 def test_mixed_levels_are_level_0_up_to_the_head(tmp_path, gguf):

@@ -146,7 +146,7 @@ def test_f32_file_matches_transformers(converted, family):
 def test_q8_0_file_is_close_to_transformers(converted, family):
     checkpoint, gguf_path, bundle, model, tokenizer = converted(family, "q8_0")
     manifest = load(bundle, threads=1).manifest
-    assert "Q8_0" in manifest.export["quantization"]["storage"]
+    assert "Q8_0" in manifest.export.quantization.storage
     session, gguf_model = parity_session(bundle / "model.onnx"), read_gguf(gguf_path)
     agree = total = 0
     for prompt in PROMPTS:

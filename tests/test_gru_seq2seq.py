@@ -261,9 +261,9 @@ def test_export_parity_is_recorded_in_the_manifest(bundles, variant):
     assert manifest.task == "seq2seq"
     assert manifest.architecture == model_definition.PRESETS[variant].architecture
     parity = manifest.parity
-    assert parity["logits_max_abs_diff"] < 1e-4
-    assert parity["greedy"]["identical_sequences"] == parity["sentences"]
-    assert ("attention_max_abs_diff" in parity) == (variant == "attention")
+    assert parity.logits_max_abs_diff < 1e-4
+    assert parity.greedy.identical_sequences == parity.sentences
+    assert (parity.attention_max_abs_diff is not None) == (variant == "attention")
     assert ("attention" in manifest.graphs["decoder"].outputs) == (variant == "attention")
 
 
@@ -281,9 +281,9 @@ def test_int8_bundle_is_quantized_smaller_and_keeps_greedy(bundles, tmp_path):
     fp32 = Manifest.read(bundles["attention"] / "manifest.json")
     sizes = [sum(f.size for f in m.files.values()) for m in (manifest, fp32)]
     assert sizes[0] < 0.6 * sizes[1]
-    assert manifest.export["quantization"][gru_export.DECODER_FILE]["MatMulInteger"] >= 5
+    assert manifest.export.quantization[gru_export.DECODER_FILE]["MatMulInteger"] >= 5
     assert manifest.batch_invariant is False
-    assert manifest.parity["logits_max_abs_diff"] < 0.05
+    assert manifest.parity.logits_max_abs_diff < 0.05
 
 
 def test_graphs_without_the_tied_pair_are_refused():

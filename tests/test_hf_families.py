@@ -34,6 +34,6 @@ def test_checkpoint_exports_with_transformers_greedy_tokens(tmp_path, family):
     manifest = export_bundle(
         checkpoint, tmp_path / "bundle", "fp32", optimize=False, progress=False
     )
-    greedy = manifest.parity["greedy"]
-    assert greedy["identical_sequences"] == greedy["prompts"] == 4
-    assert greedy["token_agreement"] == 1.0
+    greedy = manifest.parity.greedy
+    assert greedy.identical_sequences == greedy.prompts == 4
+    assert greedy.token_agreement == 1.0

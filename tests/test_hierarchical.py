@@ -106,11 +106,11 @@ def test_export_parity_with_pytorch(bundle):
     _, manifest = bundle
     assert manifest.task == "hierarchical-lm"
     parity = manifest.parity
-    assert max(parity["graphs_max_abs_diff"].values()) < 1e-4
-    greedy = parity["greedy"]
-    assert greedy["identical"] == greedy["compared"] == 8
-    assert greedy["max_abs_logit_diff"] < 1e-4
-    assert parity["gru_linear_before_reset"]["word_decoder"] == [1]
+    assert max(parity.graphs_max_abs_diff.values()) < 1e-4
+    greedy = parity.greedy
+    assert greedy.identical == greedy.compared == 8
+    assert greedy.max_abs_logit_diff < 1e-4
+    assert parity.gru_linear_before_reset["word_decoder"] == (1,)
 
 
 @pytest.mark.parametrize("kind", model_definition.KINDS)
@@ -322,8 +322,8 @@ def test_shipped_bundles_verify_and_match_pytorch(name):
     for manifest_path in shipped(name).glob("*/manifest.json"):
         gen = runtime.load(manifest_path.parent)  # checks every sha256 first
         parity = gen.manifest.parity
-        exported = parity.get("fp32_greedy", parity["greedy"])
-        assert exported["identical"] == exported["compared"]
+        exported = parity.fp32_greedy or parity.greedy
+        assert exported.identical == exported.compared
         # int8's greedy strings drift from fp32's after a near-tie (2 of 8 identical for the
         # paraphraser); what ships it is its teacher-forced cost, within 1 % of fp32's:
         measured = gen.manifest.metrics["runtime_nits_per_char"]

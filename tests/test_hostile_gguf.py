@@ -28,6 +28,7 @@ from convert import gguf as gguf_export
 from convert.gguf import export_gguf
 from convert.gguf_check import MAX_VOCAB, prescan
 from export.cli import main
+from runtime.manifest import LoraSlot
 from tests.gguf_models import tiny_vocabulary, write_tiny_gguf
 
 U32, U64 = GGUFValueType.UINT32, GGUFValueType.UINT64
@@ -269,8 +270,8 @@ def test_an_out_dir_under_a_file_is_one_line(tmp_path, capsys):
 
 
 def _slots() -> dict:
-    return {"lora.0.o_proj": {"A": "lora.0.o_proj.A", "B": "lora.0.o_proj.B", "k": 8,
-                              "parts": [["o_proj", 6]]}}  # fmt: skip
+    return {"lora.0.o_proj": LoraSlot(A="lora.0.o_proj.A", B="lora.0.o_proj.B", k=8,
+                                      parts=(("o_proj", 6),))}  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from runtime.bundle import BundleError, read_manifest
 from runtime.manifest import (
     DEFAULT_CONTEXT_LENGTH,
     SCHEMA_VERSION,
+    Control,
     FileEntry,
     Graph,
     Manifest,
@@ -131,9 +132,10 @@ def test_a_bad_manifest_is_one_line_naming_the_field(tmp_path, change, message):
 
 
 def test_the_manifest_is_read_by_its_typed_fields_only():
-    manifest = Manifest.from_json({**MINIMAL, "controls": {"a": {"kind": "choice"}}})
-    assert manifest.controls == {"a": {"kind": "choice"}} and manifest.embeddings is None
-    assert manifest.to_json()["controls"] == {"a": {"kind": "choice"}}
+    control = {"kind": "choice", "values": {"x": "<x>"}}
+    manifest = Manifest.from_json({**MINIMAL, "controls": {"a": control}})
+    assert manifest.controls == {"a": Control("choice", {"x": "<x>"})}
+    assert manifest.embeddings is None and manifest.to_json()["controls"] == {"a": control}
     as_a_dict = [
         lambda: manifest["controls"],
         lambda: manifest.get("controls"),

@@ -79,7 +79,7 @@ def test_unknown_generation_defaults_are_refused_by_name():
     with pytest.raises(ValueError, match=r"^`generation_defaults` has unknown key `foo`$"):
         GenerationConfig.from_dict({"temperature": 0.7, "foo": 1})
     known = Manifest.from_json(_tiny(generation_defaults={"top_p": 0.9, "stop": ["\n"]}))
-    assert GenerationConfig.from_dict(known.generation_defaults).top_p == 0.9
+    assert GenerationConfig.from_dict(known.generation_defaults.given()).top_p == 0.9
 
 
 def test_generation_defaults_name_generation_config_fields():

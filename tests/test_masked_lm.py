@@ -377,8 +377,8 @@ def test_shipped_masked_lms_verify_and_match_pytorch(name):
     if not (path / "manifest.json").exists():
         pytest.skip(f"{name} is not shipped")
     gen = runtime.load(path)  # checks every sha256 first
-    parity = gen.manifest.parity["bundle"]
-    assert parity["masked_argmax_agreement"] >= 0.9 and parity["min_hidden_cosine"] > 0.95
+    parity = gen.manifest.parity.bundle
+    assert parity.masked_argmax_agreement >= 0.9 and parity.min_hidden_cosine > 0.95
     found = gen.fill_mask("I am the <|mask|> of life.", top_k=5)
     scores = [p["score"] for p in found]
     assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 
 import runtime
 from runtime.bundle import read_manifest, sha256_of
+from runtime.manifest import Manifest
 from runtime.text import IncrementalDecoder
 from tests.tiny_models import PROMPTS, make_checkpoint
 
@@ -323,7 +324,7 @@ def test_a_manifests_own_stop_strings_end_every_generation(tmp_path):
     full = runtime.load(bundle, threads=1).generate("In the beginning", config)[0].text
     word = full.split()[len(full.split()) // 2]
     manifest = json.loads((bundle / "manifest.json").read_text())
-    seal(bundle, {**manifest, "stop": [word]})
+    seal(bundle, Manifest.from_json({**manifest, "stop": [word]}))
     gen = runtime.load(bundle, threads=1)
     cut = gen.generate("In the beginning", config)[0]
     assert cut.text == full[: full.index(word)] and cut.finish_reason == "stop"

@@ -39,10 +39,10 @@ def test_bundle_verifies_and_loads(name, precision):
     gen = runtime.load(bundle(name, precision))  # checks every sha256 first
     assert gen.manifest.precision == precision
     assert gen.manifest.license.startswith("Public domain")
-    greedy = gen.manifest.parity["greedy"]
+    greedy = gen.manifest.parity.greedy
     if precision == "fp32":  # export fails otherwise; int8 may drift after a near-tie
-        assert greedy["identical_sequences"] == greedy["prompts"]
-    assert greedy["token_agreement"] >= 0.5
+        assert greedy.identical_sequences == greedy.prompts
+    assert greedy.token_agreement >= 0.5
 
 
 def test_bible_lm_section_token_steers_the_text():

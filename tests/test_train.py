@@ -16,6 +16,7 @@ import torch
 
 import runtime
 from export import corpus
+from runtime.manifest import Control
 from train import cli, common, data, evaluate, lm
 from train import tokenizer as tk
 from train.seq2seq import bart as seq2seq
@@ -351,7 +352,8 @@ def test_nearest_ratio_value(ratio, value):
 def test_nearest_value_matches_runtime_rule():
     spec = seq2seq.length_controls()["length_ratio"]
     for ratio in [i / 100 for i in range(0, 230)]:
-        token = runtime.text.control_prefix({"length_ratio": spec}, {"length_ratio": ratio})
+        controls = {"length_ratio": Control(**spec)}
+        token = runtime.text.control_prefix(controls, {"length_ratio": ratio})
         assert token == seq2seq.RATIO_TOKENS[evaluate.nearest_ratio_value(ratio)]
 
 

@@ -125,7 +125,7 @@ def picker_labels(registry, model: str) -> list[str]:
 
 
 def test_adapter_pickers_are_the_chosen_models_in_every_switch_order(browser, served, registry):
-    base = registry.manifest(BIBLE).adapter["base"]["name"]
+    base = registry.manifest(BIBLE).adapter.base.name
     every = {label for name in registry.generators() for label in picker_labels(registry, name)}
     # every ordered pair of (bible, treasury, base) once: t→b, b→base, base→t, t→base, base→b, b→t
     walk = [TREASURY, BIBLE, base, TREASURY, base, BIBLE, TREASURY]
@@ -217,7 +217,7 @@ def test_adapter_text_shown_without_format_markup(browser, served, registry):
 
 
 def test_generate_and_compare_open_on_the_flagship(browser, served, registry):
-    base = registry.manifest(BIBLE).adapter["base"]["name"]
+    base = registry.manifest(BIBLE).adapter.base.name
     page = open_page(browser, served, {"width": 1280, "height": 900})
     select(page, "Generate")
     assert panel(page).get_by_label("Model", exact=True).first.input_value() == BIBLE

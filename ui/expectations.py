@@ -91,7 +91,7 @@ def loop_notice(texts: list[str], what: str = "sample") -> str:
 
 def _corpus(manifest: Manifest) -> str | None:
     """The corpus's name without its provenance: "WEB → RV1909 verse pairs"."""
-    corpus = manifest.training_data.get("corpus")
+    corpus = manifest.corpus
     return re.split(r" \(| from ", corpus)[0].replace("->", "→") if corpus else None
 
 
@@ -99,17 +99,16 @@ def summary(name: str, manifest: Manifest) -> str:
     """One line: what `name` is (parameters, architecture, corpus) and what to expect of it:
     "**lm (int8)**: a 5.2M-parameter gpt2 trained on WEB; continues a prompt in the style of its
     training text. …", "**a**: a rank-8 LoRA adapter on B, fine-tuned on KJV; …"."""
-    parameters = manifest.export.get("parameters")
+    parameters = manifest.export.parameters
     size = f"a {parameters / 1e6:.1f}M-parameter " if parameters else "a "
     corpus = _corpus(manifest)
     line = f"**{name}**: {size}{manifest.architecture or 'model'}"
     line += f" trained on {corpus}" if corpus else ""
     if adapter := manifest.adapter:
-        line = f"**{name}**: a rank-{adapter['rank']} LoRA adapter on {adapter['base']['name']}"
+        line = f"**{name}**: a rank-{adapter.rank} LoRA adapter on {adapter.base.name}"
         line += f", fine-tuned on {corpus}" if corpus else ""
     expect = _EXPECT.get(manifest.task, "")
-    data = manifest.training_data
-    source, target = data.get("source_language"), data.get("target_language")
+    source, target = manifest.source_language, manifest.target_language
     if manifest.task == "seq2seq" and source and target and source != target:
         expect = f"translates {source} → {target} one sentence at a time"
     if expect:
@@ -121,7 +120,7 @@ def summary(name: str, manifest: Manifest) -> str:
 def seed_reproduction(manifest: Manifest) -> bool:
     """A small model trained from scratch to reproduce a seed's study (not the flagship or an
     adapter of it): under SMALL_MODEL parameters."""
-    parameters = manifest.export.get("parameters")
+    parameters = manifest.export.parameters
     return manifest.adapter is None and bool(parameters) and parameters < SMALL_MODEL
 
 
@@ -130,12 +129,12 @@ def choice_label(name: str, manifest: Manifest) -> str:
     ("lm (int8) · seed reproduction, 5.2M")."""
     if not seed_reproduction(manifest):
         return name
-    return f"{name} · seed reproduction, {manifest.export['parameters'] / 1e6:.1f}M"
+    return f"{name} · seed reproduction, {manifest.export.parameters / 1e6:.1f}M"
 
 
 def adapter_base(manifest: Manifest) -> str | None:
     """The name of the base model an adapter bundle fine-tunes; None for a model of its own."""
-    return manifest.adapter["base"].get("name") if manifest.adapter else None
+    return manifest.adapter.base.name if manifest.adapter else None
 
 
 def best_first(names: list[str], manifests: Mapping[str, Manifest]) -> list[str]:
@@ -163,7 +162,7 @@ def markers(manifest: Manifest) -> list[str]:
     pieces of its control strings ("[s:author]C. H. Spurgeon[e:author] " gives two)."""
     found = [manifest.prompt_prefix or "", *(manifest.stop or ())]
     for spec in manifest.controls.values():
-        for value in spec.get("values", {}).values():
+        for value in spec.values.values():
             found += _BRACKETED.findall(str(value))
     return sorted({marker for marker in found if marker.startswith("[") and ":" in marker})
 

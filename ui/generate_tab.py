@@ -132,7 +132,7 @@ def _inputs(registry, manifests: dict, names: list[str]) -> _Inputs:
     widgets.model_card(registry, model)
     prompt = gr.Textbox(label="Prompt", value=examples.GENERATE[0][0], lines=3)
     pickers = widgets.ControlPickers(registry, model, names)
-    own = widgets.model_defaults(manifests[names[0]].generation_defaults) if names else {}
+    own = widgets.model_defaults(manifests[names[0]].generation_defaults.given()) if names else {}
     decoding = widgets.decoding_inputs(**own)
     decoding.follow(model, registry)
     with gr.Row():

@@ -31,7 +31,7 @@ FACT_HEADERS = ["property", "value"]
 
 def facts(manifest: Manifest) -> list[list]:
     """Key facts of a model as table rows."""
-    parameters = manifest.export.get("parameters")
+    parameters = manifest.export.parameters
     size = sum(entry.size for entry in manifest.files.values())
     pair = languages(manifest)
     rows = [
@@ -46,8 +46,7 @@ def facts(manifest: Manifest) -> list[list]:
         [
             "controls",
             ", ".join(
-                f"{name} ({len(spec.get('values', {}))} values)"
-                for name, spec in manifest.controls.items()
+                f"{name} ({len(spec.values)} values)" for name, spec in manifest.controls.items()
             )
             or "none",
         ],
@@ -93,7 +92,7 @@ def model_list(registry) -> dict:
         out[name] = {
             "task": manifest.task,
             "precision": manifest.precision,
-            "controls": {c: list(spec["values"]) for c, spec in registry.controls_of(name).items()},
+            "controls": {c: list(spec.values) for c, spec in registry.controls_of(name).items()},
             "languages": list(pair) if pair else None,
             "embeddings": bool(manifest.embeddings),
             "tabs": [kind for kind, names in kinds.items() if name in names],
@@ -229,7 +228,7 @@ def build(
                     column_widths=["30%", "70%"],
                 )
                 parity = gr.JSON(
-                    registry.manifest(model.value).parity if names else None,
+                    registry.manifest(model.value).parity.to_json() if names else None,
                     label="Parity report (ONNX vs PyTorch)",
                 )
         if gguf:  # which GGUF files convert, where the importer is installed
@@ -241,7 +240,7 @@ def build(
         def model_info(model):
             """The model card (Markdown), facts (table) and parity report (JSON)."""
             manifest = registry.manifest(model)
-            return registry.card(model), facts(manifest), manifest.parity
+            return registry.card(model), facts(manifest), manifest.parity.to_json()
 
         def list_models() -> dict:
             """Every installed model: task, precision, controls, languages, tabs it serves."""

@@ -53,29 +53,14 @@ PRECISION_ORDER = ("int8", "fp32", "int4")
 PAIR = re.compile(r"^\s*([A-Za-z_]+)\s*(?:-|→|->|_|2)\s*([A-Za-z_]+)\s*$")
 LENGTH_CONTROLS = ("length_ratio", "length")
 GENERATION_TASKS = ("causal-lm", "seq2seq", "hierarchical-lm")
-# (section, key, kind): values of the manifest's free-form sections that the tabs read as that
-# kind when present (runtime/manifest.py checks the typed fields themselves)
-TYPED_VALUES = (
-    ("export", "parameters", int),
-    ("training_data", "corpus", str),
-)
 LOG = logging.getLogger("scriptorium.app")
 
 
 def check_fields(manifest: Manifest) -> None:
-    """ValueError unless the values of the free-form sections that the app reads (each control's
-    `values`, `export.parameters`, `training_data.corpus`, `generation_defaults`) have the kinds
-    it reads them as."""
-    for name, spec in manifest.controls.items():
-        values = spec.get("values") if isinstance(spec, dict) else None
-        if not isinstance(values, dict):
-            raise ValueError(f"`controls.{name}.values` must be an object, got {values!r:.80}")
-    for section, key, kind in TYPED_VALUES:
-        value = getattr(manifest, section).get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            raise ValueError(f"`{section}.{key}` must be a {kind.__name__}, got {value!r:.80}")
+    """ValueError unless the manifest's `generation_defaults` make a valid GenerationConfig (the
+    manifest's parser checks each section's kinds; this checks the settings' ranges)."""
     try:  # the tabs start from these settings
-        runtime.GenerationConfig.from_dict(dict(manifest.generation_defaults)).validate()
+        runtime.GenerationConfig.from_dict(manifest.generation_defaults.given()).validate()
     except (TypeError, ValueError) as error:
         raise ValueError(f"`generation_defaults`: {error}") from error
 
@@ -98,11 +83,10 @@ def reason(error: BaseException, path=None, limit: int = 300) -> str:
 def languages(manifest: Manifest) -> tuple[str, str] | None:
     """(source, target) language codes from the manifest's `training_data`, if it names them
     (`source_language` and `target_language`, or a `pair` such as "en-es")."""
-    data = manifest.training_data
-    source, target = data.get("source_language"), data.get("target_language")
+    source, target = manifest.source_language, manifest.target_language
     if source and target:
-        return str(source).lower(), str(target).lower()
-    match = PAIR.match(str(data.get("pair", "")))
+        return source.lower(), target.lower()
+    match = PAIR.match(manifest.language_pair or "")
     return (match[1].lower(), match[2].lower()) if match else None
 
 
@@ -253,8 +237,7 @@ class ModelRegistry:
 
         def rank(name):
             manifest = self.manifest(name)
-            quantization = manifest.export.get("quantization")
-            level = quantization.get("accuracy_level") if isinstance(quantization, dict) else None
+            level = manifest.export.quantization_report.accuracy_level
             return (manifest.adapter is not None, level != 0)
 
         found = self._ordered(n for n in self.names if is_chat_manifest(self.manifest(n)))
@@ -262,7 +245,7 @@ class ModelRegistry:
 
     def masked_lms(self) -> list[str]:
         def size(name):
-            return self.manifest(name).export.get("parameters", 0)
+            return self.manifest(name).export.parameters or 0
 
         found = [n for n in self.names if self.manifest(n).task == "fill-mask"]
         return sorted(self._ordered(found), key=size)

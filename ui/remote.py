@@ -104,7 +104,7 @@ class RemoteGenerator(ChatMixin):
         self.tokenizer = tokenizer
         self.eos_token_id = manifest.special_tokens.eos_token_id
         self.context_length = manifest.context_length or DEFAULT_CONTEXT_LENGTH
-        self.defaults = runtime.GenerationConfig.from_dict(manifest.generation_defaults)
+        self.defaults = runtime.GenerationConfig.from_dict(manifest.generation_defaults.given())
 
     def _post(self, body: dict, stream: bool, route: str = "completions"):
         try:

@@ -57,7 +57,7 @@ def target_controls(registry, model, target, ratio, category) -> dict:
     if target == "category":
         if "length" not in controls:
             raise ValueError(f"model {model!r} has no `length` control; pick a ratio")
-        return {"length": checks.choice("category", category, list(controls["length"]["values"]))}
+        return {"length": checks.choice("category", category, list(controls["length"].values))}
     return {}
 
 
@@ -131,10 +131,10 @@ def sweep_values(registry, model) -> tuple[str, list]:
     """The control to sweep and its values: every length ratio, else every category."""
     controls = registry.controls_of(model)
     if "length_ratio" in controls:
-        values = sorted(float(v) for v in controls["length_ratio"]["values"])
+        values = sorted(float(v) for v in controls["length_ratio"].values)
         return "length_ratio", [v for v in values if 0.1 <= v <= 2.0]
     if "length" in controls:
-        return "length", list(controls["length"]["values"])
+        return "length", list(controls["length"].values)
     raise ValueError(
         f"`model` must have a `length_ratio` or `length` control to sweep, got {model!r}, which "
         "rewrites at the length it chooses: use Rewrite"
@@ -277,7 +277,7 @@ def target_state(registry, model: str | None) -> dict:
     """What the target inputs show for `model`: the target kind, the categories, whether they
     apply (a model without length controls ignores them) and the line saying so."""
     has = registry.controls_of(model) if model else {}
-    categories = list(has.get("length", {}).get("values", {}))
+    categories = list(has["length"].values) if "length" in has else []
     applies = not model or bool(registry.length_controls(model))
     if not applies:
         kind = "none"

@@ -222,7 +222,7 @@ class DecodingInputs:
         outputs = [self[name] for name in names]
 
         def defaults(model):
-            given = registry.manifest(model).generation_defaults if model else {}
+            given = registry.manifest(model).generation_defaults.given() if model else {}
             found = model_defaults(given)
             return [gr.update(value=found[n]) if n in found else gr.skip() for n in names]
 
@@ -339,9 +339,9 @@ class ControlPickers:
         descriptions: dict[str, str] = {}
         for name in names:
             for control, spec in registry.controls_of(name).items():
-                self.specs.setdefault(control, {}).update(spec["values"])
-                self.kinds.setdefault(control, spec.get("kind", "choice"))
-                descriptions.setdefault(control, spec.get("description", ""))
+                self.specs.setdefault(control, {}).update(spec.values)
+                self.kinds.setdefault(control, spec.kind)
+                descriptions.setdefault(control, spec.description or "")
         self.names = list(self.specs)
         self.dropdowns = []
         default_info = (
@@ -384,7 +384,8 @@ class ControlPickers:
         """Show the pickers of `model`'s controls with its values, reset to (none)."""
         updates = []
         for control in self.names:
-            values = list(self.registry.controls_of(model).get(control, {}).get("values", {}))
+            spec = self.registry.controls_of(model).get(control)
+            values = list(spec.values) if spec else []
             updates.append(gr.update(visible=shown(values), choices=[NONE, *values], value=NONE))
         return updates if len(updates) != 1 else updates[0]
 

@@ -265,7 +265,7 @@ def card(args, lm, autoencoder, web, new, counts, generator, everyday_pairs) -> 
         (s, "(none changed)" if c is None else c.replace("|", "\\|")) for s, c in everyday_pairs
     ]
     manifest = generator.manifest
-    greedy = manifest.parity.get("fp32_greedy", manifest.parity["greedy"])
+    greedy = manifest.parity.fp32_greedy or manifest.parity.greedy
     noise = lm.get("sentence_noise") or 0
     wdn = (
         f" with seed 003's WDN noise (std {noise} × the sentence vector's RMS, in training)"
@@ -312,7 +312,7 @@ def card(args, lm, autoencoder, web, new, counts, generator, everyday_pairs) -> 
         + "\n\n## Parity with PyTorch\n\n"
         f"Greedy decoding (fp32 graphs): {greedy['identical']} of {greedy['compared']} sentences "
         f"identical, max |Δlogit| {greedy['max_abs_logit_diff']}; per graph max |Δ| "
-        f"{manifest.parity['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
+        f"{manifest.parity.graphs_max_abs_diff} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
         "## Reconstruction cost (seed 003, table 4.2)\n\n"
         + common.markdown_table(("sentence", "greedy reconstruction", "nits/char"), rows)
         + "\n\n## Training curves\n\n![language model](loss-shipped.png)\n"

@@ -280,10 +280,10 @@ def ship_paraphraser(recorded: RunResults, sections: str, models_dir: Path, vers
         f"(reconstruction) test nits/char: **{autoencoder['test_nits_per_char']}** after "
         f"{autoencoder['steps']} steps.\n\n"
         "## Parity with PyTorch\n\n"
-        f"Greedy decoding: {parity['greedy']['identical']} of "
-        f"{parity['greedy']['compared']} sentences identical, max |Δlogit| "
-        f"{parity['greedy']['max_abs_logit_diff']}; per graph max |Δ| "
-        f"{parity['graphs_max_abs_diff']} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
+        f"Greedy decoding: {parity.greedy.identical} of "
+        f"{parity.greedy.compared} sentences identical, max |Δlogit| "
+        f"{parity.greedy.max_abs_logit_diff}; per graph max |Δ| "
+        f"{parity.graphs_max_abs_diff} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
         + reconstruction_text
         + precision_text
         + sections
@@ -394,8 +394,8 @@ def _precisions(fp32: Path, manifest: Manifest, pairs, what: str):
         f"## Precision\n\nTeacher-forced nits/char through the runtime on {len(pairs)} {what} "
         f"pairs: fp32 {measured['fp32']}, int8 {measured['int8']} (dynamic int8 MatMuls; GRU "
         f"nodes stay float32): {verdict} Greedy decoding through the int8 graphs against PyTorch: "
-        f"{int8_manifest.parity['greedy']['identical']} of "
-        f"{int8_manifest.parity['greedy']['compared']} sentences identical.\n\n"
+        f"{int8_manifest.parity.greedy.identical} of "
+        f"{int8_manifest.parity.greedy.compared} sentences identical.\n\n"
     )
     return section, [(int8_dir, int8_manifest)] if keep_int8 else [(fp32, manifest)]
 

@@ -418,7 +418,6 @@ def ship(
     import tempfile
 
     from convert.manifest import seal
-
     from export import gru_seq2seq as gru_export
     from train.seq2seq import gru_card as gru_seq2seq_card
     from train.seq2seq import gru_eval
@@ -448,7 +447,7 @@ def ship(
             parity[name] = gru_eval.int8_parity(
                 bundles[name], Path(tmp) / name, [p.source for p in test], [p.target for p in test]
             )
-            parity[name]["fp32_vs_pytorch_max_abs_logit_diff"] = fp32.parity["logits_max_abs_diff"]
+            parity[name]["fp32_vs_pytorch_max_abs_logit_diff"] = fp32.parity.logits_max_abs_diff
             samples[name] = gru_eval.greedy_samples(bundles[name], fixture_sources)
             systems += [
                 gru_eval.System(f"{name} greedy", bundles[name], 1),

@@ -63,7 +63,7 @@ def _trend(results: dict, system: str) -> str:
 
 
 def _architecture(manifest: Manifest, variant: str, evaluation: dict) -> str:
-    model = manifest.export["model"]
+    model = manifest.export.model
     encoder = (
         f"bidirectional GRU, {model['encoder_hidden']} per direction"
         if model["attention"]
@@ -91,7 +91,7 @@ def _architecture(manifest: Manifest, variant: str, evaluation: dict) -> str:
             "",
             *card_table(rows),
             "",
-            f"{manifest.export['parameters']:,} parameters. The two presets are matched "
+            f"{manifest.export.parameters:,} parameters. The two presets are matched "
             f"({matched}): the context model spends on a wider encoder and bridge what the "
             "attention model spends on its backward GRU and alignment MLP, so a difference "
             "between them is attention's, not size's.",
@@ -100,7 +100,7 @@ def _architecture(manifest: Manifest, variant: str, evaluation: dict) -> str:
 
 
 def _files(manifest: Manifest) -> str:
-    quantized = manifest.export.get("quantization", {})
+    quantized = manifest.export.quantization or {}
     counts = "; ".join(
         f"`{file}`: " + ", ".join(f"{op} × {n}" for op, n in ops.items())
         for file, ops in quantized.items()
@@ -201,7 +201,7 @@ def card(manifest: Manifest, variant: str, evaluation: dict, default_steps: int)
         [
             ("task", manifest.task),
             ("architecture", manifest.architecture),
-            ("parameters", f"{manifest.export['parameters']:,}"),
+            ("parameters", f"{manifest.export.parameters:,}"),
             ("precision", manifest.precision),
             ("vocabulary", manifest.vocab_size),
             ("context length", manifest.context_length),
@@ -223,9 +223,7 @@ def card(manifest: Manifest, variant: str, evaluation: dict, default_steps: int)
                 [
                     f"# {name}",
                     "",
-                    manifest.export["description"][0].upper()
-                    + manifest.export["description"][1:]
-                    + ".",
+                    manifest.export.description[0].upper() + manifest.export.description[1:] + ".",
                     "",
                     *header,
                 ]

@@ -117,7 +117,7 @@ def evaluate_systems(
         results["systems"][system.name] = {
             "bundle": str(system.bundle),
             "architecture": gen.manifest.architecture,
-            "parameters": gen.manifest.export.get("parameters"),
+            "parameters": gen.manifest.export.parameters,
             "decoding": {"num_beams": config.num_beams, "max_new_tokens": config.max_new_tokens},
             **scores(outputs, references, buckets),
         }
