@@ -13,6 +13,7 @@ command tables (scriptorium/cli.py's and bench/cli.py's, plain dicts).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 
@@ -29,6 +30,12 @@ EVERY_DOC = {
     for path in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
 }
 OURS = tuple(ALLOWED) + ("tests",)
+
+
+@functools.cache
+def tree_of(module: str) -> ast.Module:
+    """Module `module` of ours, parsed once for every test here."""
+    return ast.parse(FILES[module].read_text(encoding="utf-8"))
 
 
 def package_name(cell: str) -> str:
@@ -137,7 +144,7 @@ def resolves(dotted: str) -> bool:
     rest = parts[end:]
     if not rest:
         return True
-    names = defined_names(ast.parse(FILES[module].read_text(encoding="utf-8")))
+    names = defined_names(tree_of(module))
     if rest[0] not in names:
         return False
     found = names[rest[0]]
@@ -166,8 +173,8 @@ def test_every_file_module_and_name_the_maps_give_exists(doc):
 def calls_named(name: str) -> list[str]:
     """Every module of ours (and the line) that calls something named `name`."""
     found = []
-    for module, path in FILES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for module in FILES:
+        for node in ast.walk(tree_of(module)):
             if isinstance(node, ast.Call):
                 called = node.func.attr if isinstance(node.func, ast.Attribute) else None
                 called = called or (node.func.id if isinstance(node.func, ast.Name) else None)
@@ -194,7 +201,7 @@ def test_sessions_are_made_only_in_runtime_sessions():
 
 def third_party(module: str) -> set[str]:
     """The top-level third-party packages `module` imports (anywhere in it)."""
-    tree = ast.parse(FILES[module].read_text(encoding="utf-8"))
+    tree = tree_of(module)
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -246,7 +253,7 @@ def test_the_runtime_third_party_list_is_what_runtime_imports(where):
 
 def command_table(module: str, name: str) -> dict:
     """A module-level dict literal of ours (a command table), read without importing."""
-    for node in ast.parse(FILES[module].read_text(encoding="utf-8")).body:
+    for node in tree_of(module).body:
         if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name:
             return ast.literal_eval(node.value)
     raise AssertionError(f"{module} has no {name}")
@@ -258,7 +265,7 @@ BENCHMARKS = command_table("bench.cli", "BENCHMARKS")
 
 def has_main(module: str) -> bool:
     """Whether `module` defines `main(argv: list[str] | None = None) -> int`."""
-    main = defined_names(ast.parse(FILES[module].read_text(encoding="utf-8"))).get("main")
+    main = defined_names(tree_of(module)).get("main")
     return isinstance(main, ast.FunctionDef) and [a.arg for a in main.args.args] == ["argv"]
 
 
@@ -299,7 +306,7 @@ def test_the_scriptorium_command_imports_a_subcommand_only_when_it_runs():
     assert "`scriptorium/cli.py` imports a subcommand's module only when it runs" in " ".join(
         LAYOUT.split()
     )
-    tree = ast.parse(FILES["scriptorium.cli"].read_text(encoding="utf-8"))
+    tree = tree_of("scriptorium.cli")
     imported = {
         alias.name.split(".")[0]
         for node in tree.body
