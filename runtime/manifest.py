@@ -7,9 +7,9 @@ Every exporter builds a `Manifest` and writes it; every other module reads a man
 its typed fields and sections (`Control`, `GenerationDefaults`, `Parity`, `ExportInfo`, `Lora`,
 `Adapter`, …), never by key (tests/test_manifest_access.py). A field of the wrong kind, a key a
 section does not declare, a missing required field or an unknown schema version is a one-line
-`ValueError` naming the field. To add a top-level field: declare it on `Manifest` with a
-comment and its default, parse it in `Manifest.from_json`, and say it in docs/bundle.md; a
-field of a section needs only its declaration (`_parse` reads it, `_to_json` writes it).
+`ValueError` naming the field. To add a field: declare it on `Manifest` or its section with a
+comment and its default (`_parse` reads it by its type, `_to_json` writes it) and say it in
+docs/bundle.md.
 
 It does not touch the bundle's other files: verifying checksums, finding an adapter's base and
 inferring a manifest for an optimum export are runtime/bundle.py's; recording the files'
