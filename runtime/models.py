@@ -263,7 +263,7 @@ class CausalLM:
         # Generation reads the last position only; graphs that can skip the others' LM head
         # are asked to.
         self.keeps_last_logits = "logits_to_keep" in self.inputs
-        # GroupQueryAttention's per-row cache lengths as inputs (convert's lean Llama graph), so a
+        # GroupQueryAttention's per-row cache lengths as inputs (export's lean Llama graph), so a
         # batcher can give each row its own; here every row holds the mask's T positions.
         self.feeds_seqlens = "seqlens_k" in self.inputs
         self.num_heads = manifest.num_heads
@@ -429,10 +429,14 @@ class CausalLM:
             return grown
         rows = len(cache.buffers[0])
         shape = (len(cache.pool[0]), self.num_heads, 2 * cache.capacity, self.head_size)
-        pool = tuple(_cache_zeros(shape, self.dtype) for _ in self.past_names)  # (R, H, 2C, D)
-        for new, old in zip(pool, cache.buffers):
-            new[:rows, :, :valid] = old[:, :, :valid]
-        return self._shared(tuple(b[:rows] for b in pool), pool)
+        pool = []  # (R, H, 2C, D) per cache tensor
+        for old, old_whole in zip(cache.buffers, cache.pool):
+            pool.append(_cache_zeros(shape, self.dtype))
+            pool[-1][:rows, :, :valid] = old[:, :, :valid]
+            # the old cache is dropped once grown: its memory goes back tensor by tensor, so
+            # growing never holds two copies of the batch's keys and values at once
+            _release_rows((old_whole,), 0, len(old_whole))
+        return self._shared(tuple(b[:rows] for b in pool), tuple(pool))
 
     def select(self, state: CausalState, rows: np.ndarray) -> CausalState:
         if isinstance(state.past, SharedCache):
@@ -452,7 +456,7 @@ class CausalLM:
         what the rows left behind no longer need. With `align`, padding is added and dropped in
         multiples of `align` positions only (the states' widths must then agree modulo `align`).
 
-        A graph fed `seqlens_k` (convert's lean Llama graph) has no position ids: a token's rotary
+        A graph fed `seqlens_k` (export's lean Llama graph) has no position ids: a token's rotary
         position is its slot in the row's cache. Its rows keep their slots (each row's cache
         first, zeros after it, up to the longest row), so a row joining longer ones keeps its
         positions, and each row's next token goes to its own next slot (`step`)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import threading
 from pathlib import Path
 
@@ -219,6 +220,27 @@ def test_caches_that_grow_while_requests_join_and_leave_change_nothing(generator
     if batched.model.feeds_seqlens and batched.model.shared_cache:
         # a pool grows into a pool, so rows that leave never copy the batch out and back in
         assert pooled and all(pooled)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pages backed on write: Linux")
+def test_a_pool_that_grows_gives_its_old_memory_back(generators):
+    from runtime.models import _cache_zeros
+
+    _, batched, _ = generators
+    model = batched.model
+    if not model.shared_cache:
+        pytest.skip("the model's cache is not in shared buffers")
+    shape = (8, model.num_heads, 256, model.head_size)  # (R, H, C, D): a pool of 8 rows
+    pool = tuple(_cache_zeros(shape, model.dtype) for _ in model.past_names)
+    for layer, array in enumerate(pool):
+        array[:4, :, :200] = layer + 1  # 4 rows in use, 200 slots written
+    grown = model._grown(model._shared(tuple(a[:4] for a in pool), pool), valid=200)
+    assert grown.capacity == 512 and len(grown.pool[0]) == 8
+    for layer, (old, new) in enumerate(zip(pool, grown.pool)):
+        assert (new[:4, :, :200] == layer + 1).all() and not new[:4, :, 200:].any()
+        # handed back to the kernel (it reads as zeros): two copies of the batch never live
+        # at once while the batch grows
+        assert not old.any()
 
 
 def _spins(gen) -> str:
