@@ -73,9 +73,8 @@ from . import common
 from . import llama_server_build as build
 from .llama_server_build import PEER_VERSION, peer_or_reason, peer_version
 from .serve import _free_port, percentile
-from .serve_peers_schemas import OURS, PEER
+from .serve_peers_schemas import OURS, OURS_RAY, PEER
 
-OURS_RAY = f"{OURS} (Ray)"
 SERVERS = (OURS, OURS_RAY, PEER)  # in every table's order
 
 SYSTEM_TOKENS = 200
@@ -582,51 +581,6 @@ def busy_process() -> subprocess.Popen:
 # ---- plot and main -----------------------------------------------------------------------------
 
 
-def plot(results: list[dict], path: Path, title: str) -> None:
-    """Output tokens/s, TTFT p95 and peak memory (the process tree's PSS, and the engine
-    process's dashed) against clients, one colour per server, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (rate, ttft, memory) = plt.subplots(1, 3, figsize=(15, 4))
-    colours = {OURS: "tab:blue", OURS_RAY: "tab:green", PEER: "tab:orange"}
-    for server, colour in colours.items():
-        rows = sorted((r for r in results if r["server"] == server), key=lambda r: r["clients"])
-        if not rows:
-            continue
-        counts = [r["clients"] for r in rows]
-        rate.plot(counts, [r["tokens_per_second"] for r in rows], "o-", color=colour, label=server)
-        ttft_p95 = [r["ttft_p95_s"] or float("nan") for r in rows]
-        ttft.plot(counts, ttft_p95, "o-", color=colour, label=server)
-        tree = [r["peak_tree_pss_mb"] / 1000 for r in rows]
-        engine = [r["peak_engine_pss_mb"] / 1000 or float("nan") for r in rows]  # 0: unseen
-        memory.plot(counts, tree, "o-", color=colour, label=f"{server}: process tree")
-        memory.plot(counts, engine, "s--", color=colour, label=f"{server}: engine process")
-    counts = sorted({r["clients"] for r in results})
-    labels = (
-        (rate, "aggregate output tokens/s"),
-        (ttft, "time to first token p95 (s)"),
-        (memory, "peak PSS (GB)"),
-    )
-    for axes, label in labels:
-        axes.set_xscale("log", base=2)
-        axes.set_xticks(counts, [str(c) for c in counts])
-        axes.minorticks_off()
-        axes.set_xlabel("concurrent clients (3-turn conversations)")
-        axes.set_ylabel(label)
-        axes.set_ylim(bottom=0)
-        axes.grid(alpha=0.3)
-        axes.legend(fontsize=8)
-    figure.suptitle(title)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    print(f"wrote {path}")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench serve-peers", description=__doc__.splitlines()[0]
@@ -773,6 +727,8 @@ def main(argv: list[str] | None = None) -> int:
         table = results_table(results)
         mode = "one busy process beside both servers" if args.contended else "no busy process"
         title = f"Chat serving, SmolLM2-135M Q4_1, {args.threads} threads each, {mode}"
+        from .serve_peers_plot import plot
+
         plot(results, args.plot, title)
     print(table)
     common.write_results(

@@ -23,6 +23,7 @@ import time
 from . import common
 
 OURS, PEER = "scriptorium serve", "llama-server"  # the two servers' names in every table
+OURS_RAY = f"{OURS} (Ray)"  # ours on a local Ray cluster (serve-peers --with-ray)
 
 
 def response_format(case) -> dict:

@@ -1,8 +1,9 @@
-"""`scriptorium serve` (or `python -m serve`): deploy model bundles on Ray Serve behind `/v1`.
+"""`scriptorium serve` (or `python -m serve`): serve model bundles behind `/v1`, on Ray Serve or,
+with `--no-ray`, from this one process (serve/one_process.py).
 
 Starts a local Ray cluster, or joins one with `--address`, deploys one `ModelServer` deployment
 per bundle found under `--models` (default: the shipped models/ and the flagship
-SmolLM2-135M-Instruct; a GGUF file is converted once, export/llama/flagship.py) and the
+SmolLM2-135M-Instruct; a GGUF file is converted once, convert/flagship.py) and the
 OpenAI-compatible gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM stop
 a local cluster within seconds; on a cluster joined with `--address`, Ctrl-C deletes the
 application). When the replicas would reserve more CPUs than the cluster has and

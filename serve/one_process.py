@@ -28,7 +28,6 @@ from .deployments import ModelSpec
 from .gateway import Gateway, http
 from .replica import ModelServer
 
-
 STOP_WAIT_S = 5  # seconds a stop waits for open requests and connections before closing them
 
 

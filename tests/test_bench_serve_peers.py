@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from bench import cli, llama_server_build, serve_peers, serve_peers_schemas
+from bench import cli, llama_server_build, serve_peers, serve_peers_plot, serve_peers_schemas
 from bench.schemas import MAX_TOKENS, SCHEMAS
 from bench.serve_peers import NEW_TOKENS, OURS, PEER, Reply
 
@@ -248,7 +248,7 @@ def test_the_plot_is_a_png(tmp_path):
     row["peak_engine_pss_mb"] = 400.0
     results = [{"server": s, "clients": c, **row} for s in (OURS, PEER) for c in (1, 4)]
     path = tmp_path / "plot.png"
-    serve_peers.plot(results, path, "test")
+    serve_peers_plot.plot(results, path, "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
