@@ -18,7 +18,8 @@ once); `chat` (chat templates in a bounded sandbox, the chat methods); `alignmen
 model's attention over its source); `hierarchical`, `hierarchical_text`, `masked_lm`,
 `word_vectors` (the other tasks); `structured` (output held to a JSON Schema); `scoring`
 (`score`, `score_ids`: log-probabilities of given text); `memorisation`; `request_caps` (the
-caps the app and serve put on a request).
+caps the app and serve put on a request); `text_generator` (`TextGenerator`, `ChatGenerator`,
+`ServedGenerator`: what callers may call on a model that writes text).
 
 Layer: the bottom one. runtime/ imports only numpy, onnxruntime, tokenizers, jinja2 (chat
 templates), llguidance (`structured`: JSON Schema constrained decoding), onnx (`alignment`, at
@@ -33,13 +34,17 @@ from .generator import Generator
 from .loading import load
 from .outputs import GenerationOutput, Score, StreamEvent
 from .sessions import providers_for
+from .text_generator import ChatGenerator, ServedGenerator, TextGenerator
 
 __all__ = [
     "BundleError",
     "ChecksumError",
     "GenerationConfig",
+    "ChatGenerator",
     "GenerationOutput",
     "Generator",
+    "ServedGenerator",
+    "TextGenerator",
     "StreamEvent",
     "load",
     "providers_for",

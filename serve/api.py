@@ -44,6 +44,7 @@ import runtime
 from runtime.budget import check_sequences
 from runtime.parameters import PARAMETERS, from_request
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
+from runtime.text_generator import ServedGenerator
 
 from . import scoring
 from .protocol import (
@@ -352,7 +353,7 @@ def event_choice(event, index: int, tokenizer, logprobs: int | None, offset: int
 # ---- the replica's work ----------------------------------------------------------------------
 
 
-def complete(gen, request: CompletionRequest) -> dict:
+def complete(gen: ServedGenerator, request: CompletionRequest) -> dict:
     """The choices and usage of a non-streamed completion, every prompt in turn (so a prompt's
     output does not depend on the request's other prompts); `ValueError` for a setting or prompt
     the runtime refuses."""
@@ -382,7 +383,7 @@ def complete(gen, request: CompletionRequest) -> dict:
     return {"choices": choices, "usage": usage(prompt_tokens, completion_tokens)}
 
 
-def stream(gen, request: CompletionRequest) -> Iterator[dict]:
+def stream(gen: ServedGenerator, request: CompletionRequest) -> Iterator[dict]:
     """{"choice": …} per token of every prompt in turn (an echoed prompt first, once per
     choice), then {"usage": …}; `ValueError` for a setting or prompt the runtime refuses."""
     copies = request.config.num_return_sequences
@@ -422,7 +423,9 @@ def stream(gen, request: CompletionRequest) -> Iterator[dict]:
     yield {"usage": usage(prompt_tokens, completion_tokens)}
 
 
-def _room(gen, prompt: str | list[int], request: CompletionRequest) -> tuple[int, int]:
+def _room(
+    gen: ServedGenerator, prompt: str | list[int], request: CompletionRequest
+) -> tuple[int, int]:
     """(prompt tokens, tokens that can follow them): `max_tokens`, capped by what the context
     leaves, as the runtime caps it. Raises ValueError for a prompt too long."""
     if isinstance(prompt, str):

@@ -49,6 +49,7 @@ from tokenizers import decoders
 import runtime
 from runtime.chat import check_messages
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
+from runtime.text_generator import ServedGenerator
 
 from . import api, tools
 from .protocol import ChatBody, RequestError, finite_logprob, logprob_of, parse_body
@@ -168,7 +169,7 @@ def token_bytes(tokenizer, token_id: int) -> list[int]:
     return list(tokenizer.decode([token_id], skip_special_tokens=False).encode("utf-8"))
 
 
-def logprob_entries(gen, token_ids, logprobs, alternatives, k: int) -> list[dict]:
+def logprob_entries(gen: ServedGenerator, token_ids, logprobs, alternatives, k: int) -> list[dict]:
     """OpenAI's `logprobs.content`: per token its text, logprob, bytes and top-k alternatives
     (end-of-turn tokens left out: they are not part of the reply). An alternative that is the
     chosen token carries the chosen token's own logprob, so the two never differ. Every logprob
@@ -219,14 +220,16 @@ def _in_clients_words(request: ChatRequest):
         raise ValueError(api.api_message(str(error), request.names)) from None
 
 
-def complete(gen, request: ChatRequest) -> dict:
+def complete(gen: ServedGenerator, request: ChatRequest) -> dict:
     """The choices and usage of a non-streamed chat completion; `ValueError` (in the client's
     words) for a conversation or setting the runtime refuses."""
     with _in_clients_words(request):
         return _complete(gen, request)
 
 
-def _prepared(gen, request: ChatRequest) -> tuple[list[dict], list | None, object, str | None]:
+def _prepared(
+    gen: ServedGenerator, request: ChatRequest
+) -> tuple[list[dict], list | None, object, str | None]:
     """(the conversation, the tools for the template, the config, the calls' format) for
     `gen`: the request's own when it offers no tools."""
     messages = list(request.messages)
@@ -236,7 +239,7 @@ def _prepared(gen, request: ChatRequest) -> tuple[list[dict], list | None, objec
     return messages, template_tools, request.config.replace(tool_calls=calls), calls.format
 
 
-def _complete(gen, request: ChatRequest) -> dict:
+def _complete(gen: ServedGenerator, request: ChatRequest) -> dict:
     messages, offered, config, call_format = _prepared(gen, request)
     if request.top_logprobs is None:
         outputs = gen.chat(messages, config, request.controls, offered)
@@ -274,7 +277,7 @@ def _complete(gen, request: ChatRequest) -> dict:
     return {"choices": choices, "usage": api.usage(prompt_tokens, completion_tokens)}
 
 
-def stream(gen, request: ChatRequest) -> Iterator[dict]:
+def stream(gen: ServedGenerator, request: ChatRequest) -> Iterator[dict]:
     """{"choice": …} per token (a `chat.completion.chunk` choice), then {"usage": …}; the checks
     run before the first item, and a `ValueError` from them propagates (in the client's
     words)."""
@@ -282,7 +285,7 @@ def stream(gen, request: ChatRequest) -> Iterator[dict]:
         yield from _stream(gen, request)
 
 
-def _stream(gen, request: ChatRequest) -> Iterator[dict]:
+def _stream(gen: ServedGenerator, request: ChatRequest) -> Iterator[dict]:
     messages, offered, config, call_format = _prepared(gen, request)
     events = gen.stream_chat(messages, config, request.controls, offered)
     prompt_tokens = len(gen.encode_chat(messages, request.controls, offered))

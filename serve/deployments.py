@@ -20,6 +20,7 @@ from ray import serve
 
 import runtime
 from runtime.request_caps import SERVE_LIMITS, ServeLimits
+from runtime.text_generator import ServedGenerator
 
 from .gateway import GatewayIngress
 from .replica import ModelServer
@@ -35,7 +36,7 @@ class ModelSpec:
     autoscaling: tuple[int, int] | None = None  # (min, max) replicas; None = fixed `replicas`
     concurrency: int = 4  # generations one replica runs at once (without an engine that batches)
     max_ongoing_requests: int = 64  # requests a replica accepts; those beyond `concurrency` queue
-    loader: Callable = field(default=runtime.load)  # (path, threads=) -> Generator
+    loader: Callable[..., ServedGenerator] = field(default=runtime.load)  # (path, threads=)
     kv_budget: int | None = None  # bytes of KV cache per engine batch; None: the engine's default
 
 

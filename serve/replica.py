@@ -29,6 +29,7 @@ import runtime
 from runtime import template_pool
 from runtime.cancel import Cancelled, cancel_when
 from runtime.engine import Engine
+from runtime.text_generator import ServedGenerator
 
 from .ray_guard import replica_grpc_on_loopback
 from .routes import route_of
@@ -42,11 +43,11 @@ class ModelServer:
         path: str,
         threads: int,
         concurrency: int,
-        loader: Callable = runtime.load,
+        loader: Callable[..., ServedGenerator] = runtime.load,
         kv_budget: int | None = None,
     ):
         replica_grpc_on_loopback()
-        self.generator = loader(path, threads=threads)
+        self.generator: ServedGenerator = loader(path, threads=threads)
         if kv_budget is not None and getattr(self.generator, "engine", None) is not None:
             # before any request: the engine's loop has not started, so a new one replaces it
             self.generator.engine = Engine(self.generator, max_cache_bytes=kv_budget)

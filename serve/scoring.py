@@ -24,6 +24,8 @@ so `echo` needs a causal LM.
 
 from __future__ import annotations
 
+from runtime.text_generator import ServedGenerator
+
 from .protocol import finite_logprob
 
 
@@ -53,7 +55,7 @@ def _is_id(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def check_token_prompt(gen, ids: list[int]) -> None:
+def check_token_prompt(gen: ServedGenerator, ids: list[int]) -> None:
     """Raise ValueError unless `ids` is a prompt the model can read and continue."""
     vocab = gen.manifest.vocab_size or gen.tokenizer.get_vocab_size()
     if max(ids) >= vocab:
@@ -65,7 +67,9 @@ def check_token_prompt(gen, ids: list[int]) -> None:
         )
 
 
-def prompt_logprobs(gen, prompt, logprobs: int | None, controls=None) -> tuple[str, dict | None]:
+def prompt_logprobs(
+    gen: ServedGenerator, prompt, logprobs: int | None, controls=None
+) -> tuple[str, dict | None]:
     """The echoed text of `prompt` and, with `logprobs` (top count k), OpenAI's logprobs object
     of its shown tokens (text offsets from 0)."""
     if gen.task == "seq2seq":
@@ -101,7 +105,9 @@ def prompt_logprobs(gen, prompt, logprobs: int | None, controls=None) -> tuple[s
     }
 
 
-def echo_choice(gen, prompt, choice: dict | None, logprobs: int | None, controls=None) -> dict:
+def echo_choice(
+    gen: ServedGenerator, prompt, choice: dict | None, logprobs: int | None, controls=None
+) -> dict:
     """`choice` (an OpenAI completion choice of `prompt`) with the prompt echoed in front; with
     `choice=None`, the choice of `max_tokens: 0`."""
     text, head = prompt_logprobs(gen, prompt, logprobs, controls)
@@ -140,14 +146,16 @@ def _offsets(tokens, start: int) -> list[int]:
     return offsets
 
 
-def prompt_token_count(gen, prompt, controls=None) -> int:
+def prompt_token_count(gen: ServedGenerator, prompt, controls=None) -> int:
     """Tokens the model reads for `prompt` (usage's `prompt_tokens`)."""
     if isinstance(prompt, str):
         return len(gen.encode_prompt(prompt, controls))
     return len(prompt)
 
 
-def scored_completion(gen, prompts, logprobs: int | None, copies: int = 1, controls=None) -> dict:
+def scored_completion(
+    gen: ServedGenerator, prompts, logprobs: int | None, copies: int = 1, controls=None
+) -> dict:
     """The choices and usage of `max_tokens: 0` with `echo`: each prompt echoed with its
     log-probabilities, `copies` (`n`) choices per prompt, no completion tokens."""
     choices, prompt_tokens = [], 0

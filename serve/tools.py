@@ -31,6 +31,7 @@ import uuid
 from dataclasses import dataclass
 
 from runtime.structured import check_schema
+from runtime.text_generator import ServedGenerator
 from runtime.tools import ToolCalls, call_schema, generic_messages, partial_calls, read_calls
 
 from .protocol import RequestError
@@ -184,7 +185,7 @@ def _earlier_call(where: str, call) -> dict:
 
 
 def constraint(
-    gen, messages: list[dict], tools: ToolRequest
+    gen: ServedGenerator, messages: list[dict], tools: ToolRequest
 ) -> tuple[list[dict], list | None, ToolCalls]:
     """(the conversation, the tools for the template, the `ToolCalls`) for `gen`'s template;
     ValueError naming `tools` when the template cannot take them as asked."""

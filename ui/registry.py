@@ -44,7 +44,9 @@ from runtime.bundle import read_manifest
 from runtime.chat import is_chat_manifest
 from runtime.loading import find_bundles
 from runtime.manifest import Manifest
-from runtime.word_vectors import load_matrix
+from runtime.masked_lm import MaskedLM
+from runtime.text_generator import TextGenerator
+from runtime.word_vectors import WordVectors, load_matrix
 
 from . import safe_text
 from .embeddings import EmbeddingSpace
@@ -155,7 +157,8 @@ class ModelRegistry:
                 continue
             self._manifests[name] = manifest
             self.paths[name] = path
-        self._loaded: dict[str, runtime.Generator] = {}
+        # a TextGenerator, or a fill-mask / word-vectors model
+        self._loaded: dict[str, TextGenerator | MaskedLM | WordVectors] = {}
         self._spaces: dict[tuple, object] = {}  # EmbeddingSpace or WordVectors per key
         self._lock = threading.Lock()
 
@@ -176,7 +179,7 @@ class ModelRegistry:
         self.problems[name] = why
         LOG.warning("model %s not offered: %s", name, why)
 
-    def add(self, name: str, path: Path, generator: runtime.Generator | None = None) -> None:
+    def add(self, name: str, path: Path, generator: TextGenerator | None = None) -> None:
         """Offer the bundle at `path` as `name`, optionally with a generator already loaded
         (e.g. one wrapped for instrumentation) that `get` will return instead of loading."""
         self._manifests[name] = read_manifest(path, verify=False)
@@ -314,8 +317,9 @@ class ModelRegistry:
             raise ValueError(f"`model` must be one of {self.names}, got {name!r}")
         return name
 
-    def get(self, name: str):
-        """The loaded model for `name`: a runtime.Generator, or for a "fill-mask" / "word-vectors"
+    def get(self, name: str) -> TextGenerator | MaskedLM | WordVectors:
+        """The loaded model for `name`: a `runtime.TextGenerator` (a runtime.Generator, or a
+        runtime.hierarchical.HierarchicalGenerator), or for a "fill-mask" / "word-vectors"
         bundle a runtime.masked_lm.MaskedLM / runtime.word_vectors.WordVectors (loaded once,
         shared by all users)."""
         self._check(name)
@@ -324,7 +328,7 @@ class ModelRegistry:
                 self._loaded[name] = self._load(name)
             return self._loaded[name]
 
-    def _load(self, name: str) -> runtime.Generator:
+    def _load(self, name: str) -> TextGenerator | MaskedLM | WordVectors:
         return runtime.load(
             self.paths[name],
             providers=self.providers,

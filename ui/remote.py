@@ -89,8 +89,8 @@ def _raise_for(response: httpx.Response) -> None:
 
 
 class RemoteGenerator(ChatMixin):
-    """A model served by the backend, with the part of `runtime.Generator`'s interface the tabs
-    use."""
+    """A model served by the backend, as a `runtime.ChatGenerator` (runtime/text_generator.py):
+    the part of `runtime.Generator`'s interface the tabs use."""
 
     # Read from the manifest alone, exactly as the runtime's own generator reads them.
     name = runtime.Generator.name
