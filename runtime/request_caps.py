@@ -1,7 +1,9 @@
 """The caps every front end puts on a request: prompt length, lines, neighbours, the decoding
-study's size, and how many model-running requests run or wait at once. The decoding parameters'
-caps (tokens, samples, beams, their ranges) are declared with the parameters, as their `allowed`
-range (runtime/parameters.py).
+study's size, each tab's other inputs (candidates, columns, subtitle limits, text lengths), and
+how many model-running requests run or wait at once (the app's events; serve's per replica).
+The decoding parameters' caps (tokens, samples, beams, seeds, their ranges) are declared with
+the parameters, as their `allowed` range (runtime/parameters.py). No cap is written as a number
+anywhere else in ui/, serve/ or app.py: tests/test_limits_table.py parses them for one.
 
 Two parts. The app's: one frozen `Limits` value, `LIMITS`, read by the app (ui/checks.py checks
 every endpoint's inputs against it) and by bench/ (the load test queues requests as the app
@@ -27,6 +29,33 @@ class Limits:
     max_study_samples: int = 10  # samples per prompt and setting in the decoding study
     concurrency: int = 4  # model-running events that run at once (all tabs together)
     max_queue: int = 64  # events waiting beyond those; more are refused
+    max_reference_chars: int = 20_000  # the decoding study's reference text
+    # Embeddings: an expression (a word, or words added and subtracted) whose neighbours are
+    # listed, and one word looked up or expected
+    max_expression_chars: int = 200
+    max_word_chars: int = 100
+    # Masked LMs: each sentence compared by influence; a text a masked LM reads otherwise (a
+    # generation's prompt and right context, a sentence for contextual neighbours)
+    max_sentence_chars: int = 300
+    max_masked_text_chars: int = 500
+    max_study_new_tokens: int = 128  # new tokens per sample in the decoding study
+    max_columns: int = 4  # Compare's columns, the arena's players
+    # Paraphrase: candidates drawn (the tab's slider and its comparison with a chat model) and
+    # the highest temperature or noise weight (beyond it candidates are noise)
+    max_candidates: int = 100
+    max_paraphrase_range: float = 10.0
+    max_length_ratio: float = 2.0  # Rewrite's output / source length (the control's largest)
+    # Rewrite's subtitle limits
+    max_chars_per_line: int = 200
+    max_subtitle_lines: int = 10
+    max_chars_per_second: float = 100
+    max_subtitle_seconds: float = 600  # a subtitle's duration
+    # Masked LMs: the fill-mask endpoint's top k, and the tab's slider and labels, which show
+    # fewer (more rows than a label fits); the masking study's repetitions; tokens generated
+    max_fill_mask_top_k: int = 50
+    fill_mask_top_k_shown: int = 20
+    max_masking_repetitions: int = 5
+    max_masked_lm_new_tokens: int = 32
 
 
 LIMITS = Limits()
@@ -52,13 +81,17 @@ SERVE_APP_RANGES = frozenset({"temperature", "seed"})  # OpenAI's [0, 2]; one se
 
 @dataclass(frozen=True)
 class ServeLimits:
-    """What one client may ask of `scriptorium serve` (docs/SCALING.md, "Limits"; the command's
-    flags of the same names)."""
+    """What one client may ask of `scriptorium serve`, and what one replica takes on at once
+    (docs/SCALING.md, "Limits"; the command's flags of the same names)."""
 
     max_body_bytes: int = 1 << 20  # request body; larger ones get a 413 before being read
     max_prompt_chars: int = 32_768  # one prompt, or one conversation's messages together
     max_sequences: int = MAX_SEQUENCES  # prompts × n × num_beams in one request
     max_downloads: int = 4  # file downloads the gateway streams at once; more get a 429
+    # per replica (the command's --concurrency and --max-ongoing): generations run at once
+    # (without an engine that batches), and requests accepted, those beyond `concurrency` queued
+    concurrency: int = 4
+    max_ongoing: int = 64
 
 
 SERVE_LIMITS = ServeLimits()

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from convert.flagship import FetchError, gguf_support, model_roots
 from runtime.engine import parse_kv_budget
+from runtime.request_caps import SERVE_LIMITS
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tokenized text generators. Masked LMs, word vectors and the character-level paraphraser have
@@ -39,7 +40,13 @@ MODELS_RULE = "`--models` must be a model directory, a .gguf file or hf://org/re
 
 
 def model_specs(
-    roots, replicas=1, threads=1, cpus=None, autoscale=None, concurrency=4, max_ongoing=64
+    roots,
+    replicas=1,
+    threads=1,
+    cpus=None,
+    autoscale=None,
+    concurrency=SERVE_LIMITS.concurrency,
+    max_ongoing=SERVE_LIMITS.max_ongoing,
 ):
     """A `ModelSpec` per text-completion bundle under `roots` (tasks in `COMPLETION_TASKS`);
     ids are paths relative to their root ("bible-lm/int8"), as runtime.loading's `find_bundles`
@@ -204,8 +211,8 @@ def application(args: dict):
         int(args.get("threads_per_replica", 1)),
         args.get("cpus_per_replica"),
         autoscale,
-        int(args.get("concurrency", 4)),
-        int(args.get("max_ongoing", 64)),
+        int(args.get("concurrency", SERVE_LIMITS.concurrency)),
+        int(args.get("max_ongoing", SERVE_LIMITS.max_ongoing)),
     )
     specs = batching_specs(specs, bool(args.get("batching", True)))
     specs = budget_specs(specs, parse_kv_budget(args.get("kv_budget")))
@@ -270,8 +277,6 @@ def deploy(specs, host: str = "127.0.0.1", port: int = 8000, limits=None, api_ke
     """Start Serve's HTTP proxy on host:port and run the application; returns its handle."""
     from ray import serve
 
-    from runtime.request_caps import SERVE_LIMITS
-
     from .deployments import build_app
 
     serve.start(http_options={"host": host, "port": port})
@@ -331,10 +336,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--autoscale", default=None, help="MIN:MAX replicas, instead of --replicas")
     parser.add_argument(
-        "--concurrency", type=int, default=4, help="generations one replica runs at once"
+        "--concurrency",
+        type=int,
+        default=SERVE_LIMITS.concurrency,
+        help="generations one replica runs at once",
     )
     parser.add_argument(
-        "--max-ongoing", type=int, default=64, help="requests one replica accepts (others queue)"
+        "--max-ongoing",
+        type=int,
+        default=SERVE_LIMITS.max_ongoing,
+        help="requests one replica accepts (others queue)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="HTTP address (0.0.0.0: all)")
     parser.add_argument("--port", type=int, default=8000, help="HTTP port")

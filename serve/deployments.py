@@ -34,8 +34,10 @@ class ModelSpec:
     threads: int = 1  # onnxruntime intra-op threads per replica
     cpus: float | None = None  # CPUs Ray reserves per replica; None = `threads`
     autoscaling: tuple[int, int] | None = None  # (min, max) replicas; None = fixed `replicas`
-    concurrency: int = 4  # generations one replica runs at once (without an engine that batches)
-    max_ongoing_requests: int = 64  # requests a replica accepts; those beyond `concurrency` queue
+    # generations one replica runs at once (without an engine that batches)
+    concurrency: int = SERVE_LIMITS.concurrency
+    # requests a replica accepts; those beyond `concurrency` queue
+    max_ongoing_requests: int = SERVE_LIMITS.max_ongoing
     loader: Callable[..., ServedGenerator] = field(default=runtime.load)  # (path, threads=)
     kv_budget: int | None = None  # bytes of KV cache per engine batch; None: the engine's default
 

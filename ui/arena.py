@@ -27,7 +27,6 @@ from .compare_tab import METRIC_HEADERS, metric_row, preset_config
 from .safe_text import literal
 from .streaming import StreamCollector
 
-MAX_COLUMNS = 4
 UPDATE_EVERY = 0.05  # seconds between UI updates while streaming
 # The presets a chat model can reply with: those that do not search with beams.
 CHAT_PRESETS = [name for name in PRESETS if preset_config(name, 1, 1, 0).mode in CHAT_MODES]
@@ -164,7 +163,7 @@ def build(
     _results(page)
     private = {"queue": False, "api_visibility": "private"}
     page.count.change(
-        lambda n: [gr.update(visible=i < n) for i in range(MAX_COLUMNS)],
+        lambda n: [gr.update(visible=i < n) for i in range(checks.LIMITS.max_columns)],
         page.count,
         page.blocks,
         **private,
@@ -181,7 +180,9 @@ def build(
     settings |= {"columns": page.count, "max_new_tokens": page.max_tokens, "seed": page.seed}
     pickers = {
         f"{kind}_{i // 2 + 1}": picker
-        for i, (kind, picker) in enumerate(zip(["model", "preset"] * MAX_COLUMNS, page.columns))
+        for i, (kind, picker) in enumerate(
+            zip(["model", "preset"] * checks.LIMITS.max_columns, page.columns)
+        )
     }
     links.shareable("arena", "arena", settings | {"blind": page.blind} | pickers)
     _wire_votes(store, page, event, tab, limit or votes.RateLimit(VOTES_PER_MINUTE, 60.0))
@@ -235,9 +236,9 @@ def _settings() -> _Page:
 
 
 def _columns(names: list[str], page: _Page) -> None:
-    """MAX_COLUMNS columns (two shown), each a model, a preset and the reply."""
+    """`LIMITS.max_columns` columns (two shown), each a model, a preset and the reply."""
     with gr.Row(equal_height=True):
-        for i in range(MAX_COLUMNS):
+        for i in range(checks.LIMITS.max_columns):
             with gr.Column(visible=i < 2, min_width=240) as block:
                 model = gr.Dropdown(
                     names, value=names[i % len(names)], label=f"Model {i + 1}", visible=False
@@ -305,7 +306,7 @@ def _wire_rounds(registry, names: list[str], page: _Page):
         used) and the table names them only after the vote."""
         message = checks.text("message", message)
         system_prompt = checks.text("system_prompt", system_prompt, allow_empty=True)
-        columns = checks.integer("columns", columns, 2, MAX_COLUMNS)
+        columns = checks.integer("columns", columns, 2, checks.LIMITS.max_columns)
         max_new_tokens = checks.setting("max_new_tokens", max_new_tokens)
         seed = checks.setting("seed", seed)
         pairs = [(model_1, preset_1), (model_2, preset_2), (model_3, preset_3)]
@@ -321,7 +322,7 @@ def _wire_rounds(registry, names: list[str], page: _Page):
         check_distinct(labels)
         system = [{"role": "system", "content": system_prompt}] if system_prompt.strip() else []
         conversation = [*system, {"role": "user", "content": message}]
-        blank = [""] * (MAX_COLUMNS - columns)
+        blank = [""] * (checks.LIMITS.max_columns - columns)
         hidden = gr.Radio(choices=[], value=None)
         for texts, rows in run_arena(registry, conversation, pairs, max_new_tokens, seed):
             shown = [masked(row) for row in rows] if blind else rows

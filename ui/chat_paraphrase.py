@@ -81,7 +81,9 @@ def rows(paraphraser, source: str, method: str, texts: list[str]) -> list[list]:
 def comparison(registry, paraphraser_name, chat_model, sentence, num_candidates, seed):
     """Rows for seed 003's closest candidates and the chat model's, scored alike."""
     sentence = checks.text("sentence", sentence)
-    num_candidates = checks.integer("num_candidates", num_candidates, 1, 256)
+    num_candidates = checks.integer(
+        "num_candidates", num_candidates, 1, checks.LIMITS.max_candidates
+    )
     seed = checks.integer("seed", seed, -1, checks.offered("seed").limits.high)
     seed = None if seed < 0 else seed  # -1: random, as the tab's own seed
     checks.choice("chat_model", chat_model, registry.chat_models())

@@ -39,7 +39,6 @@ from . import (
 from .generate_tab import memorisation, samples_of, shown_text
 from .streaming import StreamCollector
 
-MAX_COLUMNS = 4
 UPDATE_EVERY = 0.05  # seconds between UI updates while streaming
 
 INTRO = (
@@ -227,12 +226,12 @@ def _settings(registry, names: list[str]) -> _Page:
 
 
 def _columns(registry, names: list[str], manifests: dict, page: _Page) -> None:
-    """MAX_COLUMNS columns (two shown), each a model, a preset, the model's note, its text and
-    its loop warning."""
+    """`LIMITS.max_columns` columns (two shown), each a model, a preset, the model's note, its
+    text and its loop warning."""
     choices = [(expectations.choice_label(n, manifests[n]), n) for n in names]
     columns = default_columns(registry, names)
     with gr.Row(equal_height=True):
-        for i in range(MAX_COLUMNS):
+        for i in range(checks.LIMITS.max_columns):
             with gr.Column(min_width=240, elem_classes=_column_classes(i, 2)) as block:
                 model = gr.Dropdown(choices, value=columns[i][0], label=f"Model {i + 1}")
                 preset = gr.Dropdown(list(PRESETS), value=columns[i][1], label="Decoding preset")
@@ -295,7 +294,9 @@ def _wire_columns(page: _Page) -> None:
     """The column count shows that many columns; a control picker shows only while a shown
     column's model has that control."""
     page.count.change(
-        lambda n: [gr.update(elem_classes=_column_classes(i, n)) for i in range(MAX_COLUMNS)],
+        lambda n: [
+            gr.update(elem_classes=_column_classes(i, n)) for i in range(checks.LIMITS.max_columns)
+        ],
         page.count,
         page.blocks,
         queue=False,
@@ -340,7 +341,7 @@ def _wire_compare(registry, page: _Page) -> None:
         arguments = locals()  # the API arguments (and closure names), for the record
         settings = {name: arguments[name] for name in inspect.signature(compare).parameters}
         prompt = checks.text("prompt", prompt)
-        columns = checks.integer("columns", columns, 2, MAX_COLUMNS)
+        columns = checks.integer("columns", columns, 2, checks.LIMITS.max_columns)
         max_new_tokens = checks.setting("max_new_tokens", max_new_tokens)
         samples = checks.setting("samples", samples)
         seed = checks.setting("seed", seed)
@@ -351,7 +352,7 @@ def _wire_compare(registry, page: _Page) -> None:
             (model_4, preset_4),
         ][:columns]
         controls = widgets.controls_value(controls)
-        blank = [""] * (MAX_COLUMNS - columns)
+        blank = [""] * (checks.LIMITS.max_columns - columns)
         texts, rows, collectors = [], [], []
         updates = run_columns(registry, prompt, controls, pairs, max_new_tokens, samples, seed)
         for update in updates:
@@ -397,7 +398,7 @@ def default_columns(registry, names: list[str]) -> list[tuple[str | None, str]]:
     if base not in names:
         return [(_default_model(registry, names, i), DEFAULT_PRESETS[i]) for i in range(4)]
     tunes = [n for n in names if registry.manifest(n).adapter]
-    models = [base, *tunes, *tunes][:MAX_COLUMNS]
+    models = [base, *tunes, *tunes][: checks.LIMITS.max_columns]
     return [(model, ADAPTER_PRESET) for model in models]
 
 

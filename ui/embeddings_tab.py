@@ -230,7 +230,9 @@ def _embedding_endpoints(registry) -> tuple:
         space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
         k = checks.integer("k", k, 1, checks.LIMITS.max_neighbours)
         found = space.neighbours(
-            checks.text("word", word, max_chars=200), k, checks.flag("words_only", words_only)
+            checks.text("word", word, max_chars=checks.LIMITS.max_expression_chars),
+            k,
+            checks.flag("words_only", words_only),
         )
         return [
             [rank, token, round(100 * sim, 1)] for rank, (token, sim) in enumerate(found, start=1)
@@ -240,12 +242,16 @@ def _embedding_endpoints(registry) -> tuple:
     def analogy(model, expression, expected, leading_space):
         """Tokens nearest to `expression`, and how the expected answer compares."""
         space = registry.embedding_space(model, checks.flag("leading_space", leading_space))
-        expression = checks.text("expression", expression, max_chars=200)
+        expression = checks.text(
+            "expression", expression, max_chars=checks.LIMITS.max_expression_chars
+        )
         found = space.neighbours(expression, 10, True)
         rows = [
             [rank, token, round(100 * sim, 1)] for rank, (token, sim) in enumerate(found, start=1)
         ]
-        expected = checks.text("expected", expected or "", allow_empty=True, max_chars=100)
+        expected = checks.text(
+            "expected", expected or "", allow_empty=True, max_chars=checks.LIMITS.max_word_chars
+        )
         if not expected.strip():
             return "", rows
         score = cosine(space.vector(expression), space.vector(expected))
@@ -375,7 +381,7 @@ def _word_vector_endpoints(registry, models: list[str]) -> tuple:
     def word_neighbours(word: str, topn: int = 8) -> dict:
         """{model: [(word, cosine), …]}: `word`'s nearest words in every static model; a model
         whose vocabulary lacks the word gets an empty list."""
-        word = checks.text("word", word, max_chars=100)
+        word = checks.text("word", word, max_chars=checks.LIMITS.max_word_chars)
         topn = checks.integer("topn", topn, 1, checks.LIMITS.max_neighbours)
         out = {}
         for name in models:
@@ -386,7 +392,10 @@ def _word_vector_endpoints(registry, models: list[str]) -> tuple:
     @checks.shown_to_user
     def word_analogy(a: str, b: str, c: str, topn: int = 5) -> dict:
         """{model: [(word, cosine), …]} answering "a : b :: c : ?" (most_similar(b + c − a))."""
-        words = [checks.text(n, v, max_chars=100) for n, v in (("a", a), ("b", b), ("c", c))]
+        words = [
+            checks.text(n, v, max_chars=checks.LIMITS.max_word_chars)
+            for n, v in (("a", a), ("b", b), ("c", c))
+        ]
         topn = checks.integer("topn", topn, 1, checks.LIMITS.max_neighbours)
         out = {}
         for name in models:
@@ -399,7 +408,7 @@ def _word_vector_endpoints(registry, models: list[str]) -> tuple:
     def static_vs_contextual(word: str, sentence_1: str, sentence_2: str, topn: int = 8) -> list:
         """Rows (model, where, neighbours): each word-vector set's static list, then each
         masked LM's fillers for `word` masked in each sentence."""
-        word = checks.text("word", word, max_chars=100)
+        word = checks.text("word", word, max_chars=checks.LIMITS.max_word_chars)
         topn = checks.integer("topn", topn, 1, checks.LIMITS.max_neighbours)
         rows = []
         for name in registry.word_vector_sets():
@@ -408,7 +417,9 @@ def _word_vector_endpoints(registry, models: list[str]) -> tuple:
             rows.append([name, "static (any sentence)", ", ".join(w for w, _ in found)])
         for name in registry.masked_lms():
             for index, sentence in enumerate((sentence_1, sentence_2), start=1):
-                sentence = checks.text(f"sentence_{index}", sentence, max_chars=500)
+                sentence = checks.text(
+                    f"sentence_{index}", sentence, max_chars=checks.LIMITS.max_masked_text_chars
+                )
                 found = word_analogies.contextual_neighbours(
                     registry.get(name), sentence, word, topn
                 )

@@ -33,8 +33,6 @@ STUDY_SENTENCES = (
     "Moses went up to God, and Yahweh called to him out of the mountain.",
 )
 MAX_STUDY_SENTENCES = len(STUDY_SENTENCES)
-MAX_STUDY_REPETITIONS = 5
-MAX_GENERATED = 32
 PROBE_HEADERS = ["model", "context", "comparison", "cosine"]
 GENERATION_HEADERS = ["model", "strategy", "output"]
 
@@ -105,13 +103,19 @@ def build_fill_mask(registry, names: list[str]) -> None:
     """Fill-mask with every masked LM side by side, and the `/fill_mask` endpoint."""
     with gr.Row():
         text = gr.Textbox(EXAMPLE, label="Text with one or more <|mask|>", scale=4)
-        top_k = widgets.setting_slider(1, 20, value=5, step=1, label="top k", scale=1)
+        top_k = widgets.setting_slider(
+            1, checks.LIMITS.fill_mask_top_k_shown, value=5, step=1, label="top k", scale=1
+        )
     fill = gr.Button("Fill the mask", variant="primary")
     fill_errors = widgets.error_box("fill-mask-error")
     section_link("fill_mask", {"text": text, "top_k": top_k})
     with gr.Row():
         labels = [
-            gr.Label(label=name, num_top_classes=20, elem_id=f"fill-mask-{index}")
+            gr.Label(
+                label=name,
+                num_top_classes=checks.LIMITS.fill_mask_top_k_shown,
+                elem_id=f"fill-mask-{index}",
+            )
             for index, name in enumerate(names)
         ]
     every_mask = gr.Dataframe(
@@ -125,7 +129,7 @@ def build_fill_mask(registry, names: list[str]) -> None:
     def fill_mask(model: str, text: str, top_k: int = 5) -> list:
         """Transformers' fill-mask pipeline output for `text` from `model` (a masked LM)."""
         _models(registry, model)
-        top_k = checks.integer("top_k", top_k, 1, 50)
+        top_k = checks.integer("top_k", top_k, 1, checks.LIMITS.max_fill_mask_top_k)
         return registry.get(model).fill_mask(checks.text("text", text), top_k)
 
     @checks.shown_to_user
@@ -159,7 +163,7 @@ def build_masking_study(registry) -> None:
     with gr.Row():
         sentences = widgets.setting_slider(1, MAX_STUDY_SENTENCES, value=4, step=1, label="verses")
         repetitions = widgets.setting_slider(
-            1, MAX_STUDY_REPETITIONS, value=2, step=1, label="repetitions"
+            1, checks.LIMITS.max_masking_repetitions, value=2, step=1, label="repetitions"
         )
         run_study = gr.Button("Run the study")
     study_errors = widgets.error_box("masking-study-error")
@@ -170,7 +174,9 @@ def build_masking_study(registry) -> None:
     def masking_study(sentences: int = 4, repetitions: int = 2) -> dict:
         """Top-1/2/3/5 accuracy against the masking ratio for every masked LM."""
         count = checks.integer("sentences", sentences, 1, MAX_STUDY_SENTENCES)
-        repeat = checks.integer("repetitions", repetitions, 1, MAX_STUDY_REPETITIONS)
+        repeat = checks.integer(
+            "repetitions", repetitions, 1, checks.LIMITS.max_masking_repetitions
+        )
         return {
             name: masking.masking_study(
                 registry.get(name), STUDY_SENTENCES[:count], repetitions=repeat
@@ -249,8 +255,8 @@ def build_influence(registry, names: list[str]) -> None:
     def influence(model: str, sentence_a: str, sentence_b: str) -> dict:
         """All-to-all cosines, their average and the Average Influence Similarity."""
         _models(registry, model)
-        a = checks.text("sentence_a", sentence_a, max_chars=300)
-        b = checks.text("sentence_b", sentence_b, max_chars=300)
+        a = checks.text("sentence_a", sentence_a, max_chars=checks.LIMITS.max_sentence_chars)
+        b = checks.text("sentence_b", sentence_b, max_chars=checks.LIMITS.max_sentence_chars)
         return probes.influence(registry.get(model), a, b)
 
     def influence_figures(sentence_a, sentence_b):
@@ -281,7 +287,7 @@ def build_bert_generation(registry) -> None:
         )
         right = gr.Textbox("and God saw that it was good.", label="Right context", scale=2)
         tokens = widgets.setting_slider(
-            1, MAX_GENERATED, value=10, step=1, label="new tokens", scale=1
+            1, checks.LIMITS.max_masked_lm_new_tokens, value=10, step=1, label="new tokens", scale=1
         )
     generate = gr.Button("Generate")
     generation_errors = widgets.error_box("bert-generation-error")
@@ -293,9 +299,11 @@ def build_bert_generation(registry) -> None:
     @checks.shown_to_user
     def bert_generation(prompt: str, right: str = "", tokens: int = 10) -> list:
         """Each masked LM's three strategies and the causal LM's greedy continuation."""
-        prompt = checks.text("prompt", prompt, max_chars=500)
-        right = checks.text("right", right or "", allow_empty=True, max_chars=500)
-        tokens = checks.integer("tokens", tokens, 1, MAX_GENERATED)
+        prompt = checks.text("prompt", prompt, max_chars=checks.LIMITS.max_masked_text_chars)
+        right = checks.text(
+            "right", right or "", allow_empty=True, max_chars=checks.LIMITS.max_masked_text_chars
+        )
+        tokens = checks.integer("tokens", tokens, 1, checks.LIMITS.max_masked_lm_new_tokens)
         rows = []
         for name in _models(registry):
             for strategy, text in strategies.all_strategies(

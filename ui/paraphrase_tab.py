@@ -24,8 +24,6 @@ from . import chat_paraphrase, checks, links, widgets
 
 CLOSEST = 4  # candidates shown by distance
 RANDOM_OTHERS = 4  # further candidates shown at random
-MAX_CANDIDATES = 100
-MAX_RANGE = 10.0  # highest temperature or noise weight offered: beyond it candidates are noise
 EXAMPLES = (
     "In the beginning, God created the heavens and the earth.",
     "The Lord is my shepherd; I shall not lack.",
@@ -90,12 +88,22 @@ def paraphrase(
 ):
     """(candidates HTML, reconstruction Markdown, shown candidates as a list of dicts)."""
     sentence = checks.text("sentence", sentence)
-    num_candidates = checks.integer("num_candidates", num_candidates, 1, MAX_CANDIDATES)
-    temperature_low = checks.number("temperature_low", temperature_low, 0.0, MAX_RANGE)
-    temperature_high = checks.number("temperature_high", temperature_high, 0.0, MAX_RANGE)
-    noise_low = checks.number("noise_low", noise_low, 0.0, MAX_RANGE)
-    noise_high = checks.number("noise_high", noise_high, 0.0, MAX_RANGE)
-    seed = None if seed is None else checks.integer("seed", seed, -1, 2**31 - 1)
+    num_candidates = checks.integer(
+        "num_candidates", num_candidates, 1, checks.LIMITS.max_candidates
+    )
+    temperature_low = checks.number(
+        "temperature_low", temperature_low, 0.0, checks.LIMITS.max_paraphrase_range
+    )
+    temperature_high = checks.number(
+        "temperature_high", temperature_high, 0.0, checks.LIMITS.max_paraphrase_range
+    )
+    noise_low = checks.number("noise_low", noise_low, 0.0, checks.LIMITS.max_paraphrase_range)
+    noise_high = checks.number("noise_high", noise_high, 0.0, checks.LIMITS.max_paraphrase_range)
+    seed = (
+        None
+        if seed is None
+        else checks.integer("seed", seed, -1, checks.offered("seed").limits.high)
+    )
     seed = None if seed is None or seed < 0 else seed
     gen = registry.get(model)
     candidates = gen.paraphrase(
@@ -196,7 +204,9 @@ def settings_column(registry, names: list[str]) -> tuple[dict, gr.Button]:
     model = widgets.model_picker(names)
     widgets.model_card(registry, model)
     sentence = gr.Textbox(EXAMPLES[0], label="Sentence (at most 30 words)", lines=2)
-    count = widgets.setting_slider(1, MAX_CANDIDATES, value=40, step=1, label="Candidates")
+    count = widgets.setting_slider(
+        1, checks.LIMITS.max_candidates, value=40, step=1, label="Candidates"
+    )
     with gr.Row():
         temperature_low = widgets.setting_number(0.0, label="Temperature from", minimum=0)
         temperature_high = widgets.setting_number(1.0, label="Temperature to", minimum=0)

@@ -53,7 +53,7 @@ def target_controls(registry, model, target, ratio, category) -> dict:
     if target == "ratio":
         if "length_ratio" not in controls:
             raise ValueError(f"model {model!r} has no `length_ratio` control; pick a category")
-        return {"length_ratio": checks.number("ratio", ratio, 0.1, 2.0)}
+        return {"length_ratio": checks.number("ratio", ratio, 0.1, checks.LIMITS.max_length_ratio)}
     if target == "category":
         if "length" not in controls:
             raise ValueError(f"model {model!r} has no `length` control; pick a ratio")
@@ -121,9 +121,13 @@ def report_html(measured: dict, limits_: subtitles.SubtitleLimits) -> str:
 
 def subtitle_limits(chars_per_line, max_lines, chars_per_second) -> subtitles.SubtitleLimits:
     return subtitles.SubtitleLimits(
-        chars_per_line=checks.integer("chars_per_line", chars_per_line, 10, 200),
-        max_lines=checks.integer("max_lines", max_lines, 1, 10),
-        chars_per_second=checks.number("chars_per_second", chars_per_second, 1, 100),
+        chars_per_line=checks.integer(
+            "chars_per_line", chars_per_line, 10, checks.LIMITS.max_chars_per_line
+        ),
+        max_lines=checks.integer("max_lines", max_lines, 1, checks.LIMITS.max_subtitle_lines),
+        chars_per_second=checks.number(
+            "chars_per_second", chars_per_second, 1, checks.LIMITS.max_chars_per_second
+        ),
     )
 
 
@@ -304,7 +308,7 @@ def target_inputs(registry, model: str | None):
         )
         ratio = widgets.setting_slider(
             0.1,
-            2.0,
+            checks.LIMITS.max_length_ratio,
             value=0.8,
             step=0.1,
             label="Ratio (output / source)",
@@ -330,16 +334,30 @@ def subtitle_inputs() -> dict:
         with gr.Row():
             return {
                 "chars_per_line": widgets.setting_number(
-                    42, precision=0, minimum=10, maximum=200, label="Characters per line"
+                    42,
+                    precision=0,
+                    minimum=10,
+                    maximum=checks.LIMITS.max_chars_per_line,
+                    label="Characters per line",
                 ),
                 "max_lines": widgets.setting_number(
-                    2, precision=0, minimum=1, maximum=10, label="Lines"
+                    2,
+                    precision=0,
+                    minimum=1,
+                    maximum=checks.LIMITS.max_subtitle_lines,
+                    label="Lines",
                 ),
                 "chars_per_second": widgets.setting_number(
-                    17, minimum=1, maximum=100, label="Characters per second"
+                    17,
+                    minimum=1,
+                    maximum=checks.LIMITS.max_chars_per_second,
+                    label="Characters per second",
                 ),
                 "duration": widgets.setting_number(
-                    4.0, minimum=0, maximum=600, label="Duration (s, 0 = none)"
+                    4.0,
+                    minimum=0,
+                    maximum=checks.LIMITS.max_subtitle_seconds,
+                    label="Duration (s, 0 = none)",
                 ),
             }
 
@@ -478,7 +496,9 @@ def _prepare(registry, model, source, settings, subtitle_values):
     source = checks.text("source", source)
     config = checks.decoding(**settings)
     limits_ = subtitle_limits(*subtitle_values[:3])
-    duration = checks.number("duration", subtitle_values[3] or 0, 0, 600)
+    duration = checks.number(
+        "duration", subtitle_values[3] or 0, 0, checks.LIMITS.max_subtitle_seconds
+    )
     return registry.get(model), source, config, limits_, duration
 
 

@@ -99,7 +99,9 @@ def build(registry, names: list[str]) -> None:
                 step=1,
                 label="Samples per prompt and setting",
             )
-            max_tokens = widgets.setting_slider(8, 128, value=40, step=1, label="Max new tokens")
+            max_tokens = widgets.setting_slider(
+                8, checks.LIMITS.max_study_new_tokens, value=40, step=1, label="Max new tokens"
+            )
             seed = widgets.setting("seed")
         with gr.Row():
             prompts = gr.Textbox(examples.STUDY_PROMPTS, lines=4, label="Prompts (one per line)")
@@ -124,9 +126,13 @@ def build(registry, names: list[str]) -> None:
                     f"`prompts` must be at most {checks.LIMITS.max_study_prompts} lines, "
                     f"got {len(lines)}"
                 )
-            reference = checks.text("reference", reference, max_chars=20_000)
+            reference = checks.text(
+                "reference", reference, max_chars=checks.LIMITS.max_reference_chars
+            )
             samples = checks.integer("samples", samples, 2, checks.LIMITS.max_study_samples)
-            max_new_tokens = checks.integer("max_new_tokens", max_new_tokens, 1, 128)
+            max_new_tokens = checks.integer(
+                "max_new_tokens", max_new_tokens, 1, checks.LIMITS.max_study_new_tokens
+            )
             seed = checks.setting("seed", seed)
             rows = run_study(
                 registry.get(model), lines, reference, samples, max_new_tokens, seed, progress
