@@ -481,15 +481,9 @@ class ChatMixin:
         )
         outputs: dict[int, GenerationOutput] = {}
         for event in events:
-            out = outputs.setdefault(
-                event.index, GenerationOutput("", [], [], "", 0, prompt_tokens)
-            )
-            if event.token_id is not None:
-                out.token_ids.append(event.token_id)
-                out.logprobs.append(event.logprob)
-            out.text += event.text
-            if event.finish_reason:
-                out.finish_reason = event.finish_reason
+            if event.index not in outputs:
+                outputs[event.index] = GenerationOutput("", [], [], "", 0, prompt_tokens)
+            outputs[event.index].add(event)
         return [outputs[i] for i in sorted(outputs)]
 
     def stream_chat(

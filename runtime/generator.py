@@ -280,13 +280,7 @@ class Generator(ChatMixin, ScoringMixin):
             for index in range(len(encoded) * copies)
         }
         for event in self._token_events(plan, alternatives=0, live=False):
-            out = outputs[event.index]
-            if event.token_id is not None:
-                out.token_ids.append(event.token_id)
-                out.logprobs.append(event.logprob)
-            out.text += event.text
-            if event.finish_reason:
-                out.finish_reason = event.finish_reason
+            outputs[event.index].add(event)
         return [outputs[i] for i in sorted(outputs)]
 
     def stream(

@@ -19,6 +19,23 @@ class GenerationOutput:
     prompt_tokens: int = 0  # prompt length in tokens (controls and BOS included)
     score: float | None = None  # beam search: length-penalised sequence score
 
+    def add(self, event: StreamEvent) -> None:
+        """Take in one event of this sequence's stream: its text; a token event's id and
+        log-probability; the finish reason of the last event. Every caller that turns a stream
+        into outputs (`generate`, `chat`, serve's routes) does it through this.
+
+        >>> out = GenerationOutput("", [], [], "")
+        >>> out.add(StreamEvent("In", 7, -0.5)); out.add(StreamEvent(" the", 9, -1.0, [], 0, "eos"))
+        >>> out.text, out.token_ids, out.logprobs, out.finish_reason
+        ('In the', [7, 9], [-0.5, -1.0], 'eos')
+        """
+        self.text += event.text
+        if event.token_id is not None:
+            self.token_ids.append(event.token_id)
+            self.logprobs.append(event.logprob)
+        if event.finish_reason:
+            self.finish_reason = event.finish_reason
+
 
 @dataclass
 class StreamEvent:

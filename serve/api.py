@@ -443,11 +443,7 @@ def collect(events, copies: int, prompt_tokens: int = 0) -> list[tuple]:
     rows = [(runtime.GenerationOutput("", [], [], "", 0, prompt_tokens), []) for _ in range(copies)]
     for event in events:
         output, alternatives = rows[event.index]
-        output.text += event.text
+        output.add(event)
         if event.token_id is not None:
-            output.token_ids.append(event.token_id)
-            output.logprobs.append(event.logprob)
             alternatives.append(event.alternatives)
-        if event.finish_reason:
-            output.finish_reason = event.finish_reason
     return rows
