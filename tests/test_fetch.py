@@ -336,7 +336,8 @@ def test_fetch_command_prints_the_bundle_and_fails_in_one_line(
 def test_a_shipped_flagship_is_not_fetched_again(tmp_path):
     bundle = tmp_path / "models" / "SmolLM2-135M-Instruct.Q4_1"
     bundle.mkdir(parents=True)
-    export = {"source": "gguf", "gguf": {"sha256": fetch.FLAGSHIP.sha256}}
+    gguf = {"file": fetch.FLAGSHIP.file_name, "sha256": fetch.FLAGSHIP.sha256}
+    export = {"source": "gguf", "gguf": gguf}
     (bundle / "manifest.json").write_text(json.dumps(manifest_of(export=export).to_json()))
     (tmp_path / "models" / "other").mkdir()
     (tmp_path / "models" / "other" / "manifest.json").write_text("[]")

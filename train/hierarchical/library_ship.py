@@ -310,8 +310,8 @@ def card(args, lm, autoencoder, web, new, counts, generator, everyday_pairs) -> 
             ("source", "closest changed candidate"), examples[:EVERYDAY_EXAMPLES]
         )
         + "\n\n## Parity with PyTorch\n\n"
-        f"Greedy decoding (fp32 graphs): {greedy['identical']} of {greedy['compared']} sentences "
-        f"identical, max |Δlogit| {greedy['max_abs_logit_diff']}; per graph max |Δ| "
+        f"Greedy decoding (fp32 graphs): {greedy.identical} of {greedy.compared} sentences "
+        f"identical, max |Δlogit| {greedy.max_abs_logit_diff}; per graph max |Δ| "
         f"{manifest.parity.graphs_max_abs_diff} (batch 1, 3, 7; lengths 1, 4, 9).\n\n"
         "## Reconstruction cost (seed 003, table 4.2)\n\n"
         + common.markdown_table(("sentence", "greedy reconstruction", "nits/char"), rows)
