@@ -85,7 +85,9 @@ def build_gateway(
     specs: list[ModelSpec], limits: ServeLimits = SERVE_LIMITS, api_key: str | None = None
 ) -> Gateway:
     """A `ModelServer` per spec (each loads its bundle now) behind a `Gateway`, and the
-    gateway's routes answered by it: serve `http` (serve/http_app.py) with any ASGI server."""
+    gateway's routes answered by it: serve `http` (serve/http_app.py) with any ASGI server.
+    `http` is the module's one app, so a process serves one such gateway at a time: the routes
+    answer with the last one built."""
     if not specs:
         raise ValueError("`models` must name at least one model bundle, got none")
     for spec in specs:
