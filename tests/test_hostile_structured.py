@@ -186,8 +186,10 @@ def test_a_schema_that_crashes_llguidance_past_the_limits_kills_only_its_sandbox
 
 @pytest.mark.timeout(60)
 def test_a_compile_past_the_deadline_is_refused_and_the_next_compiles(monkeypatch):
-    monkeypatch.setattr(structured, "SCHEMA_SECONDS", 0.01)
-    with pytest.raises(ValueError, match="llguidance compiles within 0.01 s"):
+    """A 0.2 MB schema takes 17 ms here (sent, parsed and compiled in the sandbox); a faster
+    machine did it in under 10 ms, so the deadline is one no round trip can meet."""
+    monkeypatch.setattr(structured, "SCHEMA_SECONDS", 0.0005)
+    with pytest.raises(ValueError, match="llguidance compiles within 0.0005 s"):
         structured.check_schema(json.dumps(big_enum(6_000, "late")))
     monkeypatch.setattr(structured, "SCHEMA_SECONDS", 5.0)
     structured.check_schema(json.dumps(big_enum(6_000, "in time")))
