@@ -29,16 +29,26 @@ def check_sequences(
     names: tuple[str, str, str] = ("prompt", "n", "num_beams"),
 ) -> None:
     """Raise ValueError when `sequences(prompts, config)` exceeds `cap`; `names` are the
-    request's words for prompts, samples and beams.
+    request's words for prompts, samples and beams. The message names the factors above 1: a
+    request with one prompt and no beams hears of its `n` alone.
 
     >>> check_sequences(9, GenerationConfig(do_sample=True, num_return_sequences=8))
     Traceback (most recent call last):
     ValueError: `prompt` × `n` × `num_beams` must be at most 64 sequences, got 9 × 8 × 1 = 72
+    >>> check_sequences(1, GenerationConfig(do_sample=True, num_return_sequences=65))
+    Traceback (most recent call last):
+    ValueError: `n` must be at most 64, got 65
     """
+    counts = (prompts, config.num_return_sequences, config.num_beams)
     total = sequences(prompts, config)
-    if total > cap:
-        counts = f"{prompts} × {config.num_return_sequences} × {config.num_beams}"
-        raise ValueError(
-            f"`{names[0]}` × `{names[1]}` × `{names[2]}` must be at most {cap} sequences, "
-            f"got {counts} = {total}"
-        )
+    if total <= cap:
+        return
+    grown = [(name, count) for name, count in zip(names, counts) if count > 1]
+    if len(grown) == 1:
+        ((name, count),) = grown
+        raise ValueError(f"`{name}` must be at most {cap}, got {count}")
+    product = " × ".join(str(count) for count in counts)
+    raise ValueError(
+        f"`{names[0]}` × `{names[1]}` × `{names[2]}` must be at most {cap} sequences, "
+        f"got {product} = {total}"
+    )

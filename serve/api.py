@@ -15,10 +15,13 @@ Pure functions, no Ray and no HTTP server, so every rule here is testable on its
 - `complete(gen, request)` / `stream(gen, request)` are the replica's work (serve/replica.py runs
   them, as it runs chat's, in its thread pool): every prompt in turn, `max_tokens` capped by what
   the context leaves after it (`scriptorium.max_tokens` says the cap applied).
-- `completion_response` / `stream_chunk` build OpenAI's `text_completion` objects from
-  `runtime.GenerationOutput`s / `StreamEvent`s. Each choice also carries a `scriptorium` object
-  with what OpenAI's schema has no field for: the token ids, the runtime's own finish reason
-  ("eos", "stop", "length", "context") and, when streaming, the token's top-5 alternatives.
+- `output_choice` / `event_choice` build a `text_completion`'s choices (serve/protocol.py's
+  `CompletionChoice`) from `runtime.GenerationOutput`s / `StreamEvent`s; serve/routes.py puts
+  them in the answer's envelope, the same for both routes. Each choice also carries a
+  `scriptorium` object with what OpenAI's schema has no field for: the token ids, the runtime's
+  own finish reason ("eos", "stop", "length", "context") and, when streaming, the token's top-5
+  alternatives. A streamed beam search sends each sequence whole, as the unstreamed answer's
+  choice: nothing is final before the search ends.
 
 `logprobs` (an int in [0, 5], as OpenAI's legacy completions) returns the model's own
 log-probabilities (before penalties and filters, see runtime/generator.py); `top_logprobs` lists
@@ -36,7 +39,6 @@ non-zero `presence_penalty`/`frequency_penalty`, `logit_bias`) is refused with a
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -49,9 +51,13 @@ from runtime.text_generator import ServedGenerator
 from . import scoring
 from .protocol import (
     DECODING_FIELDS,
+    ChoiceExtras,
     CompletionBody,
+    CompletionChoice,
     GenerationBody,
+    Logprobs,
     RequestError,
+    Usage,
     finite_logprob,
     logprob_of,
     parse_body,
@@ -111,11 +117,7 @@ def parse_completion(
     # max_tokens 0 (echo, scoring only) generates nothing; the config stays a valid one.
     limit = checked.max_tokens or OPENAI_DEFAULT_MAX_TOKENS
     config = generation_config(checked, limit, RUNTIME_NAMES)
-    try:
-        check_sequences(len(prompts), config, limits.max_sequences)
-    except ValueError as error:
-        largest = "num_beams" if config.num_beams > config.num_return_sequences else "n"
-        raise RequestError(str(error), param=largest) from None
+    check_sequence_cap(len(prompts), config, limits)
     options = checked.stream_options
     return CompletionRequest(
         model=checked.model,
@@ -128,6 +130,22 @@ def parse_completion(
         echo=bool(checked.echo),
         score_only=score_only,
     )
+
+
+def check_sequence_cap(prompts: int, config: runtime.GenerationConfig, limits: ServeLimits):
+    """A `RequestError` (naming `n`, or `num_beams` when that is larger) when the request asks
+    for more than the server's `max_sequences` (prompts × `n` × `num_beams`), on both routes.
+
+    >>> check_sequence_cap(1, runtime.GenerationConfig(do_sample=True, num_return_sequences=65),
+    ...                    SERVE_LIMITS)
+    Traceback (most recent call last):
+    serve.protocol.RequestError: `n` must be at most 64, got 65
+    """
+    try:
+        check_sequences(prompts, config, limits.max_sequences)
+    except ValueError as error:
+        largest = "num_beams" if config.num_beams > config.num_return_sequences else "n"
+        raise RequestError(str(error), param=largest) from None
 
 
 def check_text(name: str, text: str, max_chars: int | None = None) -> None:
@@ -223,7 +241,9 @@ def openai_finish_reason(reason: str | None) -> str | None:
     return "stop" if reason in ("eos", "stop") else "length"
 
 
-def logprobs_object(tokens, logprobs, alternatives, k: int, chosen=None, start: int = 0) -> dict:
+def logprobs_object(
+    tokens, logprobs, alternatives, k: int, chosen=None, start: int = 0
+) -> Logprobs:
     """OpenAI's legacy logprobs: tokens, token_logprobs, top_logprobs (k per token), text_offset.
 
     `tokens` are the tokens as they appear in the text (a special token such as EOS is ""), so
@@ -235,7 +255,7 @@ def logprobs_object(tokens, logprobs, alternatives, k: int, chosen=None, start: 
     alternative whose probability is 0 has `protocol.LOGPROB_FLOOR`).
 
     >>> out = logprobs_object(["a", "b"], [-0.1, -0.2], [[("a", 0.9)], [("b", 0.8)]], 1, start=3)
-    >>> out["text_offset"], out["top_logprobs"][1]
+    >>> out.text_offset, out.top_logprobs[1]
     ([3, 4], {'b': -0.2})
     """
     offsets, position = [], start
@@ -250,45 +270,12 @@ def logprobs_object(tokens, logprobs, alternatives, k: int, chosen=None, start: 
             if own in row:
                 row[own] = finite_logprob(logprob)
             top.append(row)
-    return {
-        "tokens": list(tokens),
-        "token_logprobs": [finite_logprob(value) for value in logprobs],
-        "top_logprobs": top,
-        "text_offset": offsets,
-    }
-
-
-def completion_response(request_id: str, model: str, result: dict) -> dict:
-    """The `text_completion` object of a replica's result (its choices and usage)."""
-    return {
-        "id": request_id,
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": result["choices"],
-        "usage": result["usage"],
-    }
-
-
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
-
-
-def stream_chunk(request_id: str, model: str, created: int, choices: list[dict], usage=None):
-    chunk = {
-        "id": request_id,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": choices,
-    }
-    if usage is not None:
-        chunk["usage"] = usage
-    return chunk
+    return Logprobs(
+        tokens=list(tokens),
+        token_logprobs=[finite_logprob(value) for value in logprobs],
+        top_logprobs=top,
+        text_offset=offsets,
+    )
 
 
 def token_text(tokenizer, token_id: int, special: bool = False) -> str:
@@ -297,49 +284,49 @@ def token_text(tokenizer, token_id: int, special: bool = False) -> str:
     return tokenizer.decode([token_id], skip_special_tokens=not special)
 
 
-def output_choice(output, index: int, tokenizer, logprobs: int | None, alternatives=None) -> dict:
+def output_choice(
+    output, index: int, tokenizer, logprobs: int | None, alternatives=None, start: int = 0
+) -> CompletionChoice:
     """A completion choice from a `runtime.GenerationOutput`; `alternatives` per token (top-5
-    (text, prob) pairs) come from a stream when `logprobs` > 0."""
-    choice = {
-        "text": output.text,
-        "index": index,
-        "logprobs": None,
-        "finish_reason": openai_finish_reason(output.finish_reason),
-        "scriptorium": {
-            "token_ids": output.token_ids,
-            "finish_reason": output.finish_reason,
-            "score": finite_logprob(output.score),
-        },
-    }
+    (text, prob) pairs) come from a stream when `logprobs` > 0; `start` is the text offset of
+    its first token (after an echoed prompt already streamed)."""
+    extras = ChoiceExtras(
+        token_ids=output.token_ids,
+        finish_reason=output.finish_reason,
+        score=finite_logprob(output.score),
+    )
+    table = None
     if logprobs is not None:
         ids = output.token_ids
-        choice["logprobs"] = logprobs_object(
+        table = logprobs_object(
             [token_text(tokenizer, t) for t in ids],
             output.logprobs,
             alternatives or [[] for _ in ids],
             logprobs,
             [token_text(tokenizer, t, special=True) for t in ids],
+            start,
         )
-    return choice
+    return CompletionChoice(
+        text=output.text,
+        index=index,
+        logprobs=table,
+        finish_reason=openai_finish_reason(output.finish_reason),
+        scriptorium=extras,
+    )
 
 
-def event_choice(event, index: int, tokenizer, logprobs: int | None, offset: int = 0) -> dict:
-    """A streamed choice from a `runtime.StreamEvent` (one token, or a whole beam sequence);
-    `offset` is the characters of this choice's text streamed before it."""
+def event_choice(
+    event, index: int, tokenizer, logprobs: int | None, offset: int = 0
+) -> CompletionChoice:
+    """A streamed choice from a `runtime.StreamEvent` (one token, or a last flush of text
+    without one); `offset` is the characters of this choice's text streamed before it."""
     ids = [] if event.token_id is None else [event.token_id]
-    choice = {
-        "text": event.text,
-        "index": index,
-        "logprobs": None,
-        "finish_reason": openai_finish_reason(event.finish_reason),
-        "scriptorium": {
-            "token_ids": ids,
-            "finish_reason": event.finish_reason,
-            "alternatives": [list(pair) for pair in event.alternatives],
-        },
-    }
+    extras = ChoiceExtras(
+        token_ids=ids, finish_reason=event.finish_reason, alternatives=event.alternatives
+    )
+    table = None
     if logprobs is not None and ids:
-        choice["logprobs"] = logprobs_object(
+        table = logprobs_object(
             [token_text(tokenizer, ids[0])],
             [event.logprob],
             [event.alternatives],
@@ -347,7 +334,13 @@ def event_choice(event, index: int, tokenizer, logprobs: int | None, offset: int
             [token_text(tokenizer, ids[0], special=True)],
             offset,
         )
-    return choice
+    return CompletionChoice(
+        text=event.text,
+        index=index,
+        logprobs=table,
+        finish_reason=openai_finish_reason(event.finish_reason),
+        scriptorium=extras,
+    )
 
 
 # ---- the replica's work ----------------------------------------------------------------------
@@ -377,10 +370,10 @@ def complete(gen: ServedGenerator, request: CompletionRequest) -> dict:
             )
             if request.echo:
                 choice = scoring.echo_choice(gen, prompt, choice, request.logprobs, controls)
-            choice["scriptorium"]["max_tokens"] = cap
+            choice.scriptorium.max_tokens = cap
             choices.append(choice)
             completion_tokens += len(output.token_ids)
-    return {"choices": choices, "usage": usage(prompt_tokens, completion_tokens)}
+    return {"choices": choices, "usage": Usage.of(prompt_tokens, completion_tokens)}
 
 
 def stream(gen: ServedGenerator, request: CompletionRequest) -> Iterator[dict]:
@@ -401,26 +394,33 @@ def stream(gen: ServedGenerator, request: CompletionRequest) -> Iterator[dict]:
         if request.echo:  # the prompt (and its logprobs) first, once per choice
             head = scoring.echo_choice(gen, prompt, None, request.logprobs, request.controls)
             for copy in range(copies):
-                offsets[copy] = len(head["text"])
-                yield {"choice": {**head, "index": p * copies + copy, "finish_reason": None}}
+                offsets[copy] = len(head.text)
+                yield {"choice": head.replaced(index=p * copies + copy, finish_reason=None)}
+        if request.config.num_beams > 1:  # nothing is final before the search ends
+            outputs = gen.generate([prompt], request.config, request.controls)
+            for row, output in enumerate(outputs):
+                choice = output_choice(
+                    output, p * copies + row, gen.tokenizer, request.logprobs, start=offsets[row]
+                )
+                choice.scriptorium.max_tokens = cap
+                completion_tokens += len(output.token_ids)
+                yield {"choice": choice}
+            continue
         events = gen.stream(prompt, request.config, request.controls)
         try:
             for event in events:
-                if event.token_id is not None:
-                    completion_tokens += 1
-                else:  # beam search: a whole sequence at once
-                    completion_tokens += len(gen.tokenizer.encode(event.text).ids)
+                completion_tokens += event.token_id is not None  # not a last flush of text
                 choice = event_choice(
                     event, p * copies + event.index, gen.tokenizer, request.logprobs,
                     offsets[event.index],
                 )  # fmt: skip
                 offsets[event.index] += len(event.text)
                 if event.finish_reason:
-                    choice["scriptorium"]["max_tokens"] = cap
+                    choice.scriptorium.max_tokens = cap
                 yield {"choice": choice}
         finally:
             events.close()
-    yield {"usage": usage(prompt_tokens, completion_tokens)}
+    yield {"usage": Usage.of(prompt_tokens, completion_tokens)}
 
 
 def _room(

@@ -38,7 +38,6 @@ serves /v1/completions).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -52,7 +51,22 @@ from runtime.request_caps import SERVE_LIMITS, ServeLimits
 from runtime.text_generator import ServedGenerator
 
 from . import api, tools
-from .protocol import ChatBody, RequestError, finite_logprob, logprob_of, parse_body
+from .protocol import (
+    ChatBody,
+    ChatChoice,
+    ChatChoiceExtras,
+    ChatChunkChoice,
+    ChatDelta,
+    ChatLogprobs,
+    ChatMessage,
+    RequestError,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+    finite_logprob,
+    logprob_of,
+    parse_body,
+)
 
 UNTIL_CONTEXT = 1 << 30  # max_new_tokens when the request sets no limit: the context caps it
 # The runtime's names of the API's fields, so that its messages can name the API's.
@@ -122,11 +136,7 @@ def parse_chat(raw: bytes | str | dict, limits: ServeLimits = SERVE_LIMITS) -> C
     sent_old_name = body.max_tokens is not None and body.max_completion_tokens is None
     token_field = "max_tokens" if sent_old_name else "max_completion_tokens"
     config = api.generation_config(body, limit, {**RUNTIME_NAMES, "max_new_tokens": token_field})
-    if config.num_return_sequences > limits.max_sequences:
-        raise RequestError(
-            f"`n` must be at most {limits.max_sequences}, got {config.num_return_sequences}",
-            param="n",
-        )
+    api.check_sequence_cap(1, config, limits)
     return ChatRequest(
         model=body.model,
         messages=messages,
@@ -169,8 +179,10 @@ def token_bytes(tokenizer, token_id: int) -> list[int]:
     return list(tokenizer.decode([token_id], skip_special_tokens=False).encode("utf-8"))
 
 
-def logprob_entries(gen: ServedGenerator, token_ids, logprobs, alternatives, k: int) -> list[dict]:
-    """OpenAI's `logprobs.content`: per token its text, logprob, bytes and top-k alternatives
+def logprob_entries(
+    gen: ServedGenerator, token_ids, logprobs, alternatives, k: int
+) -> ChatLogprobs:
+    """OpenAI's chat `logprobs`: per token its text, logprob, bytes and top-k alternatives
     (end-of-turn tokens left out: they are not part of the reply). An alternative that is the
     chosen token carries the chosen token's own logprob, so the two never differ. Every logprob
     is finite (`protocol.finite_logprob`: a probability of 0 is `protocol.LOGPROB_FLOOR`)."""
@@ -182,32 +194,32 @@ def logprob_entries(gen: ServedGenerator, token_ids, logprobs, alternatives, k: 
         raw = bytes(token_bytes(gen.tokenizer, token_id))
         own = gen.tokenizer.decode([token_id], skip_special_tokens=False)
         top = [
-            {
-                "token": text,
-                "logprob": finite_logprob(logprob) if text == own else logprob_of(prob),
-                "bytes": list(text.encode("utf-8")),
-            }
+            TopLogprob(
+                token=text,
+                logprob=finite_logprob(logprob) if text == own else logprob_of(prob),
+                bytes=list(text.encode("utf-8")),
+            )
             for text, prob in alts[:k]
         ]
         entries.append(
-            {
-                "token": raw.decode("utf-8", errors="replace"),
-                "logprob": finite_logprob(logprob),
-                "bytes": list(raw),
-                "top_logprobs": top,
-            }
+            TokenLogprob(
+                token=raw.decode("utf-8", errors="replace"),
+                logprob=finite_logprob(logprob),
+                bytes=list(raw),
+                top_logprobs=top,
+            )
         )
-    return entries
+    return ChatLogprobs(content=entries, refusal=None)
 
 
-def _choice_extras(token_ids, logprobs, finish_reason, alternatives=None) -> dict:
+def _choice_extras(token_ids, logprobs, finish_reason, alternatives=None) -> ChatChoiceExtras:
     """What OpenAI's schema has no field for: the token ids (end of turn included), each
     token's log-probability, the runtime's own finish reason; streamed, the token's top-5."""
     extras = {"token_ids": list(token_ids), "logprobs": [finite_logprob(v) for v in logprobs]}
     extras["finish_reason"] = finish_reason
     if alternatives is not None:
-        extras["alternatives"] = [list(pair) for pair in alternatives]
-    return extras
+        extras["alternatives"] = alternatives
+    return ChatChoiceExtras(**extras)
 
 
 @contextmanager
@@ -253,28 +265,25 @@ def _complete(gen: ServedGenerator, request: ChatRequest) -> dict:
     for index, (output, alts) in enumerate(zip(outputs, alternatives)):
         logprobs = None
         if request.top_logprobs is not None:
-            content = logprob_entries(
+            logprobs = logprob_entries(
                 gen, output.token_ids, output.logprobs, alts, request.top_logprobs
             )
-            logprobs = {"content": content, "refusal": None}
-        message = {"role": "assistant", "content": output.text, "refusal": None}
+        message = ChatMessage(role="assistant", content=output.text, refusal=None)
         finish_reason = api.openai_finish_reason(output.finish_reason)
         if call_format is not None:
             message, finish_reason = tools.reply_message(output.text, finish_reason, call_format)
         choices.append(
-            {
-                "index": index,
-                "message": message,
-                "logprobs": logprobs,
-                "finish_reason": finish_reason,
-                "scriptorium": _choice_extras(
-                    output.token_ids, output.logprobs, output.finish_reason
-                ),
-            }
+            ChatChoice(
+                index=index,
+                message=message,
+                logprobs=logprobs,
+                finish_reason=finish_reason,
+                scriptorium=_choice_extras(output.token_ids, output.logprobs, output.finish_reason),
+            )
         )
     prompt_tokens = outputs[0].prompt_tokens if outputs else 0
     completion_tokens = sum(len(o.token_ids) for o in outputs)
-    return {"choices": choices, "usage": api.usage(prompt_tokens, completion_tokens)}
+    return {"choices": choices, "usage": Usage.of(prompt_tokens, completion_tokens)}
 
 
 def stream(gen: ServedGenerator, request: ChatRequest) -> Iterator[dict]:
@@ -297,68 +306,40 @@ def _stream(gen: ServedGenerator, request: ChatRequest) -> Iterator[dict]:
             completion_tokens += 1
             finish_reason = api.openai_finish_reason(event.finish_reason)
             if call_format is None:
-                delta = {"content": event.text}
+                delta = ChatDelta(content=event.text)
             else:
                 reading = calls.setdefault(event.index, tools.CallDeltas(call_format))
                 delta = reading.feed(event.text, finished=finish_reason is not None)
                 finish_reason = reading.finish_reason(finish_reason)
             if event.index not in started:  # a choice's first chunk names the role
                 started.add(event.index)
-                delta = {"role": "assistant", **delta}
+                delta.role = "assistant"
             logprobs = None
             if request.top_logprobs is not None:
-                content = logprob_entries(
+                logprobs = logprob_entries(
                     gen,
                     [event.token_id],
                     [event.logprob],
                     [event.alternatives],
                     request.top_logprobs,
                 )
-                logprobs = {"content": content, "refusal": None}
             yield {
-                "choice": {
-                    "index": event.index,
-                    "delta": delta,
-                    "logprobs": logprobs,
-                    "finish_reason": finish_reason,
-                    "scriptorium": _choice_extras(
+                "choice": ChatChunkChoice(
+                    index=event.index,
+                    delta=delta,
+                    logprobs=logprobs,
+                    finish_reason=finish_reason,
+                    scriptorium=_choice_extras(
                         [event.token_id], [event.logprob], event.finish_reason, event.alternatives
                     ),
-                }
+                )
             }
     finally:
         events.close()
-    yield {"usage": api.usage(prompt_tokens, completion_tokens)}
+    yield {"usage": Usage.of(prompt_tokens, completion_tokens)}
 
 
-# ---- the response ----------------------------------------------------------------------------
-
-
-def chat_response(request_id: str, model: str, result: dict) -> dict:
-    """The `chat.completion` object of a replica's result (its choices and usage)."""
-    return {
-        "id": request_id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": result["choices"],
-        "usage": result["usage"],
-        "system_fingerprint": None,
-    }
-
-
-def chunk(request_id: str, model: str, created: int, choices: list[dict], usage=None) -> dict:
-    body = {
-        "id": request_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": choices,
-        "system_fingerprint": None,
-    }
-    if usage is not None:
-        body["usage"] = usage
-    return body
+# ---- refusals --------------------------------------------------------------------------------
 
 
 def not_a_chat_model(model: str) -> RequestError:

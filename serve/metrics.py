@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from .protocol import Usage
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format
 LABEL = "model_name"
 # vLLM's buckets for both latencies (seconds).
@@ -87,10 +89,10 @@ class ServeMetrics:
         self.replicas: dict[str, dict] = {}  # model id -> its replica's last stats
         self.registry.register(_ReplicaCollector(self.replicas))
 
-    def add_usage(self, model: str, usage: dict) -> None:
-        """Count a finished request's tokens (its `usage` object)."""
-        self.prompt_tokens.labels(model).inc(usage["prompt_tokens"])
-        self.generation_tokens.labels(model).inc(usage["completion_tokens"])
+    def add_usage(self, model: str, usage: Usage) -> None:
+        """Count a finished request's tokens."""
+        self.prompt_tokens.labels(model).inc(usage.prompt_tokens)
+        self.generation_tokens.labels(model).inc(usage.completion_tokens)
 
     @contextmanager
     def running_request(self, model: str):

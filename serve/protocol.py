@@ -3,7 +3,10 @@ the model list) as pydantic models, as vLLM keeps its `protocol.py`, and `parse_
 turns raw request bytes into a checked body or a `RequestError`.
 
 The models are the contract: both request bodies and every response are in the OpenAPI schema
-(`/openapi.json`, serve/http_app.py), and every field is type-checked before anything uses it
+(`/openapi.json`, serve/http_app.py). Every answer of both routes is built from the response
+models (`Answer`: undeclared fields are an error, optional ones not given are not written), so
+what a route sends is what its schema says. Every request field is type-checked before anything
+uses it
 (strict types: `"yes"` is not a bool, `"1"` not a number, `{}` not a string). Each field's
 `x-must` (in the schema too) is the rule its 400 states, in the project's one template:
 `` `temperature` must be a number in [0, 2], got 5 ``. An OpenAI field Scriptorium does not
@@ -76,7 +79,8 @@ def error_body(message: str, kind="invalid_request_error", param=None, code=None
     >>> error_body("`n` must be 1 for greedy decoding, got 2", param="n")["error"]["type"]
     'invalid_request_error'
     """
-    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    detail = ErrorDetail(message=message, type=kind, param=param, code=code)
+    return ErrorResponse(error=detail).answer()
 
 
 def shown(value) -> str:
@@ -516,7 +520,7 @@ def _body_type(annotation) -> type[Body] | None:
     return None
 
 
-# ---- responses (declared for the OpenAPI schema; the server builds plain dicts) -------------
+# ---- responses: built from these models by both routes (serve/routes.py sends them) --------
 
 # A log-probability below this is written as it: JSON has no -Infinity (nor NaN), and a float32
 # probability of 0 (a log-probability below about -104) would otherwise be log(0). vLLM's floor.
@@ -547,31 +551,64 @@ def logprob_of(probability: float) -> float:
     return finite_logprob(math.log(probability)) if probability > 0 else LOGPROB_FLOOR
 
 
-class ErrorDetail(BaseModel):
+class Answer(BaseModel):
+    """A response object, or a part of one. Each is built from its fields by the code that
+    answers (serve/api.py, serve/chat.py, serve/scoring.py, serve/tools.py) and written by
+    `answer()`: the fields that were given, in the order declared here; an optional field that
+    was not given is not written (a streamed token's choice has no `score`). An undeclared field
+    is an error, so what a route sends is what its OpenAPI schema says."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def answer(self) -> dict:
+        """The JSON-able object sent: the fields given, in declared order."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def replaced(self, **changes) -> Answer:
+        """A copy with `changes`, checked as an assignment is (nested parts are shared)."""
+        copy = self.model_copy()
+        for name, value in changes.items():
+            setattr(copy, name, value)
+        return copy
+
+
+class ErrorDetail(Answer):
     message: str
     type: str
     param: str | None = None
     code: str | None = None
 
 
-class ErrorResponse(BaseModel):
+class ErrorResponse(Answer):
     error: ErrorDetail
 
 
-class Usage(BaseModel):
+class Usage(Answer):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
 
+    @classmethod
+    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
+        total = prompt_tokens + completion_tokens
+        return cls(
+            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=total
+        )
 
-class Logprobs(BaseModel):
+
+# ---- /v1/completions -------------------------------------------------------------------------
+
+
+class Logprobs(Answer):
     tokens: list[str]
     token_logprobs: list[float | None]
-    top_logprobs: list[dict[str, float]] | None = None
+    top_logprobs: list[dict[str, float] | None] | None = Field(
+        None, description="null for a prompt's first token, which has nothing before it"
+    )
     text_offset: list[int]
 
 
-class ChoiceExtras(BaseModel):
+class ChoiceExtras(Answer):
     token_ids: list[int]
     finish_reason: str | None = Field(
         description="the runtime's reason: eos, stop, length or context"
@@ -581,15 +618,19 @@ class ChoiceExtras(BaseModel):
     max_tokens: int | None = Field(None, description="the `max_tokens` applied (the context's)")
 
 
-class CompletionChoice(BaseModel):
+class CompletionChoice(Answer):
     text: str
     index: int
     logprobs: Logprobs | None = None
     finish_reason: Literal["stop", "length"] | None = None
-    scriptorium: ChoiceExtras
+    scriptorium: ChoiceExtras | None = Field(
+        None, description="absent from an echoed prompt without a completion (`max_tokens` 0)"
+    )
 
 
-class CompletionResponse(BaseModel):
+class CompletionResponse(Answer):
+    """A completion, and (with one token's choices) each of its server-sent events."""
+
     id: str
     object: Literal["text_completion"]
     created: int
@@ -598,7 +639,10 @@ class CompletionResponse(BaseModel):
     usage: Usage | None = None
 
 
-class TopLogprob(BaseModel):
+# ---- /v1/chat/completions --------------------------------------------------------------------
+
+
+class TopLogprob(Answer):
     token: str
     logprob: float
     bytes: list[int]
@@ -608,12 +652,12 @@ class TokenLogprob(TopLogprob):
     top_logprobs: list[TopLogprob]
 
 
-class ChatLogprobs(BaseModel):
+class ChatLogprobs(Answer):
     content: list[TokenLogprob]
     refusal: None = None
 
 
-class ChatChoiceExtras(BaseModel):
+class ChatChoiceExtras(Answer):
     token_ids: list[int] = Field(description="the reply's tokens, the end of turn included")
     logprobs: list[float]
     finish_reason: str | None = Field(
@@ -622,25 +666,25 @@ class ChatChoiceExtras(BaseModel):
     alternatives: list[tuple[str, float]] | None = None
 
 
-class ReturnedFunction(BaseModel):
+class ReturnedFunction(Answer):
     name: str
     arguments: str = Field(description="the arguments, JSON text valid to the function's schema")
 
 
-class ReturnedToolCall(BaseModel):
+class ReturnedToolCall(Answer):
     id: str
     type: Literal["function"]
     function: ReturnedFunction
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(Answer):
     role: Literal["assistant"]
     content: str | None
     refusal: None = None
     tool_calls: list[ReturnedToolCall] | None = None
 
 
-class ChatChoice(BaseModel):
+class ChatChoice(Answer):
     index: int
     message: ChatMessage
     logprobs: ChatLogprobs | None = None
@@ -648,14 +692,56 @@ class ChatChoice(BaseModel):
     scriptorium: ChatChoiceExtras
 
 
-class ChatCompletionResponse(BaseModel):
+class ChatCompletionResponse(Answer):
     id: str
     object: Literal["chat.completion"]
     created: int
     model: str
     choices: list[ChatChoice]
     usage: Usage
-    system_fingerprint: None = None
+    system_fingerprint: None
+
+
+class FunctionDelta(Answer):
+    name: str | None = Field(None, description="in a call's first delta only")
+    arguments: str
+
+
+class ToolCallDelta(Answer):
+    index: int
+    id: str | None = Field(None, description="in a call's first delta only")
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+
+class ChatDelta(Answer):
+    role: Literal["assistant"] | None = Field(None, description="in a choice's first delta only")
+    content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
+
+
+class ChatChunkChoice(Answer):
+    index: int
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None = None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+    scriptorium: ChatChoiceExtras
+
+
+class ChatCompletionChunk(Answer):
+    """One server-sent event of a streamed chat completion; the last, with `usage`, has no
+    choices."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    system_fingerprint: None
+    usage: Usage | None = None
+
+
+# ---- /v1/models ------------------------------------------------------------------------------
 
 
 class ModelObject(BaseModel):

@@ -5,15 +5,18 @@ what differs between them, so that the gateway (serve/gateway.py) and the replic
 The template: the gateway parses the body (`parse`, with the server's limits), checks the model
 (and, for `needs_chat_template`, that it has one), then asks the model's replica to `complete`
 or `stream` the request; the replica runs the route's work on its generator in its thread pool
-and hands back plain dicts (`{"choices", "usage"}`, or per item `{"choice"}` … `{"usage"}`, or
-`{"error": message}` for input the runtime refused); the gateway wraps them in the route's
-`response` or `chunk` objects and names refused parameters in the route's words (`names`).
-The routes' own rules live in serve/api.py (completions) and serve/chat.py (chat); their bodies
-in serve/protocol.py. Nothing here runs Ray or HTTP.
+and hands back the answer's parts as serve/protocol.py's models (`{"choices", "usage"}`, or per
+item `{"choice"}` … `{"usage"}`), or `{"error": message}` for input the runtime refused; the
+gateway wraps them in the route's `response_model` or `chunk_model` (one envelope, `_envelope`,
+for both routes) and names refused parameters in the route's words (`names`). The routes' own
+rules live in serve/api.py (completions) and serve/chat.py (chat); their bodies and answers in
+serve/protocol.py. Nothing here runs Ray or HTTP.
 """
 
 from __future__ import annotations
 
+import time
+import typing
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,12 +28,11 @@ from . import api, chat, protocol
 class Route:
     path: str  # the route under the server's root
     body: type[protocol.Body]  # the request body, as the OpenAPI schema declares it
-    response_model: type  # the non-streamed answer, as the OpenAPI schema declares it
+    response_model: type[protocol.Answer]  # the non-streamed answer (in the OpenAPI schema)
+    chunk_model: type[protocol.Answer]  # one server-sent event of a streamed answer
     parse: Callable  # (raw body, ServeLimits) -> the request, or RequestError
     complete: Callable  # (generator, request) -> {"choices", "usage"}; ValueError if refused
     stream: Callable  # (generator, request) -> iterator of {"choice"} … {"usage"}
-    response: Callable  # (id, model, result) -> the answer's object
-    chunk: Callable  # (id, model, created, choices, usage=None) -> one server-sent event's object
     id_prefix: str  # of the answer's id
     names: dict  # the runtime's names of the API's fields, for the runtime's messages
     needs_chat_template: bool  # whether the model must have a chat template
@@ -38,6 +40,16 @@ class Route:
     def new_id(self) -> str:
         """A fresh id for one answer ("cmpl-…", "chatcmpl-…")."""
         return f"{self.id_prefix}{uuid.uuid4().hex}"
+
+    def response(self, request_id: str, model: str, result: dict) -> dict:
+        """The answer to send for a replica's result ({"choices", "usage"})."""
+        created = int(time.time())
+        choices, usage = result["choices"], result["usage"]
+        return _envelope(self.response_model, request_id, model, created, choices, usage)
+
+    def chunk(self, request_id: str, model: str, created: int, choices: list, usage=None) -> dict:
+        """One server-sent event's object: a token's choices, or (last) the usage alone."""
+        return _envelope(self.chunk_model, request_id, model, created, choices, usage)
 
     def api_message(self, message: str) -> str:
         """A runtime message in this route's words."""
@@ -52,11 +64,10 @@ COMPLETIONS = Route(
     path="/v1/completions",
     body=protocol.CompletionBody,
     response_model=protocol.CompletionResponse,
+    chunk_model=protocol.CompletionResponse,  # OpenAI streams the same object, a token each
     parse=api.parse_completion,
     complete=api.complete,
     stream=api.stream,
-    response=api.completion_response,
-    chunk=api.stream_chunk,
     id_prefix="cmpl-",
     names=api.RUNTIME_NAMES,
     needs_chat_template=False,
@@ -65,16 +76,28 @@ CHAT = Route(
     path="/v1/chat/completions",
     body=protocol.ChatBody,
     response_model=protocol.ChatCompletionResponse,
+    chunk_model=protocol.ChatCompletionChunk,
     parse=chat.parse_chat,
     complete=chat.complete,
     stream=chat.stream,
-    response=chat.chat_response,
-    chunk=chat.chunk,
     id_prefix="chatcmpl-",
     names=chat.RUNTIME_NAMES,
     needs_chat_template=True,
 )
 ROUTES = (COMPLETIONS, CHAT)
+
+
+def _envelope(kind: type[protocol.Answer], request_id, model, created, choices, usage) -> dict:
+    """`kind`'s object around `choices` (protocol models), as sent: its `object` name (the one
+    value its declaration allows), `usage` when given, and a null `system_fingerprint` when
+    `kind` has one (chat's)."""
+    (name,) = typing.get_args(kind.model_fields["object"].annotation)
+    fields = dict(id=request_id, object=name, created=created, model=model, choices=choices)
+    if usage is not None:
+        fields["usage"] = usage
+    if "system_fingerprint" in kind.model_fields:
+        fields["system_fingerprint"] = None
+    return kind(**fields).answer()
 
 
 def route_of(request) -> Route:

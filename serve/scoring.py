@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from runtime.text_generator import ServedGenerator
 
-from .protocol import finite_logprob
+from .protocol import CompletionChoice, Logprobs, Usage, finite_logprob
 
 
 def prompt_list(prompt) -> list[str | list[int]]:
@@ -69,7 +69,7 @@ def check_token_prompt(gen: ServedGenerator, ids: list[int]) -> None:
 
 def prompt_logprobs(
     gen: ServedGenerator, prompt, logprobs: int | None, controls=None
-) -> tuple[str, dict | None]:
+) -> tuple[str, Logprobs | None]:
     """The echoed text of `prompt` and, with `logprobs` (top count k), OpenAI's logprobs object
     of its shown tokens (text offsets from 0)."""
     if gen.task == "seq2seq":
@@ -97,43 +97,40 @@ def prompt_logprobs(
             if score
             else []
         )
-    return text, {
-        "tokens": tokens,
-        "token_logprobs": values,
-        "top_logprobs": top,
-        "text_offset": _offsets(tokens, 0),
-    }
+    return text, Logprobs(
+        tokens=tokens, token_logprobs=values, top_logprobs=top, text_offset=_offsets(tokens, 0)
+    )
 
 
 def echo_choice(
-    gen: ServedGenerator, prompt, choice: dict | None, logprobs: int | None, controls=None
-) -> dict:
+    gen: ServedGenerator,
+    prompt,
+    choice: CompletionChoice | None,
+    logprobs: int | None,
+    controls=None,
+) -> CompletionChoice:
     """`choice` (an OpenAI completion choice of `prompt`) with the prompt echoed in front; with
     `choice=None`, the choice of `max_tokens: 0`."""
     text, head = prompt_logprobs(gen, prompt, logprobs, controls)
     if choice is None:
-        choice = {"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}
+        table = None
         if logprobs is not None:
-            choice["logprobs"] = {
-                "tokens": [],
-                "token_logprobs": [],
-                "top_logprobs": [] if logprobs > 0 else None,
-                "text_offset": [],
-            }
-    echoed = {**choice, "text": text + choice["text"]}
-    if head is not None and choice.get("logprobs") is not None:
-        tail = choice["logprobs"]
-        tokens = head["tokens"] + list(tail["tokens"])
+            top = [] if logprobs > 0 else None
+            table = Logprobs(tokens=[], token_logprobs=[], top_logprobs=top, text_offset=[])
+        choice = CompletionChoice(text="", index=0, logprobs=table, finish_reason="length")
+    echoed = choice.replaced(text=text + choice.text)
+    if head is not None and choice.logprobs is not None:
+        tail = choice.logprobs
         top = None
-        if head["top_logprobs"] is not None:
-            top = head["top_logprobs"] + list(tail["top_logprobs"] or [])
-        echoed["logprobs"] = {
-            "tokens": tokens,
-            "token_logprobs": head["token_logprobs"] + list(tail["token_logprobs"]),
-            "top_logprobs": top,
+        if head.top_logprobs is not None:
+            top = head.top_logprobs + list(tail.top_logprobs or [])
+        echoed.logprobs = Logprobs(
+            tokens=head.tokens + tail.tokens,
+            token_logprobs=head.token_logprobs + tail.token_logprobs,
+            top_logprobs=top,
             # Prompt tokens from 0; completion tokens from where the echoed prompt text ends.
-            "text_offset": head["text_offset"] + _offsets(tail["tokens"], len(text)),
-        }
+            text_offset=head.text_offset + _offsets(tail.tokens, len(text)),
+        )
     return echoed
 
 
@@ -161,7 +158,6 @@ def scored_completion(
     choices, prompt_tokens = [], 0
     for p, prompt in enumerate(prompts):
         choice = echo_choice(gen, prompt, None, logprobs, controls)
-        choices += [{**choice, "index": p * copies + c} for c in range(copies)]
+        choices += [choice.replaced(index=p * copies + c) for c in range(copies)]
         prompt_tokens += prompt_token_count(gen, prompt, controls)
-    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 0, "total_tokens": prompt_tokens}
-    return {"choices": choices, "usage": usage}
+    return {"choices": choices, "usage": Usage.of(prompt_tokens, 0)}

@@ -34,7 +34,15 @@ from runtime.structured import check_schema
 from runtime.text_generator import ServedGenerator
 from runtime.tools import ToolCalls, call_schema, generic_messages, partial_calls, read_calls
 
-from .protocol import RequestError
+from .protocol import (
+    ChatDelta,
+    ChatMessage,
+    FunctionDelta,
+    RequestError,
+    ReturnedFunction,
+    ReturnedToolCall,
+    ToolCallDelta,
+)
 
 
 @dataclass(frozen=True)
@@ -217,19 +225,20 @@ def call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def reply_message(text: str, finish_reason: str | None, format: str) -> tuple[dict, str | None]:
+def reply_message(
+    text: str, finish_reason: str | None, format: str
+) -> tuple[ChatMessage, str | None]:
     """OpenAI's assistant message and finish reason for a finished reply that may hold calls
     (`finish_reason`: OpenAI's for the text alone)."""
     read = read_calls(text, format)
     if read is None or not read[1]:  # no call, or one cut short: the text as it is
-        return {"role": "assistant", "content": text, "refusal": None}, finish_reason
+        return ChatMessage(role="assistant", content=text, refusal=None), finish_reason
     content, calls = read
-    message = {
-        "role": "assistant",
-        "content": content,
-        "refusal": None,
-        "tool_calls": [{"id": call_id(), "type": "function", "function": call} for call in calls],
-    }
+    returned = [
+        ReturnedToolCall(id=call_id(), type="function", function=ReturnedFunction(**call))
+        for call in calls
+    ]
+    message = ChatMessage(role="assistant", content=content, refusal=None, tool_calls=returned)
     return message, "tool_calls" if finish_reason == "stop" else finish_reason
 
 
@@ -245,35 +254,37 @@ class CallDeltas:
         self.arguments_sent: list[int] = []  # per call announced: characters of arguments sent
         self.called = False  # a call was announced
 
-    def feed(self, text: str, finished: bool) -> dict:
+    def feed(self, text: str, finished: bool) -> ChatDelta:
         """The delta for the next piece of the reply (`finished`: it is the last)."""
         self.text += text
         content, calls = partial_calls(self.text, self.format)
         if finished and not calls:
             content = self.text  # a held-back "<tool_" that never became a call
-        delta: dict = {}
+        delta = ChatDelta()
         if len(content) > self.content_sent:
-            delta["content"] = content[self.content_sent :]
+            delta.content = content[self.content_sent :]
             self.content_sent = len(content)
-        updates = []
+        updates: list[ToolCallDelta] = []
         for index, call in enumerate(calls):
             if call["name"] is None:
                 break
             if index == len(self.arguments_sent):
                 self.arguments_sent.append(0)
-                function = {"name": call["name"], "arguments": ""}
-                updates.append({"index": index, "id": call_id(), "type": "function"})
-                updates[-1]["function"] = function
+                function = FunctionDelta(name=call["name"], arguments="")
+                updates.append(
+                    ToolCallDelta(index=index, id=call_id(), type="function", function=function)
+                )
                 self.called = True
             new = call["arguments"][self.arguments_sent[index] :]
             if new:
                 self.arguments_sent[index] = len(call["arguments"])
-                if updates and updates[-1]["index"] == index:
-                    updates[-1]["function"]["arguments"] += new
+                if updates and updates[-1].index == index:
+                    updates[-1].function.arguments += new
                 else:
-                    updates.append({"index": index, "function": {"arguments": new}})
+                    function = FunctionDelta(arguments=new)
+                    updates.append(ToolCallDelta(index=index, function=function))
         if updates:
-            delta["tool_calls"] = updates
+            delta.tool_calls = updates
         return delta
 
     def finish_reason(self, finish_reason: str | None) -> str | None:

@@ -26,6 +26,7 @@ import runtime
 from runtime.prefix_cache import PrefixCache
 from serve import api, chat, cli, protocol, ray_guard
 from serve.gateway import _sse
+from serve.routes import COMPLETIONS
 from tests.app_fixtures import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ def test_a_zero_probability_alternative_streams_as_strict_json(bible, logprobs):
     alternatives = [(text, 0.0), ("x", 0.0), ("y", 1e-50)]
     event = runtime.StreamEvent(text, token, -math.inf, alternatives)
     choice = api.event_choice(event, 0, bible.tokenizer, logprobs)
-    line = _sse(api.stream_chunk("cmpl-1", "m", 0, [choice]))
+    line = _sse(COMPLETIONS.chunk("cmpl-1", "m", 0, [choice]))
     parsed = strict_json(line.removeprefix("data: "))["choices"][0]["logprobs"]
     assert parsed["token_logprobs"] == [protocol.LOGPROB_FLOOR]
     if logprobs:  # the finite one keeps its value; zeros are the floor
@@ -80,11 +81,8 @@ def test_a_zero_probability_alternative_is_strict_json_unstreamed(bible):
     )
     alternatives = [[("a", 0.0), ("b", 0.5)], [("c", 0.0)]]
     choice = api.output_choice(output, 0, bible.tokenizer, 2, alternatives)
-    body = strict_json(
-        json.dumps(
-            api.completion_response("c", "m", {"choices": [choice], "usage": api.usage(1, 2)})
-        )
-    )
+    result = {"choices": [choice], "usage": protocol.Usage.of(1, 2)}
+    body = strict_json(json.dumps(COMPLETIONS.response("c", "m", result)))
     logprobs = body["choices"][0]["logprobs"]
     assert logprobs["token_logprobs"] == [protocol.LOGPROB_FLOOR] * 2
     assert logprobs["top_logprobs"][0]["a"] == protocol.LOGPROB_FLOOR
@@ -96,7 +94,7 @@ def test_chat_logprobs_use_the_same_floor(flagship):
     token = flagship.tokenizer.encode("Hello", add_special_tokens=False).ids[0]
     own = flagship.tokenizer.decode([token], skip_special_tokens=False)
     entries = chat.logprob_entries(flagship, [token], [-math.inf], [[(own, 0.0), ("z", 0.0)]], 2)
-    line = _sse({"choices": [{"logprobs": {"content": entries}}]})
+    line = _sse({"choices": [{"logprobs": entries.answer()}]})
     (entry,) = strict_json(line.removeprefix("data: "))["choices"][0]["logprobs"]["content"]
     assert entry["logprob"] == protocol.LOGPROB_FLOOR
     assert [top["logprob"] for top in entry["top_logprobs"]] == [protocol.LOGPROB_FLOOR] * 2

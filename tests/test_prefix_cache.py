@@ -162,6 +162,6 @@ def test_a_replica_reuses_a_shared_opening():
     for prompt in prompts:
         body = {"model": "m", "prompt": prompt, "max_tokens": 8, "temperature": 0}
         result = asyncio.run(server.complete(api.parse_completion(body)))
-        assert result["choices"][0]["text"] == plain.generate(prompt, config)[0].text
+        assert result["choices"][0].text == plain.generate(prompt, config)[0].text
     stats = server.stats()
     assert stats["prefix_hits"] == 1 and stats["reused_positions"] >= BLOCK

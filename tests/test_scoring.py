@@ -163,7 +163,7 @@ def test_echo_of_a_text_prompt_shows_its_tokens_with_their_logprobs():
 
     gen = runtime.load(BIBLE_LM, threads=1)
     prompt = "In the beginning God created"
-    choice = echo_choice(gen, prompt, None, logprobs=2)  # max_tokens: 0
+    choice = echo_choice(gen, prompt, None, logprobs=2).answer()  # max_tokens: 0
     logprobs = choice["logprobs"]
     assert choice["text"] == prompt and choice["finish_reason"] == "length"
     assert "".join(logprobs["tokens"]) == prompt  # BOS is context, not shown
@@ -175,13 +175,13 @@ def test_echo_of_a_text_prompt_shows_its_tokens_with_their_logprobs():
     config = runtime.GenerationConfig(max_new_tokens=5)
     (output,) = gen.generate(prompt, config)
     generated = api.output_choice(output, 0, gen.tokenizer, 1)
-    echoed = echo_choice(gen, prompt, generated, logprobs=1)
+    echoed = echo_choice(gen, prompt, generated, logprobs=1).answer()
     assert echoed["text"] == prompt + output.text
     tokens, offsets = echoed["logprobs"]["tokens"], echoed["logprobs"]["text_offset"]
     assert len(tokens) == 5 + len(output.token_ids) == len(offsets)
     assert offsets[5] == len(prompt)
     assert echoed["logprobs"]["token_logprobs"][5:] == output.logprobs
-    assert echo_choice(gen, prompt, generated, logprobs=None)["text"] == prompt + output.text
+    assert echo_choice(gen, prompt, generated, logprobs=None).text == prompt + output.text
 
 
 def test_echo_of_token_ids_scores_every_id_after_the_first():
@@ -189,7 +189,7 @@ def test_echo_of_token_ids_scores_every_id_after_the_first():
 
     gen = runtime.load(BIBLE_LM, threads=1)
     ids = gen.tokenizer.encode("And God said, Let there be light", add_special_tokens=False).ids
-    choice = echo_choice(gen, ids, None, logprobs=0)
+    choice = echo_choice(gen, ids, None, logprobs=0).answer()
     logprobs = choice["logprobs"]
     assert logprobs["tokens"] == [gen.tokenizer.decode([i]) for i in ids]
     assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"] is None
@@ -212,12 +212,12 @@ def test_scored_completion_answers_max_tokens_zero_for_every_prompt():
     ids = gen.tokenizer.encode("Jesus wept.", add_special_tokens=False).ids
     prompts = prompt_list([ids, ids[:2]])
     result = scored_completion(gen, prompts, logprobs=0, copies=2)
-    assert [c["index"] for c in result["choices"]] == [0, 1, 2, 3]
-    assert result["usage"] == {
+    assert [c.index for c in result["choices"]] == [0, 1, 2, 3]
+    assert result["usage"].answer() == {
         "prompt_tokens": len(ids) + 2,
         "completion_tokens": 0,
         "total_tokens": len(ids) + 2,
     }
-    first = result["choices"][0]["logprobs"]["token_logprobs"]
+    first = result["choices"][0].logprobs.token_logprobs
     assert first[0] is None and first[1:] == list(gen.score_ids(ids).logprobs)
-    assert result["choices"][3]["text"] == gen.tokenizer.decode(ids[:2])
+    assert result["choices"][3].text == gen.tokenizer.decode(ids[:2])

@@ -339,10 +339,11 @@ def test_streamed_deltas_join_to_the_whole_reply(piece):
         reading, deltas = CallDeltas("hermes"), []
         pieces = [reply[i : i + piece] for i in range(0, len(reply), piece)]
         for index, part in enumerate(pieces):
-            deltas.append(reading.feed(part, finished=index == len(pieces) - 1))
+            deltas.append(reading.feed(part, finished=index == len(pieces) - 1).answer())
         content = "".join(d.get("content", "") for d in deltas)
         updates = [u for d in deltas for u in d.get("tool_calls", [])]
         message, finish_reason = reply_message(reply, "stop", "hermes")
+        message = message.answer()
         assert content == (message["content"] or "")
         assert reading.finish_reason("stop") == finish_reason
         for index, call in enumerate(calls):
@@ -428,7 +429,7 @@ def test_a_required_call_is_the_runtime_s_and_streams_the_same(client, tiny):
     assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
     assert_valid(choice.message.tool_calls)
     local = complete(tiny, parse_chat({"model": TINY, "messages": ASK, **settings, **body}))
-    expected = local["choices"][0]["message"]["tool_calls"][0]["function"]
+    expected = local["choices"][0].message.tool_calls[0].function.answer()
     assert choice.message.tool_calls[0].function.model_dump() == expected
     # Streamed: a first delta with the id and name, then the arguments in pieces.
     chunks = list(
