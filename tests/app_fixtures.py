@@ -134,6 +134,31 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def serve_in_thread(specs, api_key=None):
+    """The one-process server on a free port in a daemon thread: (base URL, gateway, stop)."""
+    import uvicorn
+
+    from serve import one_process
+
+    gateway = one_process.build_gateway(specs, api_key=api_key)
+    port = free_port()
+    config = uvicorn.Config(
+        one_process.http, host="127.0.0.1", port=port, timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    def stop():
+        server.should_exit = True
+        thread.join(timeout=10)
+
+    return f"http://127.0.0.1:{port}/v1", gateway, stop
+
+
 class SlowGenerator:
     """A `runtime.Generator` stand-in whose stream waits `delay` seconds per event.
 

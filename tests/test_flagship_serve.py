@@ -50,7 +50,7 @@ def test_concurrent_api_replies_are_the_replies_alone(client, flagship_bundle):
 
 
 def test_concurrent_replies_in_one_process_are_the_replies_alone(flagship_bundle):
-    from tests.test_serve_one_process import serve_in_thread
+    from tests.app_fixtures import serve_in_thread
 
     url, _, stop = serve_in_thread([ModelSpec("flagship", str(flagship_bundle), threads=1)])
     try:

@@ -3,9 +3,10 @@
 Two checks: every answer a server sends, streamed or not, on both routes, parses as its route's
 declared model with no field the model lacks (`extra="forbid"`), so the OpenAPI schema is what
 clients get, and a stream's usage is the unstreamed answer's (beam search included: its
-sequences stream whole, counted by their tokens); and the modules that answer build no response object as a dict literal, so a new
-field cannot bypass the models. Byte-for-byte equality of the answers with the dict-built ones
-they replaced was checked once, by hand, over 72 requests (the closing note of issue 48).
+sequences stream whole, counted by their tokens); and the modules that answer build no
+response object as a dict literal, so a new field cannot bypass the models. Byte-for-byte
+equality of the answers with the dict-built ones they replaced was checked once, by hand, over
+72 requests (the closing note of issue 48).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pydantic import ValidationError
 from serve import protocol
 from serve.deployments import ModelSpec
 from serve.routes import CHAT, COMPLETIONS
-from tests.test_serve_one_process import BUNDLE, serve_in_thread
+from tests.app_fixtures import serve_in_thread
+from tests.test_serve_one_process import BUNDLE
 from tests.test_serve_tools import tiny_bundle  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,8 @@
 vLLM's names, behind the API key; `/tokenize` and `/detokenize` as llama-server's; `--kv-budget`
 and refusals that name the token field the client sent.
 
-One Serve application for the module, on the tests' shared two-CPU cluster (`ray_cluster`):
+One server for the module (`scriptorium serve --no-ray` in a thread; the Ray path runs the same
+gateway, and its `/metrics` answers through Ray's handles in tests/test_hostile_serve.py):
 bible-lm int8 (completions) and the flagship (chat), with an API key and a 4 MiB KV budget
 (the flagship's 91 positions; bible-lm's whole context fits).
 """
@@ -19,7 +20,7 @@ import runtime
 from runtime.engine import parse_kv_budget
 from serve import cli
 from serve.deployments import ModelSpec
-from tests.app_fixtures import free_port
+from tests.app_fixtures import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "models" / "bible-lm" / "int8"
@@ -35,16 +36,16 @@ def flagship_dir() -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(ray_cluster, flagship_dir) -> str:
+def server(flagship_dir) -> str:
     """The base URL ("http://127.0.0.1:PORT")."""
-    port = free_port()
     specs = [
-        ModelSpec("bible", str(BUNDLE), threads=1, cpus=0.5),
-        ModelSpec("smollm2", str(flagship_dir), threads=1, cpus=0.5),
+        ModelSpec("bible", str(BUNDLE), threads=1),
+        ModelSpec("smollm2", str(flagship_dir), threads=1),
     ]
     specs = cli.budget_specs(cli.batching_specs(specs), parse_kv_budget("4M"))
-    cli.deploy(specs, "127.0.0.1", port, api_key=KEY)
-    return f"http://127.0.0.1:{port}"
+    url, _, stop = serve_in_thread(specs, api_key=KEY)
+    yield url.removesuffix("/v1")
+    stop()
 
 
 @pytest.fixture(scope="module")

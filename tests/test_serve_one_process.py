@@ -14,7 +14,6 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,38 +21,14 @@ import httpx
 import pytest
 
 import runtime
-from serve import one_process
 from serve.deployments import ModelSpec
-from tests.app_fixtures import free_port, slow_load
+from tests.app_fixtures import free_port, serve_in_thread, slow_load
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / "models" / "bible-lm" / "int8"
 PROMPT = "In the beginning"
 KEY = "secret"
 SAMPLING = dict(temperature=0.8, top_k=40, top_p=0.9, seed=7)
-
-
-def serve_in_thread(specs, api_key=None):
-    """The one-process server on a free port in a daemon thread: (base URL, gateway, stop)."""
-    import uvicorn
-
-    gateway = one_process.build_gateway(specs, api_key=api_key)
-    port = free_port()
-    config = uvicorn.Config(
-        one_process.http, host="127.0.0.1", port=port, timeout_graceful_shutdown=1
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-    def stop():
-        server.should_exit = True
-        thread.join(timeout=10)
-
-    return f"http://127.0.0.1:{port}/v1", gateway, stop
 
 
 @pytest.fixture(scope="module")

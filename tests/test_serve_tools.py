@@ -1,5 +1,6 @@
 """Tool calls on `/v1/chat/completions`: the request's checks (no server), the grammar and the
-template's rendering (no server), then the real thing on one Serve application.
+template's rendering (no server), then the real thing on one server (`scriptorium serve
+--no-ray` in a thread; the Ray path runs the same gateway and routes: tests/test_serve_chat.py).
 
 Two models are served: a tiny random Qwen2 (tests/gguf_models.py, converted as the flagship is)
 whose chat template is Qwen2.5's own, tool-aware one (written below: the hermes format,
@@ -26,7 +27,7 @@ from runtime.tools import ToolCalls, call_schema
 from serve.chat import complete, parse_chat
 from serve.deployments import ModelSpec
 from serve.protocol import RequestError
-from tests.app_fixtures import free_port
+from tests.app_fixtures import serve_in_thread
 
 # Qwen2.5-Instruct's chat template (tokenizer_config.json's `chat_template`), verbatim.
 QWEN25_TEMPLATE = """{%- if tools %}
@@ -398,15 +399,13 @@ def flagship_bundle():
 
 
 @pytest.fixture(scope="module")
-def server(ray_cluster, tiny_bundle, flagship_bundle) -> str:
-    from serve.cli import deploy
-
-    specs = [ModelSpec(TINY, str(tiny_bundle), threads=1, cpus=0.5)]
+def server(tiny_bundle, flagship_bundle) -> str:
+    specs = [ModelSpec(TINY, str(tiny_bundle), threads=1)]
     if flagship_bundle is not None:
-        specs.append(ModelSpec(FLAGSHIP, str(flagship_bundle), threads=1, cpus=1))
-    port = free_port()
-    deploy(specs, "127.0.0.1", port)
-    return f"http://127.0.0.1:{port}/v1"
+        specs.append(ModelSpec(FLAGSHIP, str(flagship_bundle), threads=1))
+    url, _, stop = serve_in_thread(specs)
+    yield url
+    stop()
 
 
 @pytest.fixture(scope="module")

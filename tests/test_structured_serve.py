@@ -1,7 +1,8 @@
 """`response_format` on both routes: the body's shape (no server), then the real thing.
 
 A tiny random Llama with a chat template (tests/gguf_models.py, converted as the flagship is)
-served on a local Ray cluster of its own, called by the `openai` client: JSON to a schema
+served by `scriptorium serve --no-ray` in a thread (the Ray path runs the same gateway and
+routes: tests/test_serve.py), called by the `openai` client: JSON to a schema
 (`response_format` on `chat.completions.create`, `client.beta.chat.completions.parse` with a
 pydantic model, a stream, and `/v1/completions`), each reply the runtime's own for the same
 settings; `max_tokens` inside a document gives finish_reason "length"; a bad schema is a 400
@@ -24,7 +25,7 @@ from serve.api import parse_completion
 from serve.chat import parse_chat
 from serve.deployments import ModelSpec
 from serve.protocol import RequestError
-from tests.app_fixtures import free_port
+from tests.app_fixtures import serve_in_thread
 
 MODEL = "tiny-chat"
 MESSAGES = [{"role": "user", "content": "Who was Abraham?"}]
@@ -111,14 +112,10 @@ def local(bundle):
 
 
 @pytest.fixture(scope="module")
-def client(bundle, ray_cluster):
-    from serve.cli import deploy
-
-    port = free_port()
-    deploy([ModelSpec(MODEL, str(bundle), threads=1, cpus=0.5)], "127.0.0.1", port)
-    return openai.OpenAI(
-        base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120
-    )
+def client(bundle):
+    url, _, stop = serve_in_thread([ModelSpec(MODEL, str(bundle), threads=1)])
+    yield openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
+    stop()
 
 
 def _local_reply(local, schema: dict, **settings) -> runtime.GenerationOutput:
