@@ -15,11 +15,10 @@ controller, raylet, dashboard), and beside them llama-server's threads, which me
 after every graph node, lose most of their speed (docs/BENCHMARKS.md); `--together` keeps both
 up for the whole run with rounds interleaved instead:
 
-- ours: `python -m serve --models GGUF --no-ray --threads-per-replica T --max-ongoing N` (one
-  process, as docs/SCALING.md advises on one machine; the GGUF converted once,
-  convert/flagship.py; batching and whatever prefix caching runtime/engine.py does are its
-  defaults); with `--with-ray` also "scriptorium serve (Ray)", the same on a local Ray cluster of
-  T CPUs (`--num-cpus T` instead of `--no-ray`);
+- ours: `python -m serve --models GGUF --threads-per-replica T --max-ongoing N` (its default:
+  one process; the GGUF converted once, convert/flagship.py; batching and whatever prefix
+  caching runtime/engine.py does are its defaults); with `--with-ray` also "scriptorium serve
+  (Ray)", the same on a local Ray cluster of T CPUs (`--ray --num-cpus T`);
 - the peer: `llama-server` built from the llama.cpp that llama-cpp-python's sdist
   (`PEER_VERSION`) vendors, with `peer_command`'s flags: T threads for decoding and for
   prompts, `--parallel N` slots of `SLOT_CONTEXT` tokens each, continuous batching and prompt
@@ -275,9 +274,9 @@ def peer_command(binary: Path, gguf: Path, threads: int, parallel: int, port: in
 def ours_command(
     gguf: Path, threads: int, parallel: int, port: int, ray: bool = False
 ) -> list[str]:
-    """Ours' command line: in one process (`--no-ray`, docs/SCALING.md's advice for one
-    machine), or with `ray` on a local Ray cluster of `threads` CPUs."""
-    where = ("--num-cpus", str(threads)) if ray else ("--no-ray",)
+    """Ours' command line: at its default, one process, or with `ray` on a local Ray cluster of
+    `threads` CPUs."""
+    where = ("--ray", "--num-cpus", str(threads)) if ray else ()
     return [
         *(sys.executable, "-m", "serve", "--models", str(gguf), *where),
         *("--host", "127.0.0.1", "--port", str(port)),
@@ -410,14 +409,19 @@ RAY_ROLES = (
 
 
 def role_of(cmdline: list[str]) -> str:
-    """The part a server's process plays: the one that runs the model (`ENGINE`: ours' replica,
-    llama-server), ours' gateway or HTTP proxy, or the rest of Ray ("ray").
+    """The part a server's process plays: the one that runs the model (`ENGINE`: ours in one
+    process, or its replica on Ray; llama-server), ours' gateway or HTTP proxy, or the rest of
+    Ray ("ray", the `--ray` command's own process included).
 
     >>> role_of(["ray::ServeReplica:scriptorium:gateway"]), role_of(["/x/llama-server", "-m"])
     ('gateway', 'engine')
+    >>> ours = ["python", "-m", "serve", "--port", "8000"]
+    >>> role_of(ours), role_of([*ours, "--ray"])
+    ('engine', 'ray')
     """
     line = " ".join(cmdline)
-    if cmdline and Path(cmdline[0]).name == "llama-server" or "--no-ray" in cmdline:
+    one_process = cmdline[1:3] == ["-m", "serve"] and "--ray" not in cmdline
+    if cmdline and Path(cmdline[0]).name == "llama-server" or one_process:
         return ENGINE
     return next((role for title, role in RAY_ROLES if title in line), "ray")
 

@@ -19,7 +19,7 @@ COMMANDS = {
         "fetch and convert the flagship (smollm2), a GGUF or an hf:// model",
     ),
     "app": ("app", "start the Gradio app"),
-    "serve": ("serve.cli", "serve the models on Ray Serve with an OpenAI-compatible API"),
+    "serve": ("serve.cli", "serve the models with an OpenAI-compatible API (one process or Ray)"),
 }
 
 

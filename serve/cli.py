@@ -1,14 +1,17 @@
-"""`scriptorium serve` (or `python -m serve`): serve model bundles behind `/v1`, on Ray Serve or,
-with `--no-ray`, from this one process (serve/one_process.py).
+"""`scriptorium serve` (or `python -m serve`): serve model bundles behind `/v1`, from this one
+process (serve/one_process.py) or, with `--ray` or a flag only Ray honours, on Ray Serve.
 
-Starts a local Ray cluster, or joins one with `--address`, deploys one `ModelServer` deployment
-per bundle found under `--models` (default: the shipped models/ and the flagship
-SmolLM2-135M-Instruct; a GGUF file is converted once, convert/flagship.py) and the
-OpenAI-compatible gateway on `--host:--port`, then serves until interrupted (Ctrl-C or SIGTERM stop
-a local cluster within seconds; on a cluster joined with `--address`, Ctrl-C deletes the
-application). When the replicas would reserve more CPUs than the cluster has and
-`--cpus-per-replica` is not given, each replica reserves a share of the cluster's CPUs instead
-(`fit_cpus`), so every model is placed and the server becomes ready; it says so. The client limits
+One process, the default on one machine: one `ModelServer` replica per bundle found under
+`--models` (default: the shipped models/ and the flagship SmolLM2-135M-Instruct; a GGUF file is
+converted once, convert/flagship.py) and the OpenAI-compatible gateway on `--host:--port`, until
+Ctrl-C or SIGTERM. On Ray (`--ray`, or `--replicas` above 1, `--autoscale`, `--address`,
+`--num-cpus`, `--cpus-per-replica`): starts a local Ray cluster, or joins one with `--address`,
+deploys one `ModelServer` deployment per bundle and the same gateway, then serves until
+interrupted (Ctrl-C or SIGTERM stop a local cluster within seconds; on a cluster joined with
+`--address`, Ctrl-C deletes the application). When the replicas would reserve more CPUs than
+the cluster has and `--cpus-per-replica` is not given, each replica reserves a share of the
+cluster's CPUs instead (`fit_cpus`), so every model is placed and the server becomes ready; it
+says so. The client limits
 (`--max-body-bytes`, `--max-prompt-chars`, `--max-sequences`, `--max-downloads`) and `--api-key` are
 docs/SCALING.md's "Limits" and "Authentication". docs/SCALING.md shows how to run it on several
 machines.
@@ -377,10 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         help="KV cache of a replica's batch and prefix cache, bytes or with K, M, G (default 2G)",
     )
     parser.add_argument(
-        "--no-ray",
-        dest="ray",
-        action="store_false",
-        help="serve from this one process, without Ray: one replica per model (one machine)",
+        "--ray",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve on Ray Serve (default: only with a flag only Ray honours; else this one "
+        "process, one replica per model)",
     )
     parser.add_argument(
         "--no-batching",
@@ -398,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         autoscale = parse_autoscale(args.autoscale)
         kv_budget = parse_kv_budget(args.kv_budget)
-        if not args.ray:
+        if args.ray is False:
             check_without_ray(args)
+        args.ray = wants_ray(args)
     except ValueError as error:
         parser.error(str(error))
     try:
@@ -452,15 +457,34 @@ def main(argv: list[str] | None = None) -> int:
 RAY_ONLY_FLAGS = ("address", "num_cpus", "cpus_per_replica", "autoscale")
 
 
-def check_without_ray(args: argparse.Namespace) -> None:
-    """ValueError when `--no-ray` comes with a flag only Ray can honour (more than one replica,
-    autoscaling, a cluster, Ray's CPU reservations)."""
+def ray_only_flags(args: argparse.Namespace) -> list[str]:
+    """The flags given that only Ray can honour (more than one replica, autoscaling, a cluster,
+    Ray's CPU reservations), as written on the command line."""
     given = [name for name in RAY_ONLY_FLAGS if getattr(args, name) is not None]
     if args.replicas != 1:
         given.insert(0, "replicas")
-    if given:
-        flags = ", ".join(f"`--{name.replace('_', '-')}`" for name in given)
-        raise ValueError(f"`--no-ray` serves one replica per model on this machine, got {flags}")
+    return [f"`--{name.replace('_', '-')}`" for name in given]
+
+
+def wants_ray(args: argparse.Namespace) -> bool:
+    """Whether to serve on Ray: as `--ray` / `--no-ray` say, else only when a flag only Ray
+    honours is given (one process is the better server on one machine: docs/SCALING.md).
+
+    >>> flags = dict(replicas=1, address=None, num_cpus=None, cpus_per_replica=None)
+    >>> [wants_ray(argparse.Namespace(ray=ray, autoscale=None, **flags)) for ray in (None, True)]
+    [False, True]
+    >>> wants_ray(argparse.Namespace(ray=None, autoscale="1:2", **flags))
+    True
+    """
+    return args.ray if args.ray is not None else bool(ray_only_flags(args))
+
+
+def check_without_ray(args: argparse.Namespace) -> None:
+    """ValueError when `--no-ray` comes with a flag only Ray can honour."""
+    if flags := ray_only_flags(args):
+        raise ValueError(
+            f"`--no-ray` serves one replica per model on this machine, got {', '.join(flags)}"
+        )
 
 
 def serve_without_ray(specs, args: argparse.Namespace) -> None:

@@ -1,4 +1,5 @@
-"""`scriptorium serve --no-ray`: the same gateway and replicas in this one process, without Ray.
+"""`scriptorium serve` (its default; `--no-ray` forces it): the same gateway and replicas in this
+one process, without Ray.
 
 On one machine Ray's own processes (GCS, raylet, Serve's controller and HTTP proxy, the gateway's
 actor, one worker per replica) cost about 1 GB of memory and, on 2 cores, CPU time beside every

@@ -206,12 +206,12 @@ def test_command_lines_name_threads_slots_and_context():
     assert flags["--ctx-size"] == str(16 * serve_peers.SLOT_CONTEXT)
     assert flags["--host"] == "127.0.0.1" and {"--cont-batching", "--cache-prompt"} <= set(peer)
     ours = serve_peers.ours_command(Path("m.gguf"), 2, 16, 8082)
-    assert ours[1:3] == ["-m", "serve"] and "--no-ray" in ours and "--num-cpus" not in ours
-    ours_flags = dict(zip(ours[6::2], ours[7::2]))
+    assert ours[1:3] == ["-m", "serve"] and "--ray" not in ours and "--num-cpus" not in ours
+    ours_flags = dict(zip(ours[5::2], ours[6::2]))
     assert ours_flags["--threads-per-replica"] == "2"
     assert (ours_flags["--max-ongoing"], ours_flags["--host"]) == ("16", "127.0.0.1")
     on_ray = serve_peers.ours_command(Path("m.gguf"), 2, 16, 8083, ray=True)
-    assert "--no-ray" not in on_ray and on_ray[on_ray.index("--num-cpus") + 1] == "2"
+    assert "--ray" in on_ray and on_ray[on_ray.index("--num-cpus") + 1] == "2"
     assert serve_peers.role_of(ours) == serve_peers.ENGINE  # one process: all of it the engine
 
 

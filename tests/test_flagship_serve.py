@@ -1,5 +1,5 @@
 """Same seed, same text through the API: the real flagship served by `scriptorium serve` (one
-replica, its engine batching every request; on Ray and in one process, `--no-ray`) answers each
+replica, its engine batching every request; in one process, its default, and on Ray) answers each
 of several concurrent chat requests, greedy and seeded-sampled, with the reply it gives alone in
 process, token for token.
 Batch invariance itself: tests/test_flagship_invariance.py."""

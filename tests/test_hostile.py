@@ -437,13 +437,13 @@ def test_the_app_forgets_finished_events(monkeypatch):
 # ---- scriptorium serve with no flags ----------------------------------------------------------
 
 
-def test_serve_with_no_flags_becomes_ready_and_stops_promptly_on_sigterm(tmp_path):
+def test_serve_on_ray_with_every_default_model_is_ready_and_stops_promptly_on_sigterm(tmp_path):
     port = free_port()
     log = tmp_path / "serve.txt"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_USAGE_STATS_ENABLED": "0"}
     with log.open("w") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "serve", "--port", str(port)],
+            [sys.executable, "-m", "serve", "--ray", "--port", str(port)],
             cwd=ROOT,
             env=env,
             stdout=output,

@@ -2,7 +2,7 @@
 vLLM's names, behind the API key; `/tokenize` and `/detokenize` as llama-server's; `--kv-budget`
 and refusals that name the token field the client sent.
 
-One server for the module (`scriptorium serve --no-ray` in a thread; the Ray path runs the same
+One server for the module (`scriptorium serve`, one process, in a thread; the Ray path runs the same
 gateway, and its `/metrics` answers through Ray's handles in tests/test_hostile_serve.py):
 bible-lm int8 (completions) and the flagship (chat), with an API key and a 4 MiB KV budget
 (the flagship's 91 positions; bible-lm's whole context fits).

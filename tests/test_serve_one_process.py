@@ -1,4 +1,5 @@
-"""`scriptorium serve --no-ray` (serve/one_process.py): the gateway and replicas in one process.
+"""`scriptorium serve` in one process, its default (serve/one_process.py): the gateway and
+replicas in one process.
 
 The same routes as on Ray (tests/test_serve.py covers them there), checked where the one process
 differs: texts equal `runtime.generate`'s for the same seed, streamed and not; a client that
@@ -119,9 +120,9 @@ def test_ray_only_flags_are_refused(flags, named, capsys):
     assert named in capsys.readouterr().err
 
 
-def test_the_command_serves_and_stops_on_sigterm():
+def test_the_command_serves_in_one_process_by_default_and_stops_on_sigterm():
     port = free_port()
-    command = [sys.executable, "-m", "serve", "--no-ray", "--models", str(BUNDLE.parent)]
+    command = [sys.executable, "-m", "serve", "--models", str(BUNDLE.parent)]
     process = subprocess.Popen(
         [*command, "--port", str(port)],
         cwd=ROOT,

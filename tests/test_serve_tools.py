@@ -1,6 +1,6 @@
 """Tool calls on `/v1/chat/completions`: the request's checks (no server), the grammar and the
-template's rendering (no server), then the real thing on one server (`scriptorium serve
---no-ray` in a thread; the Ray path runs the same gateway and routes: tests/test_serve_chat.py).
+template's rendering (no server), then the real thing on one server (`scriptorium serve`, one
+process, in a thread; the Ray path runs the same gateway and routes: tests/test_serve_chat.py).
 
 Two models are served: a tiny random Qwen2 (tests/gguf_models.py, converted as the flagship is)
 whose chat template is Qwen2.5's own, tool-aware one (written below: the hermes format,

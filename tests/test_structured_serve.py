@@ -1,7 +1,7 @@
 """`response_format` on both routes: the body's shape (no server), then the real thing.
 
 A tiny random Llama with a chat template (tests/gguf_models.py, converted as the flagship is)
-served by `scriptorium serve --no-ray` in a thread (the Ray path runs the same gateway and
+served by `scriptorium serve` (one process) in a thread (the Ray path runs the same gateway and
 routes: tests/test_serve.py), called by the `openai` client: JSON to a schema
 (`response_format` on `chat.completions.create`, `client.beta.chat.completions.parse` with a
 pydantic model, a stream, and `/v1/completions`), each reply the runtime's own for the same
