@@ -51,8 +51,9 @@ same budget: it holds at most what the batch's worst case leaves (and at most
 `prefix_cache_bytes`), and gives its least recently used blocks back as the batch grows, as
 vLLM's cached blocks give way to running requests. Shared-buffer pools have spare rows and
 slots for requests to join in place, but the kernel backs only the pages the rows write, and
-the rows a batch leaves are handed back (runtime/models.py, `_cache_zeros`). docs/SCALING.md
-("Budgets") states the figures per model.
+the rows a batch leaves are handed back (runtime/models.py, `_cache_zeros`), and what the loop
+frees goes back to the system at most once a second and when the batch empties
+(runtime/heap.py). docs/SCALING.md ("Budgets") states the figures per model.
 
 A request's output does not depend on its batch-mates, bit for bit: nothing a row's tokens are
 chosen from is shared with another request (no shared generator, no shared filters), a
@@ -83,6 +84,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from . import cancel
+from .heap import HeapTrimmer
 from .manifest import Manifest
 from .outputs import StreamEvent
 from .prefix_cache import PREFIX_CACHE_BYTES, PrefixCache
@@ -211,6 +213,8 @@ class Engine:
         self.prefills = 0
         self.cache_positions = 0  # rows × positions of the batch's cache now
         self.peak_cache_positions = 0  # the most it has held (tests reset it)
+        # Freed caches and temporaries go back to the system as the loop runs (runtime/heap.py)
+        self.heap = HeapTrimmer()
 
     def events(
         self, plan, alternatives: int, end_ids=None, live: bool = True
@@ -437,6 +441,7 @@ class Engine:
                     state = self.model.admit(state if active else None, new_states, self.align)
                     active, new = active + new, []
                     self._account(state)
+                    self.heap.maybe()
                 if not active:
                     continue
                 normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
@@ -456,12 +461,14 @@ class Engine:
                 if not active:
                     logits = None
                     self._account(None)
+                    self.heap.now()  # what the batch held is free, and may stay so a while
                     continue
                 tokens = np.concatenate([r.tokens for r in active])  # (N,)
                 logits, state = self.model.step(tokens, state)
                 self.steps += 1
                 self.rows_stepped += len(tokens)
                 self._account(state)
+                self.heap.maybe()
             except Exception as error:  # the batched model call failed: no row to blame
                 for request in active + new:
                     request.fail(error)

@@ -17,6 +17,7 @@ import json
 import shutil
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -241,6 +242,34 @@ def test_a_pool_that_grows_gives_its_old_memory_back(generators):
         # handed back to the kernel (it reads as zeros): two copies of the batch never live
         # at once while the batch grows
         assert not old.any()
+
+
+def test_the_loop_hands_freed_memory_back_when_its_batch_empties(generators):
+    _, batched, prompts = generators
+    engine = batched.engine
+    trims = engine.heap.trims
+    batched.generate(prompts[0], runtime.GenerationConfig(max_new_tokens=4))
+    deadline = time.monotonic() + 10  # the loop empties its batch after the caller returns
+    while engine.heap.trims == trims and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.heap.trims > trims  # glibc here: the batch emptied, its memory was returned
+
+
+def test_a_trim_gives_back_what_was_freed_in_the_middle_of_the_heap():
+    """64 KiB blocks come from the heap (below glibc's mmap threshold); with one still held at
+    the end, freeing the rest leaves them resident until `trim`."""
+    import psutil
+
+    from runtime import heap
+
+    process = psutil.Process()
+    blocks = [np.ones(8192) for _ in range(3000)]  # 3000 × 64 KiB ≈ 197 MB, written
+    last = blocks.pop()
+    resident = process.memory_info().rss
+    del blocks
+    assert heap.trim()
+    assert process.memory_info().rss < resident - 100 * 2**20
+    del last
 
 
 def _spins(gen) -> str:
