@@ -284,6 +284,14 @@ def token_text(tokenizer, token_id: int, special: bool = False) -> str:
     return tokenizer.decode([token_id], skip_special_tokens=not special)
 
 
+def _ids_logprobs(tokenizer, ids, logprobs, alternatives, k: int, start: int) -> Logprobs:
+    """`logprobs_object` of token ids: each token as the text shows it, and as itself among
+    the alternatives."""
+    shown = [token_text(tokenizer, t) for t in ids]
+    chosen = [token_text(tokenizer, t, special=True) for t in ids]
+    return logprobs_object(shown, logprobs, alternatives, k, chosen, start)
+
+
 def output_choice(
     output, index: int, tokenizer, logprobs: int | None, alternatives=None, start: int = 0
 ) -> CompletionChoice:
@@ -298,14 +306,8 @@ def output_choice(
     table = None
     if logprobs is not None:
         ids = output.token_ids
-        table = logprobs_object(
-            [token_text(tokenizer, t) for t in ids],
-            output.logprobs,
-            alternatives or [[] for _ in ids],
-            logprobs,
-            [token_text(tokenizer, t, special=True) for t in ids],
-            start,
-        )
+        alternatives = alternatives or [[] for _ in ids]
+        table = _ids_logprobs(tokenizer, ids, output.logprobs, alternatives, logprobs, start)
     return CompletionChoice(
         text=output.text,
         index=index,
@@ -326,13 +328,8 @@ def event_choice(
     )
     table = None
     if logprobs is not None and ids:
-        table = logprobs_object(
-            [token_text(tokenizer, ids[0])],
-            [event.logprob],
-            [event.alternatives],
-            logprobs,
-            [token_text(tokenizer, ids[0], special=True)],
-            offset,
+        table = _ids_logprobs(
+            tokenizer, ids, [event.logprob], [event.alternatives], logprobs, offset
         )
     return CompletionChoice(
         text=event.text,
