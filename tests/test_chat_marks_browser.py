@@ -14,6 +14,7 @@ from tests.browser_fixtures import TIMEOUT, browser, needs_chromium, wait_until
 from ui import chat_tab
 
 __all__ = ["chat_app_url", "chat_model_dir", "browser"]  # fixtures, used by name
+SEED = 1234  # both replies of this seed run to the token limit
 pytestmark = needs_chromium
 
 
@@ -26,6 +27,12 @@ def test_a_cut_off_reply_says_so_and_continue_asks_for_more(browser, url):
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.set_default_timeout(TIMEOUT * 1000)
     page.goto(url)
+    # A fixed seed: a fresh page draws one, and the tiny random model ends a reply within 4
+    # tokens with a few of them (a full run once met one: the continuation ended "eos").
+    seed = page.locator("#chat-seed input")
+    wait_until(lambda: seed.input_value() not in ("", "0"), "the page to draw its seed")
+    seed.fill(str(SEED))
+    seed.press("Tab")
     tokens = page.locator("#chat-settings").get_by_label("number input for Max new tokens")
     tokens.fill("4")
     tokens.press("Enter")
@@ -37,6 +44,7 @@ def test_a_cut_off_reply_says_so_and_continue_asks_for_more(browser, url):
     page.locator("#chat-message textarea").press("Enter")
     finish = page.locator("#chat-turns td.finish")
     wait_until(lambda: finish.count() == 2 and finish.nth(1).inner_text() == "length", "a reply")
+    assert seed.input_value() == str(SEED)
     bot = page.locator('#chat-conversation [data-testid="bot"]')
     wait_until(lambda: "Cut off" in bot.last.inner_text(), "the mark in the reply")
     assert "limit of 4 new tokens" in bot.last.inner_text()
