@@ -15,6 +15,7 @@ serve/protocol.py. Nothing here runs Ray or HTTP.
 
 from __future__ import annotations
 
+import functools
 import time
 import typing
 import uuid
@@ -88,16 +89,24 @@ ROUTES = (COMPLETIONS, CHAT)
 
 
 def _envelope(kind: type[protocol.Answer], request_id, model, created, choices, usage) -> dict:
-    """`kind`'s object around `choices` (protocol models), as sent: its `object` name (the one
-    value its declaration allows), `usage` when given, and a null `system_fingerprint` when
-    `kind` has one (chat's)."""
-    (name,) = typing.get_args(kind.model_fields["object"].annotation)
-    fields = dict(id=request_id, object=name, created=created, model=model, choices=choices)
+    """`kind`'s object around `choices` (protocol models), as sent: its fixed fields
+    (`_fixed_fields`) and `usage` when given."""
+    fields = dict(id=request_id, created=created, model=model, choices=choices)
     if usage is not None:
         fields["usage"] = usage
+    return kind(**fields, **_fixed_fields(kind)).answer()
+
+
+@functools.cache
+def _fixed_fields(kind: type[protocol.Answer]) -> dict:
+    """The fields of `kind` every answer writes with one value: its `object` name (the one its
+    declaration allows) and, for chat's, a null `system_fingerprint`. Read once per model, not
+    per streamed chunk."""
+    (name,) = typing.get_args(kind.model_fields["object"].annotation)
+    fixed = {"object": name}
     if "system_fingerprint" in kind.model_fields:
-        fields["system_fingerprint"] = None
-    return kind(**fields).answer()
+        fixed["system_fingerprint"] = None
+    return fixed
 
 
 def route_of(request) -> Route:
