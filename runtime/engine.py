@@ -10,7 +10,8 @@ unbatched, on the caller's thread, beside the loop.
 The loop, on its own thread:
 1. admit waiting requests (up to `max_rows` rows in all) whose prompt length is in phase with
    the batch's cache width (modulo `PAD_ALIGN`; the others wait a step or three): prompts of
-   the same length are prefilled together, without padding, then their cache joins the batch
+   the same length are prefilled together (at most `prefill_tokens` tokens a call), without
+   padding, then their cache joins the batch (where the batch is a pool, as each call ends)
    (`CausalLM.join`: rows left-padded to the longest by a multiple of `PAD_ALIGN`, per-row
    positions and attention mask; a lean Llama graph's rows keep their own cache slots instead).
    A prompt that starts with blocks of a prompt prefilled before runs only its new tokens, over
@@ -50,8 +51,11 @@ or memory keep their order: later ones never overtake them. The prefix cache liv
 same budget: it holds at most what the batch's worst case leaves (and at most
 `prefix_cache_bytes`), and gives its least recently used blocks back as the batch grows, as
 vLLM's cached blocks give way to running requests. Shared-buffer pools have spare rows and
-slots for requests to join in place, but the kernel backs only the pages the rows write, and
-the rows a batch leaves are handed back (runtime/models.py, `_cache_zeros`), and what the loop
+slots for requests to join in place, but the kernel backs only the pages the rows write; a
+request that leaves has its rows filled by the batch's last ones (`row_layout`: one row copied,
+not every row after it), and the rows the batch no longer holds, and the slots a moved row's
+former occupant used beyond its own, are handed back (runtime/models.py, `_cache_zeros`,
+`CausalLM.retain`), and what the loop
 frees goes back to the system at most once a second and when the batch empties
 (runtime/heap.py). docs/SCALING.md ("Budgets") states the figures per model.
 
@@ -94,6 +98,7 @@ from .text import RowTexts
 _DONE = object()  # a request's last item in its caller's inbox
 PAD_ALIGN = 4  # left padding of a joining row is a multiple of this many positions (`Engine`)
 MAX_CACHE_BYTES = 2 * 2**30  # default KV-cache budget of one engine's batch (docs/SCALING.md)
+PREFILL_TOKENS = 512  # prompt tokens one prefill call runs at most (`Engine`)
 
 
 def parse_kv_budget(text: str | None) -> int | None:
@@ -141,6 +146,52 @@ def uses_engine(manifest: Manifest, batching: bool | None) -> bool:
     return batching or invariant
 
 
+def row_layout(starts: list[int], sizes: list[int]) -> tuple[list[int], np.ndarray]:
+    """Where the requests that stay in a batch go when others leave it: given the first rows
+    `starts` and row counts `sizes` of the staying requests (in row order), their new order (as
+    indices into `starts`) and, for each new row, the old row it comes from (`CausalLM.retain`).
+
+    A request whose rows all lie within the smaller batch keeps them; the others move, whole and
+    in order, into the first gap that fits them, so a request that leaves costs a copy of the
+    last rows only, not of every row after it. A gap is a row that a leaving request held, so no
+    row moves onto one that another row has yet to move from. When a moving request fits no gap
+    whole (requests of several rows), every request after the first gap moves down instead,
+    keeping the order.
+
+    >>> row_layout([0, 2, 3], [1, 1, 1])  # row 1 left: the last row fills its place
+    ([0, 2, 1], array([0, 3, 2]))
+    >>> row_layout([1, 2, 4], [1, 1, 2])  # rows 0 and 3 left: two rows fit no gap of one
+    ([0, 1, 2], array([1, 2, 4, 5]))
+    """
+    total = sum(sizes)
+    new_starts: list[int | None] = [
+        start if start + size <= total else None for start, size in zip(starts, sizes)
+    ]
+    taken = np.zeros(total, dtype=bool)  # rows a staying request holds, or a moving one leaves
+    for start, size in zip(starts, sizes):
+        taken[start : start + size] = True  # a moving request's rows within `total` are no gap
+    for index, size in enumerate(sizes):
+        if new_starts[index] is None:
+            new_starts[index] = _first_gap(taken, size)
+            if new_starts[index] is None:  # no gap fits it whole: close the gaps in order
+                new_starts = list(np.cumsum([0, *sizes[:-1]]))
+                break
+            taken[new_starts[index] : new_starts[index] + size] = True
+    order = sorted(range(len(sizes)), key=new_starts.__getitem__)
+    rows = [np.arange(starts[i], starts[i] + sizes[i]) for i in order]
+    return order, np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+
+
+def _first_gap(taken: np.ndarray, size: int) -> int | None:
+    """The first index of `size` consecutive False values in `taken`, or None."""
+    run = 0
+    for index, busy in enumerate(taken):
+        run = 0 if busy else run + 1
+        if run == size:
+            return index - size + 1
+    return None
+
+
 class _Request:
     """One prompt's rows in the engine: its search, texts and where its events go."""
 
@@ -182,7 +233,10 @@ class Engine:
         max_rows: int = 64,
         max_cache_bytes: int = MAX_CACHE_BYTES,
         prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
+        prefill_tokens: int = PREFILL_TOKENS,
     ):
+        if not isinstance(prefill_tokens, int) or prefill_tokens < 1:
+            raise ValueError(f"`prefill_tokens` must be an integer >= 1, got {prefill_tokens!r}")
         self.gen = gen
         self.model = gen.model
         # A row joins longer rows left-padded by a multiple of `align` positions: onnxruntime's
@@ -204,6 +258,10 @@ class Engine:
         self.prefix_cache = (
             PrefixCache(min(prefix_cache_bytes, max_cache_bytes)) if prefix_cache_bytes else None
         )
+        # Prompt tokens one prefill call runs at most (a longer prompt runs alone): onnxruntime
+        # keeps the activations of its largest call for the session's life, and a burst of 64
+        # chat prompts prefilled as one call took 4.3 GB of them (llama.cpp's `n_ubatch` is 512)
+        self.prefill_tokens = prefill_tokens
         self._waiting: deque[_Request] = deque()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -355,41 +413,47 @@ class Engine:
             logits, state = logits[repeat], model.select(state, repeat)
         return logits, state
 
-    def _prefill_all(self, requests: list[_Request]) -> tuple[list[_Request], list, list]:
-        """`requests` reordered so that equal prompt lengths are adjacent, with the first logits
-        and cache of each such group; a request whose prompt starts with a cached prefix is
-        prefilled alone, over it. A group whose prefill fails is prefilled one request at a
-        time, and a request that fails alone fails (it is left out)."""
+    def _prefilled(self, requests: list[_Request]):
+        """Prefill `requests`, yielding each prefill call's (requests, first logits (rows, V),
+        cache) as it ends, so the loop admits it and drops its cache before the next call. Equal
+        prompt lengths prefill together, in calls of at most `prefill_tokens` tokens (or one
+        prompt); a request whose prompt starts with a cached prefix prefills alone, over it,
+        whose keys and values are copied out only then. A call that fails is retried one
+        request at a time, and a request that fails alone is told so and yielded with logits
+        and cache None."""
         groups: dict[object, list[_Request]] = {}
         prefixes = {}
         for request in requests:
             prompt = request.plan.input_ids[0]  # (T,) one prompt, no padding
             salt = request.plan.config.cache_salt
-            prefix = (
-                self.prefix_cache.lookup(prompt, salt) if self.prefix_cache is not None else None
-            )
-            key = len(prompt) if prefix is None else id(request)
-            prefixes[key] = prefix
+            found = self.prefix_cache.find(prompt, salt) if self.prefix_cache is not None else None
+            key = len(prompt) if found is None else id(request)
+            prefixes[key] = found
             groups.setdefault(key, []).append(request)
-        ordered, logits, states = [], [], []
         for key, group in groups.items():
-            try:
-                parts = [(group, *self._prefill(group, prefixes[key]))]
-            except Exception as error:
-                if len(group) == 1:
-                    group[0].fail(error)
-                    continue
-                parts = []
-                for request in group:
-                    try:
-                        parts.append(([request], *self._prefill([request])))
-                    except Exception as own:  # this prompt's own failure
-                        request.fail(own)
-            for members, part_logits, state in parts:
-                ordered += members
-                logits.append(part_logits)
-                states.append(state)
-        return ordered, logits, states
+            per_call = max(1, self.prefill_tokens // group[0].plan.input_ids.shape[1])
+            for first in range(0, len(group), per_call):
+                calls = group[first : first + per_call]
+                prefix = prefixes[key].layers() if prefixes[key] is not None else None
+                try:
+                    parts = [(calls, *self._prefill(calls, prefix))]
+                except Exception as error:
+                    if len(calls) == 1:  # this prompt's own failure
+                        calls[0].fail(error)
+                        parts = [(calls, None, None)]
+                    else:
+                        parts = [self._prefill_alone(request) for request in calls]
+                del prefix  # not held while the loop admits the parts
+                yield from parts
+
+    def _prefill_alone(self, request: _Request):
+        """(`[request]`, first logits, cache) of `request` prefilled alone; logits and cache None
+        when it fails (it is told so)."""
+        try:
+            return ([request], *self._prefill([request]))
+        except Exception as error:  # this prompt's own failure
+            request.fail(error)
+            return [request], None, None
 
     def _pick(self, request: _Request, logits: np.ndarray, normalizer: np.ndarray) -> bool:
         """Step `request` on its rows' logits (rows, V) and hand its events over; whether it
@@ -418,6 +482,16 @@ class Engine:
             request.inbox.put(_DONE)
         return not ended
 
+    def _joined(self, active, logits, state, parts):
+        """The batch (`active`, `logits`, `state`; empty when `active` is) with the prefilled
+        `parts` (requests, logits, cache) added after its rows."""
+        logits = np.concatenate(([logits] if active else []) + [p[1] for p in parts])
+        state = self.model.admit(state if active else None, [p[2] for p in parts], self.align)
+        active = active + [r for p in parts for r in p[0]]
+        self._account(state)
+        self.heap.maybe()
+        return active, logits, state
+
     def _account(self, state) -> None:
         """Record the rows × positions the batch's cache holds now."""
         self.cache_positions = 0 if state is None else state.attention_mask.size  # (N, T)
@@ -433,31 +507,32 @@ class Engine:
             # 16 streams of 2 × 32 tokens, 77 with this).
             time.sleep(0)
             new = self._admit(active, state.attention_mask.shape[1] if active else None)
+            held = []  # prefilled (requests, logits, cache) not yet in the batch
             try:
-                if new:
-                    new, new_logits, new_states = self._prefill_all(new)
-                if new:
-                    logits = np.concatenate(([logits] if active else []) + new_logits)
-                    state = self.model.admit(state if active else None, new_states, self.align)
-                    active, new = active + new, []
-                    self._account(state)
-                    self.heap.maybe()
+                for members, part_logits, part_state in self._prefilled(new):
+                    new = [r for r in new if r not in members]
+                    if part_state is not None:
+                        held.append((members, part_logits, part_state))
+                    if held and self.model.pools_rows:  # in place: admit now, drop its cache
+                        active, logits, state = self._joined(active, logits, state, held)
+                        held = []
+                if held:  # other caches are joined by copying the batch: once for all
+                    active, logits, state = self._joined(active, logits, state, held)
                 if not active:
                     continue
                 normalizer = log_normalizer(logits)[:, 0]  # (N,) row by row
-                kept, keep = [], []
+                kept, starts = [], []
                 row = 0
                 for request in active:
                     rows = slice(row, row + request.rows)
                     row += request.rows
                     if self._pick(request, logits[rows], normalizer[rows]):
                         kept.append(request)
-                        keep.append(np.arange(rows.start, rows.stop))
+                        starts.append(rows.start)
                 if len(kept) < len(active):
-                    active = kept
-                    state = (
-                        self.model.retain(state, np.concatenate(keep), self.align) if kept else None
-                    )
+                    order, rows = row_layout(starts, [r.rows for r in kept])
+                    active = [kept[i] for i in order]
+                    state = self.model.retain(state, rows, self.align) if kept else None
                 if not active:
                     logits = None
                     self._account(None)
@@ -470,7 +545,7 @@ class Engine:
                 self._account(state)
                 self.heap.maybe()
             except Exception as error:  # the batched model call failed: no row to blame
-                for request in active + new:
+                for request in active + [r for part in held for r in part[0]] + new:
                     request.fail(error)
                 active, new, logits, state = [], [], None, None
                 self._account(None)

@@ -517,21 +517,33 @@ class CausalLM:
         return CausalState(past, mask, positions)
 
     def retain(self, state: CausalState, rows: np.ndarray, align: int = 1) -> CausalState:
-        """`join([select(state, rows)], align)`, for runtime/engine.py; `rows` increasing. A
-        pooled cache (`admit`) moves the kept rows down in place, copying only the rows that
-        move and only their used slots."""
+        """`join([select(state, rows)], align)`, for runtime/engine.py: row i of the result is
+        row `rows[i]` of `state`. A pooled cache (`admit`) moves rows in place, copying only the
+        rows that move and only their used slots; `rows` must then never move a row onto one
+        that a later row still moves from: each row either stays (`rows[i] == i`), moves down
+        onto a row the batch left, or moves down with every kept row in between also moving
+        down (`rows` increasing). The slots a moved row's former occupant used beyond the new
+        one's, and the rows the batch left, go back to the kernel."""
         if not self._pooled(state):
             return self.join([self.select(state, rows)], align)
-        mask = state.attention_mask[rows]  # (N', T)
-        width = int(_slots_used(mask).max())
+        used = _slots_used(state.attention_mask)  # (N,)
         pool = state.past.pool
         for target, source in enumerate(rows):
             if target != source:
                 for buffer in pool:
-                    buffer[target, :, :width] = buffer[source, :, :width]
+                    buffer[target, :, : used[source]] = buffer[source, :, : used[source]]
+                _release_slots(pool, target, used[source], used[target])
         _release_rows(pool, len(rows), len(state.attention_mask))  # rows the batch left
+        mask = state.attention_mask[rows]  # (N', T)
+        width = int(used[rows].max())
         past = self._shared(tuple(b[: len(rows)] for b in pool), pool)
         return CausalState(past, mask[:, :width], state.next_position[rows])
+
+    @property
+    def pools_rows(self) -> bool:
+        """Whether `admit` copies joining rows into a pool in place, not the batch into a new
+        cache: rows keep their slots, in shared buffers."""
+        return self.feeds_seqlens and self.shared_cache
 
     def _pooled(self, state: CausalState) -> bool:
         """Whether `state`'s cache is a pool, which `join` makes only where rows keep slots."""
@@ -596,15 +608,29 @@ def _release_rows(pool: tuple[np.ndarray, ...], start: int, stop: int) -> None:
     """Hand the memory of rows [start, stop) of a pool's arrays (`_cache_zeros`, rows first) back
     to the kernel, whole pages only; those rows then read as zeros."""
     for array in pool:
-        region = array  # the mapping is under the views: ndarray → ndarray → memoryview
-        while isinstance(region, (np.ndarray, memoryview)):
-            region = region.base if isinstance(region, np.ndarray) else region.obj
-        if not isinstance(region, mmap.mmap):  # np.zeros: no mapping of its own
-            continue
-        first = -(-start * array.strides[0] // mmap.PAGESIZE) * mmap.PAGESIZE
-        end = stop * array.strides[0] // mmap.PAGESIZE * mmap.PAGESIZE
-        if end > first:
-            region.madvise(mmap.MADV_DONTNEED, first, end - first)
+        _release_bytes(array, start * array.strides[0], stop * array.strides[0])
+
+
+def _release_slots(pool: tuple[np.ndarray, ...], row: int, start: int, stop: int) -> None:
+    """`_release_rows` for slots [start, stop) of one row: one span per head (N, H, C, D)."""
+    for array in pool:
+        for head in range(array.shape[1]):
+            base = row * array.strides[0] + head * array.strides[1]
+            _release_bytes(array, base + start * array.strides[2], base + stop * array.strides[2])
+
+
+def _release_bytes(array: np.ndarray, start: int, stop: int) -> None:
+    """Hand bytes [start, stop) of `array`'s memory back to the kernel, whole pages only, when
+    `array` is a view of a mapping of its own (`_cache_zeros`); they then read as zeros."""
+    region = array  # the mapping is under the views: ndarray → ndarray → memoryview
+    while isinstance(region, (np.ndarray, memoryview)):
+        region = region.base if isinstance(region, np.ndarray) else region.obj
+    if not isinstance(region, mmap.mmap):  # np.zeros: no mapping of its own
+        return
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    end = stop // mmap.PAGESIZE * mmap.PAGESIZE
+    if end > first:
+        region.madvise(mmap.MADV_DONTNEED, first, end - first)
 
 
 def _slots_used(mask: np.ndarray) -> np.ndarray:

@@ -6,7 +6,8 @@ system prompt. `PrefixCache` keeps the keys and values that prefills computed, i
 `BLOCK` positions, each found by a hash of its tokens and of every token before it (a chain, as
 vLLM's block hashes: a block's hash names its whole prefix, so equal hashes mean equal
 prefixes). `lookup(ids, salt)` walks a prompt's blocks while they are cached and returns their keys
-and values; runtime/engine.py then runs only the rest of the prompt over them
+and values (`find` returns the blocks, to copy out later: a burst of prompts does not hold a
+copy of every prefix at once); runtime/engine.py then runs only the rest of the prompt over them
 (`CausalLM.resume`) and `store`s the prompt's new full blocks. Blocks are shared: the blocks of
 a system prompt are held once, whoever's conversation they start, unless the requests carry
 different salts (`GenerationConfig.cache_salt`, vLLM's `cache_salt`): a salt is mixed into the
@@ -63,6 +64,24 @@ def _chain(parent: bytes | None, tokens: np.ndarray, salt: str | None = None) ->
     return digest.digest()
 
 
+@dataclass(frozen=True)
+class CachedPrefix:
+    """A prompt's cached prefix as `PrefixCache.find` found it. It holds its blocks, so they
+    stay valid if the cache drops them before `layers` copies them out."""
+
+    blocks: tuple[_Block, ...]
+    length: int  # positions to reuse: the blocks' first `length`
+
+    def layers(self) -> tuple[np.ndarray, ...]:
+        """The keys and values of the prefix, per cache tensor (1, H, length, D)."""
+        return tuple(
+            np.concatenate([block.layers[i] for block in self.blocks], axis=1)[
+                None, :, : self.length
+            ]
+            for i in range(len(self.blocks[0].layers))
+        )
+
+
 class PrefixCache:
     """Blocks of prefilled keys and values, found by the hash chain of their tokens, within
     `max_bytes` (least recently used blocks without continuations dropped first)."""
@@ -86,6 +105,12 @@ class PrefixCache:
         """The cached keys and values of the longest cached prefix of `ids` (T,) that leaves at
         least `MIN_SUFFIX` tokens to run, per cache tensor (1, H, L, D); None when there is none.
         Only blocks stored with the same `salt` are found. Marks the blocks used."""
+        found = self.find(ids, salt)
+        return None if found is None else found.layers()
+
+    def find(self, ids: np.ndarray, salt: str | None = None) -> CachedPrefix | None:
+        """`lookup` without copying the keys and values out yet: the blocks found, and how many
+        of their positions to reuse (`CachedPrefix.layers` copies them)."""
         self.queried_positions += len(ids)
         chain, parent = [], None
         for start in range(0, len(ids) - len(ids) % BLOCK, BLOCK):  # full blocks only
@@ -99,14 +124,9 @@ class PrefixCache:
             return None
         for key in chain:  # a prefix is touched before its continuations: they stay newer
             self._blocks.move_to_end(key)
-        blocks = [self._blocks[key] for key in chain]
-        layers = tuple(
-            np.concatenate([block.layers[i] for block in blocks], axis=1)[None, :, :length]
-            for i in range(len(blocks[0].layers))
-        )  # per cache tensor (1, H, L, D)
         self.hits += 1
         self.reused_positions += length
-        return layers
+        return CachedPrefix(tuple(self._blocks[key] for key in chain), length)
 
     def store(
         self, ids: np.ndarray, layers: tuple[np.ndarray, ...], salt: str | None = None

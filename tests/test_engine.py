@@ -181,6 +181,32 @@ def test_prompts_of_one_length_prefill_together_and_get_what_they_get_alone(gene
         _same_tokens(together, [out for p in same for out in plain.generate(p, config)])
 
 
+def test_a_burst_of_prompts_joins_a_pool_one_prefill_at_a_time(generators, monkeypatch):
+    """Prompts admitted at once prefill in several calls (one per length, and at most
+    `prefill_tokens` tokens each): where the batch is a pool, each call's rows join it as the
+    call ends, so the burst never holds more than one call's cache besides the batch (64 chat
+    turns arriving together held 1 GB of them); other caches join together, by one copy."""
+    plain, batched, prompts = generators
+    distinct = list({len(plain.encode_prompt(p)): p for p in prompts}.values())[:4]
+    admitted = []  # prefilled caches per `admit` call
+    admit = type(batched.model).admit
+    monkeypatch.setattr(
+        type(batched.model),
+        "admit",
+        lambda self, state, new, *a: admitted.append(len(new)) or admit(self, state, new, *a),
+    )
+    monkeypatch.setattr(batched.engine, "prefill_tokens", 1)  # one prompt a call
+    config = runtime.GenerationConfig(max_new_tokens=4)
+    together = batched.generate(distinct + distinct[:1], config)  # admitted at once
+    _same_tokens(
+        together, [out for p in distinct + distinct[:1] for out in plain.generate(p, config)]
+    )
+    if batched.model.pools_rows:
+        assert admitted == [1] * 5
+    else:  # prompts out of phase with the batch's width wait a step or three (`Engine._admit`)
+        assert sum(admitted) == 5 and len(admitted) < 5
+
+
 def test_a_request_joining_a_running_batch_gets_what_it_gets_alone(generators, monkeypatch):
     plain, batched, prompts = generators
     first, second = prompts[2], prompts[0]
@@ -242,6 +268,64 @@ def test_a_pool_that_grows_gives_its_old_memory_back(generators):
         # handed back to the kernel (it reads as zeros): two copies of the batch never live
         # at once while the batch grows
         assert not old.any()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pages backed on write: Linux")
+def test_a_row_that_leaves_is_filled_by_the_last_and_its_slots_go_back(generators):
+    import mmap
+
+    from runtime.models import CausalState, _cache_zeros
+
+    _, batched, _ = generators
+    model = batched.model
+    if not (model.shared_cache and model.feeds_seqlens):
+        pytest.skip("the model's rows do not keep their slots in a pool")
+    shape = (8, model.num_heads, 256, model.head_size)  # (R, H, C, D): a pool of 8 rows
+    pool = tuple(_cache_zeros(shape, model.dtype) for _ in model.past_names)
+    used = [200, 250, 120, 30]  # 4 rows in use
+    mask = np.zeros((4, 250), dtype=np.int64)  # (N, T)
+    for row, slots in enumerate(used):
+        mask[row, :slots] = 1
+        for array in pool:
+            array[row, :, :slots] = row + 1
+    state = CausalState(model._shared(tuple(a[:4] for a in pool), pool), mask, np.array(used))
+    retained = model.retain(state, np.array([0, 3, 2]))  # row 1 left; row 3 takes its place
+    assert retained.attention_mask.tolist() == mask[[0, 3, 2], :200].tolist()
+    page = mmap.PAGESIZE // (model.head_size * pool[0].itemsize)  # slots in a page
+    for array in pool:
+        assert (array[0, :, :200] == 1).all() and (array[2, :, :120] == 3).all()
+        assert (array[1, :, :30] == 4).all()
+        # what row 1's former occupant wrote past the newcomer's 30 slots went back to the
+        # kernel (it reads as zeros), whole pages of it; row 3 is free and went back too
+        assert not array[1, :, 30 + page : 250 - page].any()
+        assert not array[3:].any()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_row_layout_moves_rows_in_place_as_a_select_would(seed):
+    """`row_layout`'s rows, moved in place one new row at a time as `CausalLM.retain` does,
+    give what selecting them into new memory gives: no row is overwritten before it is read."""
+    from runtime.engine import row_layout
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 4 if seed % 2 else 2, size=int(rng.integers(2, 12)))  # (R,)
+    starts = np.cumsum([0, *sizes[:-1]])
+    stays = rng.random(len(sizes)) < 0.6
+    stays[rng.integers(len(sizes))] = True
+    kept_starts = [int(s) for s, keep in zip(starts, stays) if keep]
+    kept_sizes = [int(n) for n, keep in zip(sizes, stays) if keep]
+    order, rows = row_layout(kept_starts, kept_sizes)
+    assert sorted(order) == list(range(len(kept_sizes)))
+    expected = np.concatenate(
+        [np.arange(kept_starts[i], kept_starts[i] + kept_sizes[i]) for i in order]
+    )
+    assert rows.tolist() == expected.tolist()  # each request's rows together, in their order
+    batch = np.arange(int(sizes.sum()))
+    for target, source in enumerate(rows):
+        batch[target] = batch[source]
+    assert batch[: len(rows)].tolist() == rows.tolist()
+    if all(n == 1 for n in kept_sizes):  # rows that fit in the smaller batch never move
+        assert all(source == target for target, source in enumerate(rows) if source < len(rows))
 
 
 def test_the_loop_hands_freed_memory_back_when_its_batch_empties(generators):
