@@ -235,7 +235,11 @@ class Engine:
         prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
         prefill_tokens: int = PREFILL_TOKENS,
     ):
-        if not isinstance(prefill_tokens, int) or prefill_tokens < 1:
+        if (
+            not isinstance(prefill_tokens, int)
+            or isinstance(prefill_tokens, bool)
+            or prefill_tokens < 1
+        ):
             raise ValueError(f"`prefill_tokens` must be an integer >= 1, got {prefill_tokens!r}")
         self.gen = gen
         self.model = gen.model

@@ -207,6 +207,14 @@ def test_a_burst_of_prompts_joins_a_pool_one_prefill_at_a_time(generators, monke
         assert sum(admitted) == 5 and len(admitted) < 5
 
 
+@pytest.mark.parametrize("bad", [0, -5, 1.5, "512", True])
+def test_a_prefill_cap_that_is_not_a_positive_integer_is_refused(bad):
+    from runtime.engine import Engine
+
+    with pytest.raises(ValueError, match=r"`prefill_tokens` must be an integer >= 1, got"):
+        Engine(None, prefill_tokens=bad)
+
+
 def test_a_request_joining_a_running_batch_gets_what_it_gets_alone(generators, monkeypatch):
     plain, batched, prompts = generators
     first, second = prompts[2], prompts[0]
