@@ -91,6 +91,7 @@ from . import cancel
 from .heap import HeapTrimmer
 from .manifest import Manifest
 from .outputs import StreamEvent
+from .parameters import is_int
 from .prefix_cache import PREFIX_CACHE_BYTES, PrefixCache
 from .search import log_normalizer
 from .text import RowTexts
@@ -235,11 +236,7 @@ class Engine:
         prefix_cache_bytes: int = PREFIX_CACHE_BYTES,
         prefill_tokens: int = PREFILL_TOKENS,
     ):
-        if (
-            not isinstance(prefill_tokens, int)
-            or isinstance(prefill_tokens, bool)
-            or prefill_tokens < 1
-        ):
+        if not is_int(prefill_tokens) or prefill_tokens < 1:
             raise ValueError(f"`prefill_tokens` must be an integer >= 1, got {prefill_tokens!r}")
         self.gen = gen
         self.model = gen.model
